@@ -1,0 +1,186 @@
+"""The engine: greedy autoregressive and speculative generation, and token forcing.
+
+One step verifies [pending token] + draft chain in a single forward, accepts the longest
+prefix of the chain that equals the target's argmax, adds the target's next token (the
+bonus), and commits the cache to the accepted length. Autoregressive decoding is the same
+step with an empty chain, so both modes share every line of the verification path.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+import torch
+
+from stock.cache import ContextOverflow
+from stock.drafters.base import DraftContext, DraftLattice, Drafter
+from stock.lattice_log import LatticeRecorder
+from stock.model import Transformer
+from stock.options import Options
+from stock.profile import Profiler, profiling, region
+
+
+class EngineError(ValueError):
+    pass
+
+
+@dataclass
+class GenResult:
+    tokens: list[int]  # generated tokens (a stop token, if reached, included)
+    prompt_len: int
+    accepted: list[int] = field(default_factory=list)  # tokens gained per step (bonus incl.)
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    stop_reason: str = "length"  # length | stop | context
+
+    @property
+    def steps(self) -> int:
+        return len(self.accepted)
+
+    @property
+    def tau(self) -> float:
+        """Mean tokens gained per verification step, bonus token included."""
+        return sum(self.accepted) / max(len(self.accepted), 1)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return len(self.tokens) / max(self.prefill_s + self.decode_s, 1e-9)
+
+    @property
+    def step_ms(self) -> float:
+        return 1e3 * self.decode_s / max(self.steps, 1)
+
+
+@dataclass
+class ForcedResult:
+    argmax: list[int]  # the engine's own choice at each forced position
+    margin: list[float]  # reference logit margin: top-1 minus top-2 of the engine's logits
+    forced: list[int]
+
+    @property
+    def mismatches(self) -> list[int]:
+        return [i for i, (a, f) in enumerate(zip(self.argmax, self.forced)) if a != f]
+
+
+class Engine:
+    def __init__(self, model: Transformer, options: Options | None = None,
+                 max_context: int | None = None, stop_ids: set[int] | frozenset = frozenset()):
+        self.model = model
+        self.options = options or Options()
+        self.max_context = max_context or model.cfg.max_position
+        self.stop_ids = frozenset(stop_ids)
+        self.cache = model.new_cache(self.max_context)
+
+    # -- one verification step -------------------------------------------------------------
+    def _verify(self, pending: int, chain: list[int], start: int, hidden_layers=()):
+        ids = torch.tensor([[pending] + chain], device=self.model.device)
+        out = self.model(ids, self.cache, start, logits="all", hidden_layers=hidden_layers)
+        return out.logits[0], out.hidden
+
+    def _prefill(self, prompt: list[int]) -> int:
+        if not prompt:
+            raise EngineError("empty prompt")
+        if len(prompt) >= self.max_context:
+            raise EngineError(f"prompt of {len(prompt)} tokens does not fit the context of "
+                              f"{self.max_context} tokens")
+        with region("prefill"):
+            ids = torch.tensor([prompt], device=self.model.device)
+            out = self.model(ids, self.cache, 0, logits="last")
+            self.cache.commit(len(prompt))
+            return int(out.logits[0, -1].argmax())
+
+    def generate(self, prompt: list[int], max_new: int, drafter: Drafter | None = None,
+                 recorder: LatticeRecorder | None = None,
+                 profiler: Profiler | None = None) -> GenResult:
+        """Greedy generation; speculative when a drafter is given, else autoregressive."""
+        if max_new < 1:
+            raise EngineError("max new tokens must be at least 1")
+        k_max = self.options["draft_len"] if drafter is not None else 0
+        with profiling(profiler):
+            self.cache.rollback(0)
+            if drafter is not None:
+                drafter.reset()
+            res = GenResult([], len(prompt))
+            t0 = time.perf_counter()
+            pending = self._prefill(prompt)
+            self._sync()
+            res.prefill_s = time.perf_counter() - t0
+            res.tokens.append(pending)
+            hidden: dict[int, torch.Tensor] = {}
+            t0 = time.perf_counter()
+            while not self._finished(res, max_new):
+                start = self.cache.length
+                room = self.max_context - start - 1
+                if room < 0:
+                    res.stop_reason = "context"
+                    break
+                step = profiler.step() if profiler else nullcontext()
+                with step:
+                    k = min(k_max, room, max_new - len(res.tokens))
+                    lattice = (drafter.draft(DraftContext(prompt + res.tokens, hidden), k)
+                               if k > 0 and drafter is not None else DraftLattice.empty())
+                    chain = lattice.chain[:k]
+                    logits, hid = self._verify(pending, chain, start,
+                                               drafter.hidden_layers if drafter else ())
+                    target = logits.argmax(-1).tolist()  # the one host sync of a step
+                    n = 0
+                    while n < len(chain) and chain[n] == target[n]:
+                        n += 1
+                    self.cache.commit(start + n + 1)
+                    hidden = {layer: h[:, : n + 1] for layer, h in hid.items()}
+                    res.tokens.extend(target[: n + 1])
+                    res.accepted.append(n + 1)
+                    pending = target[n]
+                    if recorder is not None:
+                        recorder.add(lattice, n, target)
+            res.decode_s = time.perf_counter() - t0
+            if recorder is not None:
+                recorder.end_request()
+        return res
+
+    def _finished(self, res: GenResult, max_new: int) -> bool:
+        for i, tok in enumerate(res.tokens):
+            if tok in self.stop_ids:
+                del res.tokens[i + 1:]
+                res.stop_reason = "stop"
+                return True
+        if len(res.tokens) >= max_new:
+            del res.tokens[max_new:]
+            res.stop_reason = "length"
+            return True
+        return False
+
+    def _sync(self):
+        if self.model.device.type == "cuda":
+            torch.cuda.synchronize(self.model.device)
+
+    # -- token forcing -----------------------------------------------------------------------
+    def force(self, prompt: list[int], forced: list[int], chunk: int | None = None) -> ForcedResult:
+        """Run with `forced` as the output; at every position record the engine's argmax and
+        its top-1 minus top-2 logit margin. Steps verify `chunk` tokens at a time (default:
+        draft_len + 1, the speculative step's shape)."""
+        if not forced:
+            raise EngineError("nothing to force")
+        if len(prompt) + len(forced) > self.max_context:
+            raise ContextOverflow(f"prompt and forced tokens ({len(prompt) + len(forced)}) "
+                                  f"exceed the context of {self.max_context}")
+        chunk = chunk or self.options["draft_len"] + 1
+        self.cache.rollback(0)
+        ids = torch.tensor([prompt[:-1]], device=self.model.device)
+        if len(prompt) > 1:
+            self.model(ids, self.cache, 0, logits="none")
+        self.cache.commit(len(prompt) - 1)
+        seq = [prompt[-1]] + forced[:-1]  # position i's input predicts forced[i]
+        argmax: list[int] = []
+        margin: list[float] = []
+        for s in range(0, len(seq), chunk):
+            part = seq[s:s + chunk]
+            start = self.cache.length
+            logits, _ = self._verify(part[0], part[1:], start)
+            top2 = logits.topk(2, dim=-1)
+            argmax += top2.indices[:, 0].tolist()
+            margin += (top2.values[:, 0] - top2.values[:, 1]).tolist()
+            self.cache.commit(start + len(part))
+        return ForcedResult(argmax, margin, list(forced))

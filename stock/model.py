@@ -1,0 +1,134 @@
+"""The target model: embedding, decoder layers, final norm, output head.
+
+`forward` runs T new tokens per sequence against a static KV cache starting at `start`.
+By default positions are start..start+T-1 with a causal mask; tree verification may pass
+its own positions and mask. Logits are returned in fp32 whatever the compute dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from stock.cache import KVCache
+from stock.config import ModelConfig
+from stock.layers import DecoderLayer, RMSNorm, rope_tables
+from stock.weights import load_config, load_state_dict
+
+
+@dataclass
+class Output:
+    logits: torch.Tensor | None  # [B, T or 1, vocab] fp32
+    hidden: dict[int, torch.Tensor] = field(default_factory=dict)  # layer -> [B, T, H]
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+def causal_mask(start: int, t: int, device) -> torch.Tensor:
+    """Boolean [t, start+t]: query i sees keys 0..start+i."""
+    q = torch.arange(t, device=device).unsqueeze(1) + start
+    k = torch.arange(start + t, device=device).unsqueeze(0)
+    return k <= q
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.model = Backbone(cfg)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.cos = self.sin = None
+
+    def setup_rope(self):
+        dev = self.model.embed_tokens.weight.device
+        dtype = self.model.embed_tokens.weight.dtype
+        self.cos, self.sin = rope_tables(self.cfg, dev, dtype)
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.embed_tokens.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.embed_tokens.weight.dtype
+
+    def new_cache(self, max_len: int, batch: int = 1) -> KVCache:
+        return KVCache(self.cfg, max_len, batch, self.device, self.dtype)
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, cache: KVCache, start: int,
+                positions: torch.Tensor | None = None, mask: torch.Tensor | None = None,
+                logits: str = "all", hidden_layers: tuple[int, ...] = (),
+                num_layers: int | None = None) -> Output:
+        """ids [B, T]; logits 'all' | 'last' | 'none'; num_layers truncates the stack."""
+        b, t = ids.shape
+        cache.check_room(start, t)
+        if positions is None:
+            positions = torch.arange(start, start + t, device=ids.device).expand(b, t)
+            if t > 1:
+                mask = causal_mask(start, t, ids.device)
+        cos = self.cos[positions].unsqueeze(1)
+        sin = self.sin[positions].unsqueeze(1)
+        x = self.model.embed_tokens(ids)
+        hidden = {}
+        layers = self.model.layers if num_layers is None else self.model.layers[:num_layers]
+        for i, layer in enumerate(layers):
+            x = layer(x, cos, sin, cache, start, mask)
+            if i in hidden_layers:
+                hidden[i] = x
+        if logits == "none":
+            return Output(None, hidden)
+        if logits == "last":
+            x = x[:, -1:]
+        return Output(self.lm_head(self.model.norm(x)).float(), hidden)
+
+    @classmethod
+    def from_state_dict(cls, cfg: ModelConfig, state: dict[str, torch.Tensor],
+                        device="cpu", dtype=torch.float32) -> "Transformer":
+        with torch.device("meta"):
+            model = cls(cfg)
+        state = dict(state)
+        if cfg.tie_embeddings:
+            state.pop("lm_head.weight", None)
+        missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
+        missing = [m for m in missing if not (cfg.tie_embeddings and m == "lm_head.weight")]
+        if missing or unexpected:
+            raise ValueError(f"weights do not match the config: missing {missing[:4]}, "
+                             f"unexpected {unexpected[:4]}")
+        if cfg.tie_embeddings:
+            model.lm_head.weight = model.model.embed_tokens.weight
+        model = model.to(device=device, dtype=dtype)
+        model.setup_rope()
+        return model.eval()
+
+    @classmethod
+    def from_folder(cls, folder: Path, device="cpu", dtype=torch.float32) -> "Transformer":
+        return cls.from_state_dict(load_config(folder), load_state_dict(folder), device, dtype)
+
+    @classmethod
+    def random(cls, cfg: ModelConfig, device="cpu", dtype=torch.float32, seed: int = 0,
+               std: float = 0.02) -> "Transformer":
+        """Random weights directly on `device` (benchmarks of large configs, tests)."""
+        with torch.device("meta"):
+            model = cls(cfg)
+        model = model.to_empty(device=device).to(dtype)
+        gen = torch.Generator(device=device).manual_seed(seed)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.fill_(1.0)
+                else:
+                    p.normal_(0.0, std, generator=gen)
+        if cfg.tie_embeddings:
+            model.lm_head.weight = model.model.embed_tokens.weight
+        model.setup_rope()
+        return model.eval()

@@ -1,0 +1,142 @@
+"""Options (variant registration): named, typed behaviour switches whose defaults are stock.
+
+Every behaviour change is an option. Values come, lowest precedence first, from the
+registered defaults, a TOML file, the environment (`SPECPILOT_OPTS="a=1,b=x"`) and the
+command line (`--opt a=1`). Unknown names and bad values are errors that say what is known.
+Every result records the resolved options (`Options.as_dict()`).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ENV_VAR = "SPECPILOT_OPTS"
+
+
+class OptionError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str
+    type: type
+    default: Any
+    help: str
+    choices: tuple | None = None
+
+    def parse(self, raw: Any) -> Any:
+        if isinstance(raw, str):
+            value = self._from_text(raw.strip())
+        elif self.type is float and isinstance(raw, int) and not isinstance(raw, bool):
+            value = float(raw)
+        elif isinstance(raw, self.type) and not (self.type is int and isinstance(raw, bool)):
+            value = raw
+        else:
+            raise OptionError(f"option {self.name}: expected {self.type.__name__}, got {raw!r}")
+        if self.choices is not None and value not in self.choices:
+            raise OptionError(f"option {self.name}: {value!r} is not one of "
+                              f"{', '.join(map(str, self.choices))}")
+        return value
+
+    def _from_text(self, text: str) -> Any:
+        try:
+            if self.type is bool:
+                low = text.lower()
+                if low in ("1", "true", "yes", "on"):
+                    return True
+                if low in ("0", "false", "no", "off"):
+                    return False
+                raise ValueError
+            return self.type(text)
+        except ValueError:
+            raise OptionError(
+                f"option {self.name}: {text!r} is not a valid {self.type.__name__}") from None
+
+
+REGISTRY: dict[str, Option] = {}
+
+
+def register(name: str, type: type, default: Any, help: str, choices: tuple | None = None) -> Option:
+    if name in REGISTRY and REGISTRY[name] != Option(name, type, default, help, choices):
+        raise OptionError(f"option {name} registered twice with different definitions")
+    opt = Option(name, type, default, help, choices)
+    opt.parse(default)
+    REGISTRY[name] = opt
+    return opt
+
+
+class Options:
+    """Resolved option values; read-only."""
+
+    def __init__(self, values: dict[str, Any] | None = None):
+        self._values = {n: o.default for n, o in REGISTRY.items()}
+        for name, raw in (values or {}).items():
+            self._values[name] = _lookup(name).parse(raw)
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._values:
+            _lookup(name)
+            self._values[name] = REGISTRY[name].default  # registered after construction
+        return self._values[name]
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(sorted(self._values.items()))
+
+    def non_default(self) -> dict[str, Any]:
+        return {n: v for n, v in self.as_dict().items() if v != REGISTRY[n].default}
+
+    def with_values(self, **values) -> "Options":
+        return Options({**self.non_default(), **values})
+
+
+def _lookup(name: str) -> Option:
+    if name not in REGISTRY:
+        raise OptionError(f"unknown option {name!r}; known: {', '.join(sorted(REGISTRY))}")
+    return REGISTRY[name]
+
+
+def parse_pairs(pairs: list[str] | tuple[str, ...], source: str) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        if not pair.strip():
+            continue
+        if "=" not in pair:
+            raise OptionError(f"{source}: expected name=value, got {pair!r}")
+        name, value = pair.split("=", 1)
+        _lookup(name.strip())
+        out[name.strip()] = value
+    return out
+
+
+def resolve(cli: list[str] | tuple[str, ...] = (), toml_path: str | Path | None = None,
+            env: dict[str, str] | None = None) -> Options:
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    if toml_path:
+        path = Path(toml_path)
+        try:
+            data = tomllib.loads(path.read_text())
+        except FileNotFoundError:
+            raise OptionError(f"options file not found: {path}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise OptionError(f"options file {path}: {exc}") from None
+        data = data.get("options", data)
+        for name in data:
+            _lookup(name)
+        values.update(data)
+    values.update(parse_pairs(env.get(ENV_VAR, "").split(","), ENV_VAR))
+    values.update(parse_pairs(cli, "--opt"))
+    return Options(values)
+
+
+# The stock system's own options. Patches register theirs in the modules they add.
+register("draft_len", int, 8, "draft tokens proposed per verification step")
+register("lattice_topk", int, 4, "tokens kept per draft position in the lattice")
+register("ngram_max", int, 4, "longest n-gram the prompt-lookup drafter matches")
+register("ngram_min", int, 1, "shortest n-gram the prompt-lookup drafter matches")
+register("draft_layers", int, 4, "layers of the target reused by the truncated draft model")

@@ -1,0 +1,65 @@
+"""Assemble the stock system: model, tokenizer, engine and drafter from names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from stock.drafters.base import Drafter
+from stock.drafters.draft_model import DraftModelDrafter
+from stock.drafters.ngram import NGramDrafter
+from stock.engine import Engine
+from stock.model import Transformer
+from stock.options import Options
+from stock.tokenizer import Tokenizer
+from stock.weights import resolve
+
+DRAFTERS = ("ngram", "draft")
+
+
+@dataclass
+class System:
+    engine: Engine
+    tokenizer: Tokenizer
+    folder: Path
+    device: torch.device
+
+    @property
+    def options(self) -> Options:
+        return self.engine.options
+
+    def drafter(self, name: str | None) -> Drafter | None:
+        return make_drafter(name, self.engine)
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def load_system(model: str = "embedded", options: Options | None = None, device: str | None = None,
+                max_context: int | None = None) -> System:
+    """fp32 on CPU, bf16 on CUDA (logits are fp32 either way)."""
+    dev = torch.device(device) if device else default_device()
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    folder = resolve(model)
+    net = Transformer.from_folder(folder, dev, dtype)
+    tok = Tokenizer(folder)
+    ctx = min(max_context or net.cfg.max_position, net.cfg.max_position)
+    stops = set(tok.stop_ids) | set(net.cfg.eos_token_ids)
+    return System(Engine(net, options, ctx, stops), tok, folder, dev)
+
+
+def make_drafter(name: str | None, engine: Engine) -> Drafter | None:
+    opts = engine.options
+    if name in (None, "", "none", "ar"):
+        return None
+    if name == "ngram":
+        return NGramDrafter(opts["ngram_max"], opts["ngram_min"], opts["lattice_topk"])
+    if name == "draft":
+        layers = opts["draft_layers"]
+        if not 1 <= layers <= engine.model.cfg.num_layers:
+            raise ValueError(f"draft_layers must be in 1..{engine.model.cfg.num_layers}")
+        return DraftModelDrafter(engine.model, engine.max_context, layers, opts["lattice_topk"])
+    raise ValueError(f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")

@@ -1,0 +1,71 @@
+"""Tokenizer and chat template: `tokenizers` for the vocabulary, jinja2 for the template."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer as HFTokenizer
+
+
+class Tokenizer:
+    def __init__(self, folder: Path):
+        path = folder / "tokenizer.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{folder}: no tokenizer.json")
+        self.tok = HFTokenizer.from_file(str(path))
+        meta = self._meta(folder)
+        self.chat_template: str | None = meta.get("chat_template")
+        self.bos_id = meta.get("bos_token_id")
+        self.add_bos = bool(meta.get("add_bos_token", False))
+        eos = meta.get("eos_token_id")
+        self.stop_ids = set([eos] if isinstance(eos, int) else (eos or []))
+        for special in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
+            tid = self.tok.token_to_id(special)
+            if tid is not None:
+                self.stop_ids.add(tid)
+        self._template = (ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+                          .from_string(self.chat_template) if self.chat_template else None)
+
+    @staticmethod
+    def _meta(folder: Path) -> dict:
+        if (folder / "specpilot_tokenizer.json").is_file():
+            return json.loads((folder / "specpilot_tokenizer.json").read_text())
+        meta: dict = {}
+        cfg = folder / "tokenizer_config.json"
+        if cfg.is_file():
+            data = json.loads(cfg.read_text())
+            meta["chat_template"] = data.get("chat_template")
+            meta["add_bos_token"] = data.get("add_bos_token", False)
+        if (folder / "chat_template.jinja").is_file():
+            meta["chat_template"] = (folder / "chat_template.jinja").read_text()
+        model_cfg = folder / "config.json"
+        if model_cfg.is_file():
+            data = json.loads(model_cfg.read_text())
+            meta["bos_token_id"] = data.get("bos_token_id")
+            meta["eos_token_id"] = data.get("eos_token_id")
+        return meta
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tok.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        ids = self.tok.encode(text, add_special_tokens=False).ids
+        if self.add_bos and self.bos_id is not None:
+            ids = [self.bos_id] + ids
+        return ids
+
+    def decode(self, ids: list[int], skip_special: bool = True) -> str:
+        return self.tok.decode(list(ids), skip_special_tokens=skip_special)
+
+    def chat(self, user: str, system: str | None = None) -> list[int]:
+        """Token ids of a one-turn chat prompt ready for generation."""
+        if self._template is None:
+            return self.encode(user)
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": user}]
+        text = self._template.render(messages=messages, add_generation_prompt=True,
+                                     bos_token="", eos_token="")
+        return self.tok.encode(text, add_special_tokens=False).ids
