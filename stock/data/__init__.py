@@ -1,0 +1,1 @@
+"""Packaged data for the stock engine (the development request set)."""
