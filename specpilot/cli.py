@@ -7,6 +7,7 @@ import sys
 import click
 
 from specpilot.errors import SpecPilotError
+from stock.errors import StockError
 
 
 class Group(click.Group):
@@ -15,9 +16,9 @@ class Group(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except SpecPilotError as exc:
+        except (SpecPilotError, StockError) as exc:
             click.echo(f"error: {exc}", err=True)
-            sys.exit(exc.code)
+            sys.exit(getattr(exc, "code", 1))
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})

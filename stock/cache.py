@@ -11,9 +11,10 @@ from __future__ import annotations
 import torch
 
 from stock.config import ModelConfig
+from stock.errors import StockError
 
 
-class ContextOverflow(ValueError):
+class ContextOverflow(StockError):
     pass
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from stock.cache import ContextOverflow
+from stock.errors import StockError
 from stock.drafters.base import DraftContext, DraftLattice, Drafter
 from stock.lattice_log import LatticeRecorder
 from stock.model import Transformer
@@ -22,7 +23,7 @@ from stock.options import Options
 from stock.profile import Profiler, profiling, region
 
 
-class EngineError(ValueError):
+class EngineError(StockError):
     pass
 
 

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from stock.config import ModelConfig
+from stock.errors import StockError
 
 GGUF_TO_HF = {
     "token_embd.weight": "model.embed_tokens.weight",
@@ -40,7 +41,7 @@ BLOCK_TO_HF = {
 CONVERTER_VERSION = 1
 
 
-class GGUFError(ValueError):
+class GGUFError(StockError):
     """The file is not a GGUF model this engine can read."""
 
 

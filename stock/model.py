@@ -15,6 +15,7 @@ from torch import nn
 
 from stock.cache import KVCache
 from stock.config import ModelConfig
+from stock.errors import StockError
 from stock.layers import DecoderLayer, RMSNorm, rope_tables
 from stock.weights import load_config, load_state_dict
 
@@ -102,7 +103,7 @@ class Transformer(nn.Module):
         missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
         missing = [m for m in missing if not (cfg.tie_embeddings and m == "lm_head.weight")]
         if missing or unexpected:
-            raise ValueError(f"weights do not match the config: missing {missing[:4]}, "
+            raise StockError(f"weights do not match the config: missing {missing[:4]}, "
                              f"unexpected {unexpected[:4]}")
         if cfg.tie_embeddings:
             model.lm_head.weight = model.model.embed_tokens.weight

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stock.errors import StockError
+
 ENV_VAR = "SPECPILOT_OPTS"
 
 
-class OptionError(ValueError):
+class OptionError(StockError):
     pass
 
 

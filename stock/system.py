@@ -11,6 +11,7 @@ from stock.drafters.base import Drafter
 from stock.drafters.draft_model import DraftModelDrafter
 from stock.drafters.ngram import NGramDrafter
 from stock.engine import Engine
+from stock.errors import StockError
 from stock.model import Transformer
 from stock.options import Options
 from stock.tokenizer import Tokenizer
@@ -60,6 +61,6 @@ def make_drafter(name: str | None, engine: Engine) -> Drafter | None:
     if name == "draft":
         layers = opts["draft_layers"]
         if not 1 <= layers <= engine.model.cfg.num_layers:
-            raise ValueError(f"draft_layers must be in 1..{engine.model.cfg.num_layers}")
+            raise StockError(f"draft_layers must be in 1..{engine.model.cfg.num_layers}")
         return DraftModelDrafter(engine.model, engine.max_context, layers, opts["lattice_topk"])
-    raise ValueError(f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")
+    raise StockError(f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")

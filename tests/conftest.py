@@ -1,0 +1,24 @@
+"""Shared fixtures: the embedded model is loaded once per session (fp32, CPU)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+
+@pytest.fixture(scope="session")
+def smol():
+    """The embedded default as a System (fp32 CPU, 2048-token context)."""
+    from stock.system import load_system
+
+    torch.manual_seed(0)
+    return load_system("embedded", device="cpu", max_context=2048)
+
+
+@pytest.fixture(scope="session")
+def dev_prompts(smol):
+    """Eight dev prompts (code, math, chat, ...) as chat token ids."""
+    from stock.requests import load_dev, select
+
+    reqs = select(load_dev(), None, 2)[:8]
+    return [smol.tokenizer.chat(r.prompt) for r in reqs]
