@@ -75,8 +75,7 @@ class GitStore:
 
     # -- raw access -------------------------------------------------------------------
 
-    def call(self, *args: str, env: dict | None = None, stdin: Path | None = None,
-             cwd: Path | None = None) -> Result:
+    def call(self, *args: str, env: dict | None = None, stdin: Path | None = None) -> Result:
         """Run `git <args>`; never raises on a non-zero exit. stdout is kept as raw bytes."""
         cmd = ["git", "-c", "core.quotePath=true", *args]
         handle = open(stdin, "rb") if stdin else None
@@ -84,17 +83,16 @@ class GitStore:
             rc, out, err = self.repo.git.execute(
                 cmd, istream=handle, env=env, with_extended_output=True,
                 with_exceptions=False, stdout_as_string=False,
-                strip_newline_in_stdout=False, cwd=str(cwd or self.root),
+                strip_newline_in_stdout=False,
             )
         finally:
             if handle:
                 handle.close()
         return Result(rc, out or b"", err if isinstance(err, str) else (err or b"").decode())
 
-    def run(self, *args: str, env: dict | None = None, stdin: Path | None = None,
-            cwd: Path | None = None) -> str:
+    def run(self, *args: str, env: dict | None = None, stdin: Path | None = None) -> str:
         """Run `git <args>` and return stdout as text; a non-zero exit raises GitError."""
-        res = self.call(*args, env=env, stdin=stdin, cwd=cwd)
+        res = self.call(*args, env=env, stdin=stdin)
         if res.rc != 0:
             raise GitError(f"git {' '.join(args[:3])}: {res.err.strip() or f'exit {res.rc}'}")
         return res.out.decode("utf-8", "surrogateescape")

@@ -33,7 +33,7 @@ def draw(entries: dict[str, Entry]) -> str:
     for eid in order:
         parent = max(deps[eid], key=lambda d: (depth[d], d)) if deps[eid] else None
         children.setdefault(parent, []).append(eid)
-    width = max(len(eid) for eid in order) + 2 * max(depth.values()) + 4
+    width = max(3 * depth[eid] + 3 + len(eid) for eid in order)
     lines: list[str] = []
 
     def walk(node: str, prefix: str, last: bool) -> None:
