@@ -117,7 +117,7 @@ class Project:
         deps = deps or []
         self.deps_of[entry_id] = deps
         self.changes[entry_id] = {**{k: v for d in self._closure(deps)
-                                     for k, v in self.changes[d].items()}, **lines}
+                                     for k, v in self.changes.get(d, {}).items()}, **lines}
         files = {"stock/engine.py": engine_text(self.changes[entry_id]), **(extra or {})}
         self.make_commit(base or self.base, files, f"work on {entry_id}",
                                branch=f"src/{entry_id}")

@@ -55,7 +55,7 @@ def topo_order(deps: Mapping[str, Sequence[str]]) -> list[str]:
                 heapq.heappush(ready, child)
     if len(order) != len(deps):
         cycle = find_cycle({k: v for k, v in deps.items() if k not in set(order)})
-        raise CycleError(f"dependency cycle: {' -> '.join(cycle)}")
+        raise CycleError(f"dependency cycle (x -> y: x depends on y): {' -> '.join(cycle)}")
     return order
 
 

@@ -166,16 +166,16 @@ class Replayer:
         return patch
 
     def _differing(self, entry: Entry, tree: str) -> list[str]:
-        paths = self.memory.system_paths
-        ref_commit = self.store.resolve(f"refs/specpilot/entries/{entry.id}")
-        if entry.commit is None and ref_commit and \
-                self.store.system_tree(ref_commit, paths) == entry.meta.source_tree:
-            return self.store.diff_names(ref_commit, tree, paths)
-        if entry.commit is not None:
-            return self.store.diff_names(entry.commit, tree, paths)
-        replayed = self.store.write_system_tree(tree, paths)
-        if replayed and self.store.resolve(entry.meta.source_tree, "tree"):
-            return self.store.diff_names(entry.meta.source_tree, replayed, ["."])
+        """Paths where the replay differs from the recorded source tree, when that tree
+        (written at record/import time) or a commit holding it is in this repository."""
+        paths, expected = self.memory.system_paths, entry.meta.source_tree
+        if self.store.resolve(expected, "tree"):
+            replayed = self.store.write_system_tree(tree, paths)
+            if replayed:
+                return self.store.diff_names(expected, replayed, ["."])
+        for commit in (entry.commit, self.store.resolve(f"refs/specpilot/entries/{entry.id}")):
+            if commit and self.store.system_tree(commit, paths) == expected:
+                return self.store.diff_names(commit, tree, paths)
         return ["(unknown: the recorded source tree is not in this repository)"]
 
     # -- trees ------------------------------------------------------------------------
