@@ -20,9 +20,10 @@ from specpilot.git_cli import git_cli
 from specpilot.memory.record import record
 from specpilot.memory.store import Memory
 
-__all__ = ["hermetic", "project", "Project", "DATE", "snapshot"]
+__all__ = ["hermetic", "project", "Project", "DATE", "REPO", "snapshot"]
 
 DATE = "1700000000 +0000"
+REPO = Path(__file__).resolve().parents[1]  # this checkout: subprocesses import it
 ENGINE_LINES = 60
 
 
@@ -40,6 +41,7 @@ def hermetic(tmp_path, monkeypatch):
         "GIT_COMMITTER_NAME": "Test Committer", "GIT_COMMITTER_EMAIL": "committer@example.com",
         "GIT_AUTHOR_DATE": DATE, "GIT_COMMITTER_DATE": DATE, "SOURCE_DATE_EPOCH": "1700000000",
         "GIT_TERMINAL_PROMPT": "0",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
     (home / "gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
     for key, value in env.items():
