@@ -113,7 +113,7 @@ def test_dependents_of_a_failed_entry_fail(project, files):
     set_patch(files, "x", b"")
     set_patch(files, "b", (files / "b.patch").read_bytes().replace(b" line_09 = 9", b" line_09 = 0"))
     outcome = failed(project, "x")
-    assert outcome.status == "failed" and "dependency 'b' did not reproduce" in outcome.error
+    assert outcome.status == "failed" and "dependency 'b' failed to replay" in outcome.error
 
 
 def test_import_refuses_entries_that_do_not_reproduce(project, files):
