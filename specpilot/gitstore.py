@@ -109,8 +109,24 @@ class GitStore:
             raise SpecPilotError(f"{rev!r} is not a {kind} in this repository", code=2)
         return sha
 
-    def read_blob(self, sha: str) -> bytes:
-        return self.repo.git.get_object_data(sha)[3]
+    def read_blobs(self, shas: list[str]) -> dict[str, bytes]:
+        """Many objects' contents in one `git cat-file --batch` (no process is left behind)."""
+        if not shas:
+            return {}
+        with tempfile.TemporaryDirectory(prefix="specpilot-batch-") as tmp:
+            path = Path(tmp) / "shas"
+            path.write_text("".join(f"{sha}\n" for sha in shas))
+            res = self.call("cat-file", "--batch", stdin=path)
+        out, pos, found = res.out, 0, {}
+        for sha in shas:
+            end = out.index(b"\n", pos)
+            header = out[pos:end].split()
+            if len(header) != 3:
+                raise GitError(f"git cat-file: object {sha} is missing")
+            size = int(header[2])
+            found[sha] = out[end + 1:end + 1 + size]
+            pos = end + 1 + size + 1
+        return found
 
     def parents(self, commit: str) -> list[str]:
         return self.run("rev-list", "--parents", "-n1", commit).split()[1:]

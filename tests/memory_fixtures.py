@@ -7,9 +7,13 @@ the same on every run and no user configuration leaks in.
 
 from __future__ import annotations
 
+import atexit
+import copy
 import hashlib
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -23,6 +27,7 @@ from specpilot.memory.store import Memory
 __all__ = ["hermetic", "project", "Project", "DATE", "REPO", "snapshot"]
 
 DATE = "1700000000 +0000"
+_BUILT: dict[str, tuple[Path, dict]] = {}
 REPO = Path(__file__).resolve().parents[1]  # this checkout: subprocesses import it
 ENGINE_LINES = 60
 
@@ -43,7 +48,10 @@ def hermetic(tmp_path, monkeypatch):
         "GIT_TERMINAL_PROMPT": "0",
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
-    (home / "gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
+    # An empty template: no sample hooks in each test repository (fewer files to delete).
+    (home / "templates").mkdir()
+    (home / "gitconfig").write_text(f"[init]\n\tdefaultBranch = main\n"
+                                    f"\ttemplateDir = {home / 'templates'}\n")
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     yield
@@ -103,6 +111,25 @@ class Project:
             self.git("branch", "-f", branch, sha)
         return sha
 
+    def build(self, key: str, steps) -> "Project":
+        """Run `steps(self)` once per test session; later calls copy the result (the
+        repository is deterministic, so the copy is the very repository steps would build)."""
+        if key in _BUILT:
+            folder, state = _BUILT[key]
+            shutil.rmtree(self.path)
+            shutil.copytree(folder, self.path, symlinks=True)
+            os.chdir(self.path)  # the cwd (set by the fixture) was the folder just replaced
+            self.__dict__.update(copy.deepcopy(state))
+            return self
+        steps(self)
+        folder = Path(tempfile.mkdtemp(prefix=f"specpilot-built-{key}-"))
+        atexit.register(shutil.rmtree, folder, True)
+        shutil.rmtree(folder)
+        shutil.copytree(self.path, folder, symlinks=True)
+        _BUILT[key] = (folder, copy.deepcopy({k: v for k, v in self.__dict__.items()
+                                              if k not in ("path", "runner")}))
+        return self
+
     def specpilot(self, *args: str):
         return self.runner.invoke(cli, list(args), catch_exceptions=False)
 
@@ -160,6 +187,7 @@ def snapshot(root: Path) -> dict[str, str]:
     git_dir = root / ".git"
     state["<index>"] = hashlib.sha256((git_dir / "index").read_bytes()).hexdigest()
     state["<HEAD>"] = (git_dir / "HEAD").read_text()
-    state["<status>"] = subprocess.run(["git", "status", "--porcelain"], cwd=root,
-                                       capture_output=True, text=True).stdout
+    # --no-optional-locks: status must not refresh (rewrite) the index it is checking.
+    state["<status>"] = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain"],
+                                       cwd=root, capture_output=True, text=True).stdout
     return state

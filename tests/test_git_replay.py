@@ -15,9 +15,10 @@ from memory_fixtures import engine_text
 
 @pytest.fixture
 def dag(project):
-    project.entry("a", {1: "'a'"})
-    project.entry("b", {10: "'b'"}, ["a"])
-    return project
+    def steps(project):
+        project.entry("a", {1: "'a'"})
+        project.entry("b", {10: "'b'"}, ["a"])
+    return project.build("chain-ab", steps)
 
 
 def test_reproduced_prints_the_tree_comparison(dag):

@@ -44,6 +44,7 @@ def test_init_keeps_an_existing_config_and_a_foreign_hook(project):
     cfg = project.path / ".specpilot/config.toml"
     cfg.write_text('schema_version = 1\nsystem_paths = ["engine"]\n')
     hook = project.path / ".git/hooks/pre-commit"
+    hook.parent.mkdir(exist_ok=True)
     hook.write_text("#!/bin/sh\necho mine\n")
     result = project.specpilot("init")
     assert "kept your own" in result.output

@@ -15,12 +15,14 @@ from specpilot.memory.verify import verify
 @pytest.fixture
 def files(project):
     """Three recorded entries (a ← b, c) exported to memory/, refs removed."""
-    project.entry("a", {1: "'a'"})
-    project.entry("b", {10: "'b'"}, ["a"])
-    project.entry("c", {20: "'c'"})
-    for ref in project.git("for-each-ref", "--format=%(refname)", "refs/specpilot").split():
-        project.git("update-ref", "-d", ref)
-    project.git("update-ref", "-d", "refs/notes/specpilot")
+    def steps(project):
+        project.entry("a", {1: "'a'"})
+        project.entry("b", {10: "'b'"}, ["a"])
+        project.entry("c", {20: "'c'"})
+        for ref in project.git("for-each-ref", "--format=%(refname)", "refs/specpilot").split():
+            project.git("update-ref", "-d", ref)
+        project.git("update-ref", "-d", "refs/notes/specpilot")
+    project.build("errors-files", steps)
     return project.path / "memory"
 
 

@@ -15,11 +15,12 @@ from specpilot.memory.verify import verify
 
 @pytest.fixture
 def dag(project):
-    project.entry("a", {1: "'a'"})
-    project.entry("b", {10: "'b'"}, ["a"])
-    project.entry("c", {20: "'c'"}, ["a"])
-    project.entry("d", {30: "'d'"}, ["b", "c"])
-    return project
+    def steps(project):
+        project.entry("a", {1: "'a'"})
+        project.entry("b", {10: "'b'"}, ["a"])
+        project.entry("c", {20: "'c'"}, ["a"])
+        project.entry("d", {30: "'d'"}, ["b", "c"])
+    return project.build("portable-diamond", steps)
 
 
 def folder_bytes(folder):

@@ -16,18 +16,19 @@ RESULTS = '[[results]]\nmetric = "tok/s"\nvalue = 1.25\nhardware = "H200"\n'
 
 @pytest.fixture
 def moved(project):
-    meta = project.path.parent / "meta.toml"
-    meta.write_text(RESULTS)
-    project.entry("a", {1: "'a'"}, meta_file=meta)      # clean
-    project.entry("b", {10: "'b'"}, ["a"])             # clean, on top of a
-    project.entry("c", {30: "'c'"})                    # conflicts: stock edits line 30 too
-    project.entry("d", {40: "'d'"}, ["c"])             # blocked behind c
-    project.old = {e: project.git("rev-parse", f"refs/specpilot/entries/{e}") for e in "abcd"}
-    project.onto = project.make_commit(project.base, {
-        "stock/engine.py": engine_text({30: "'stock'", 55: "'stock'"}),
-        "README.md": "# new stock\n"}, "new stock", branch="stock2")
-    project.results = {r.id: r for r in rebase(project.memory(), "stock2")}
-    return project
+    def steps(project):
+        meta = project.path.parent / "meta.toml"
+        meta.write_text(RESULTS)
+        project.entry("a", {1: "'a'"}, meta_file=meta)      # clean
+        project.entry("b", {10: "'b'"}, ["a"])             # clean, on top of a
+        project.entry("c", {30: "'c'"})                    # conflicts: stock edits line 30
+        project.entry("d", {40: "'d'"}, ["c"])             # blocked behind c
+        project.old = {e: project.git("rev-parse", f"refs/specpilot/entries/{e}") for e in "abcd"}
+        project.onto = project.make_commit(project.base, {
+            "stock/engine.py": engine_text({30: "'stock'", 55: "'stock'"}),
+            "README.md": "# new stock\n"}, "new stock", branch="stock2")
+        project.results = {r.id: r for r in rebase(project.memory(), "stock2")}
+    return project.build("rebase-moved", steps)
 
 
 def meta_of(project, entry_id):

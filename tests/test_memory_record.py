@@ -13,6 +13,10 @@ from specpilot.memory.verify import verify
 
 def build_dag(project):
     """a ← b, a ← c, (b, c) ← d (the diamond), d ← e, and f alone on the base."""
+    project.build("diamond-6", _build_dag)
+
+
+def _build_dag(project):
     project.entry("a", {1: "'a'"})
     project.entry("b", {10: "'b'"}, ["a"])
     project.entry("c", {20: "'c'"}, ["a"])

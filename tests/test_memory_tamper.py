@@ -8,9 +8,10 @@ from specpilot.memory.verify import verify
 
 @pytest.fixture
 def dag(project):
-    project.entry("a", {1: "'a'"})
-    project.entry("b", {10: "'b'"}, ["a"])
-    return project
+    def steps(project):
+        project.entry("a", {1: "'a'"})
+        project.entry("b", {10: "'b'"}, ["a"])
+    return project.build("chain-ab", steps)
 
 
 def outcomes(project, source="all"):

@@ -44,11 +44,13 @@ class Memory:
         notes = self.store.notes()
         entries: dict[str, Entry] = {}
         for ref, commit in sorted(refs.items()):
-            entry_id = ref[len(ENTRY_PREFIX):]
             if commit not in notes:
                 raise SchemaError(f"{ref}: entry commit {commit[:12]} has no note in "
                                   f"refs/notes/specpilot (fetch the notes ref)")
-            raw = self.store.read_blob(notes[commit])
+        blobs = self.store.read_blobs([notes[c] for c in refs.values()])
+        for ref, commit in sorted(refs.items()):
+            entry_id = ref[len(ENTRY_PREFIX):]
+            raw = blobs[notes[commit]]
             meta = EntryMeta.from_toml(raw, f"note on {ref}")
             if meta.id != entry_id:
                 raise SchemaError(f"{ref}: its note names the entry {meta.id!r}")
