@@ -129,7 +129,11 @@ class GitStore:
         return found
 
     def parents(self, commit: str) -> list[str]:
-        return self.run("rev-list", "--parents", "-n1", commit).split()[1:]
+        _sha, kind, data = self.read_object(commit)
+        if kind != "commit":
+            raise GitError(f"{commit} is not a commit")
+        header = data.split(b"\n\n", 1)[0].split(b"\n")
+        return [line[7:].decode() for line in header if line.startswith(b"parent ")]
 
     def merge_base(self, a: str, b: str) -> str | None:
         res = self.call("merge-base", a, b)
@@ -143,14 +147,52 @@ class GitStore:
             args += ["-p", parent]
         return self.run(*args, "-m", message, env=env).strip()
 
+    def read_object(self, name: str) -> tuple[str, str, bytes]:
+        """(sha, type, content) through GitPython's long-lived `cat-file --batch`: no
+        process per object, which keeps verifying many entries fast."""
+        try:
+            sha, kind, _size, data = self.repo.git.get_object_data(name)
+        except ValueError as exc:
+            raise GitError(f"git cat-file: no object {name}") from exc
+        as_text = (lambda v: v.decode() if isinstance(v, bytes) else v)
+        return as_text(sha), as_text(kind), data
+
+    def tree_of(self, treeish: str) -> str:
+        sha, kind, data = self.read_object(treeish)
+        while kind == "tag":
+            sha, kind, data = self.read_object(data.split(b"\n", 1)[0].split()[1].decode())
+        if kind == "commit":
+            return data[5:45].decode()
+        if kind != "tree":
+            raise GitError(f"{treeish} is a {kind}, not a tree or commit")
+        return sha
+
+    def tree_entries(self, tree: str) -> dict[str, tuple[str, str]]:
+        """{name: (mode, sha)} of one tree object, parsed from its raw form."""
+        _sha, _kind, data = self.read_object(tree)
+        entries, pos = {}, 0
+        while pos < len(data):
+            space = data.index(b" ", pos)
+            nul = data.index(b"\0", space)
+            mode, name = data[pos:space].decode(), data[space + 1:nul].decode("utf-8", "replace")
+            entries[name] = (mode, data[nul + 1:nul + 21].hex())
+            pos = nul + 21
+        return entries
+
     def system_tree(self, treeish: str, paths: list[str]) -> str:
         """The git tree hash of `treeish` restricted to `paths` (no object is written)."""
-        listing = self.run("ls-tree", "-z", treeish, "--", *paths)
+        root = self.tree_of(treeish)
         entries: dict[str, tuple[str, str]] = {}
-        for item in filter(None, listing.split("\0")):
-            meta, name = item.split("\t", 1)
-            mode, _type, sha = meta.split()
-            entries[name] = (mode, sha)
+        for path in paths:
+            *dirs, leaf = path.strip("/").split("/")
+            tree: str | None = root
+            for part in dirs:
+                found = self.tree_entries(tree).get(part)
+                tree = found[1] if found and found[0] == "40000" else None
+                if tree is None:
+                    break
+            if tree is not None and leaf in (listing := self.tree_entries(tree)):
+                entries[path.strip("/")] = listing[leaf]
         return _virtual_tree(entries)
 
     def write_system_tree(self, treeish: str, paths: list[str]) -> str | None:

@@ -62,6 +62,7 @@ class Replayer:
         self.outcomes: dict[str, Outcome] = {}
         self.trees: dict[str, str] = {}          # entry id -> full replayed tree
         self._memo: dict[tuple[str, tuple[str, ...]], str] = {}
+        self._starts: dict[str, str | None] = {}
 
     # -- public -----------------------------------------------------------------------
 
@@ -129,7 +130,9 @@ class Replayer:
 
     def _start(self, entry_id: str) -> str:
         base = self.onto or self.entries[entry_id].meta.base
-        tree = self.store.resolve(base, "tree")
+        if base not in self._starts:
+            self._starts[base] = self.store.resolve(base, "tree")
+        tree = self._starts[base]
         if tree is None:
             raise SpecPilotError(f"entry {entry_id!r}: base commit {base[:12]} is not in this "
                                  f"repository (fetch it, or replay --onto another stock)")
