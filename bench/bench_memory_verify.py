@@ -106,11 +106,14 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=50)
     parser.add_argument("--files", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repo", type=Path, help="Build here and keep it (reused if built).")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="specpilot-bench-") as tmp:
-        repo = Path(tmp) / "repo"
-        repo.mkdir()
-        setup = build(repo, args.files, args.entries)
+        repo = args.repo or Path(tmp) / "repo"
+        setup = 0.0
+        if not (repo / ".git").exists():
+            repo.mkdir(parents=True)
+            setup = build(repo, args.files, args.entries)
         size = sum(p.stat().st_size for p in repo.rglob("*") if ".git" not in p.parts)
         rows = []
         for source in ("refs", "files", "all"):

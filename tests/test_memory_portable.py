@@ -103,6 +103,9 @@ def test_fresh_clone_verifies_then_imports_and_replays(dag, tmp_path):
     result = fresh.specpilot("memory", "verify")
     assert result.exit_code == 0, result.output
     assert "(files)" in result.output and "(refs)" not in result.output
+    result = fresh.git_specpilot("replay", "d", "--worktree", str(tmp_path / "wt"))
+    assert result.exit_code == 0 and "(from files)" in result.output, result.output
+    assert "line_30 = 'd'" in (tmp_path / "wt/stock/engine.py").read_text()
     result = fresh.specpilot("memory", "import")
     assert result.exit_code == 0, result.output
     assert fresh.git("for-each-ref", "refs/specpilot") == dag.git("for-each-ref", "refs/specpilot")

@@ -112,11 +112,14 @@ class Replayer:
                     raise SpecPilotError(
                         f"entry {entry_id!r}: its dependency {dep!r} failed to replay")
             self._check_base(entry)
-            deps_tree = self.deps_tree(entry_id)
+            seq = replay_sequence(self.deps, self.order, entry_id)
+            start = self._start(entry_id)
+            deps_tree = self._tree_after(start, seq[:-1], entry_id)
             patch = self._patch(entry, deps_tree)
             patches.check_paths(entry_id, patch, self.memory.system_paths)
             self.patches[entry_id] = patch
             tree = self.apply_patch(deps_tree, entry_id, patch)
+            self._memo[(start, tuple(seq))] = tree  # dependents start from here
         except SpecPilotError as exc:
             return Outcome(entry_id, "failed", meta.source_tree, error=str(exc))
         self.trees[entry_id] = tree
