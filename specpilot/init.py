@@ -1,8 +1,8 @@
 """`specpilot init`: make a repository ready for memory entries. Running it twice changes
 nothing.
 
-- writes `.specpilot/config.toml` if missing (system paths `stock`, `kernels`) and a
-  `.specpilot/.gitignore` for the state folders;
+- writes `.specpilot/config.toml` if missing (system paths `stock`, `kernels`) and, unless
+  they are ignored already, a `.specpilot/.gitignore` for the state folders;
 - adds fetch and push refspecs for `refs/specpilot/*` and `refs/notes/specpilot` to every
   remote (git moves neither by default); where a remote had no push refspec, `HEAD` is
   added first so that a plain `git push` still pushes the current branch;
@@ -39,7 +39,8 @@ def init(path: Path | str = ".") -> list[str]:
     store = GitStore(path)
     changes: list[str] = []
     changes += _write_if_missing(store.root / CONFIG_RELPATH, DEFAULT_CONFIG)
-    changes += _write_if_missing(store.root / ".specpilot" / ".gitignore", STATE_IGNORE)
+    if store.call("check-ignore", "-q", ".specpilot/worktrees/x").rc != 0:
+        changes += _write_if_missing(store.root / ".specpilot" / ".gitignore", STATE_IGNORE)
     for remote in store.remotes():
         changes += _add_values(store, f"remote.{remote}.fetch", FETCH)
         push_key = f"remote.{remote}.push"

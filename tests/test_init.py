@@ -24,6 +24,8 @@ def test_init_sets_everything_up(project, tmp_path):
             "HEAD", "refs/specpilot/*:refs/specpilot/*",
             "refs/notes/specpilot:refs/notes/specpilot"]
     assert config(project, "notes.rewriteRef") == ["refs/notes/specpilot"]
+    assert project.git("check-ignore", ".specpilot/worktrees/a", ".specpilot/runs/b").split() \
+        == [".specpilot/worktrees/a", ".specpilot/runs/b"]
     for hook in ("pre-commit", "pre-push"):
         text = (project.path / ".git/hooks" / hook).read_text()
         assert "specpilot-managed hook" in text and f"specpilot.hooks {hook}" in text

@@ -79,6 +79,17 @@ def test_rebase_again_is_a_no_op_for_moved_entries(moved):
     assert again == {"a": "unchanged", "b": "unchanged"}
 
 
+def test_rebasing_one_entry_moves_its_ancestors_and_descendants(project):
+    project.entry("a", {1: "'a'"})
+    project.entry("b", {10: "'b'"}, ["a"])
+    project.entry("c", {20: "'c'"}, ["b"])
+    project.entry("z", {50: "'z'"})
+    project.make_commit(project.base, {"README.md": "new\n"}, "s", branch="stock2")
+    moved = {r.id: r.status for r in rebase(project.memory(), "stock2", ["b"])}
+    assert moved == {"a": "moved", "b": "moved", "c": "moved"}
+    assert verify(project.memory()).ok
+
+
 def test_rebase_cli_exit_code_and_json(project):
     project.entry("c", {30: "'c'"})
     project.make_commit(project.base, {"stock/engine.py": engine_text({30: "'x'"})}, "s",

@@ -5,6 +5,7 @@ import tomllib
 import pytest
 
 from memory_fixtures import *  # noqa: F401,F403
+from memory_fixtures import REPO
 from specpilot.errors import SpecPilotError
 from specpilot.memory.dag import DuplicateIdError, MissingDependencyError
 from specpilot.memory.replay import Replayer
@@ -146,3 +147,13 @@ def test_record_from_a_worktree_folder(project):
     result = project.specpilot("memory", "record", "--from", str(wt), "--id", "k")
     assert result.exit_code == 0, result.output
     assert project.specpilot("memory", "verify", "k").exit_code == 0
+
+
+def test_the_meta_example_in_the_docs_is_valid(project):
+    text = (REPO / "docs/memory.md").read_text()
+    example = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    meta = project.path.parent / "meta.toml"
+    meta.write_text(example)
+    done = project.entry("fused-qkv", {3: "'fused'"}, meta_file=meta)
+    shown = tomllib.loads((project.path / "memory/fused-qkv.toml").read_text())
+    assert shown["options"][0]["name"] == "fused_qkv" and shown["id"] == done.id

@@ -5,7 +5,8 @@ onto the new stock plus its already-moved ancestors, in a private index. A clean
 a new commit, base, source tree, patch hash and note; its results are marked stale until
 re-measured; its old commit stays reachable under `refs/specpilot/attic/<id>/<sha>`. An
 entry that conflicts keeps its old ref untouched and is reported with the conflicting paths;
-entries that depend on it are reported as blocked.
+entries that depend on it are reported as blocked. Rebasing chosen ids moves their
+ancestors and descendants with them.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
         new_commits: dict[str, str] = {}
         new_patches: dict[str, bytes] = {}
         memo: dict[tuple[str, ...], str] = {(): onto_tree}
-        for eid in _closure(refs, old.order, ids):
+        for eid in _selection(refs, old.order, ids):
             entry, meta = refs[eid], refs[eid].meta
             out = RebaseOutcome(eid, "failed", old_commit=entry.commit)
             results[eid] = out
@@ -111,6 +112,16 @@ def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
             new_commits[eid], new_patches[eid] = commit, patch
             out.status, out.new_commit = "moved", commit
     return list(results.values())
+
+
+def _selection(refs, order: list[str], ids: list[str] | None) -> list[str]:
+    """The chosen entries with their ancestors (they move first) and their descendants
+    (which would otherwise be left depending on moved entries from the old base)."""
+    chosen = set(_closure(refs, order, ids))
+    for eid in order:
+        if any(dep in chosen for dep in refs[eid].meta.deps):
+            chosen.add(eid)
+    return [e for e in order if e in chosen]
 
 
 def _tree_after(memo, seq, new_patches, index, for_id) -> str:
