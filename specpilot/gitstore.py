@@ -110,7 +110,7 @@ class GitStore:
         return sha
 
     def read_blobs(self, shas: list[str]) -> dict[str, bytes]:
-        """Many objects' contents in one `git cat-file --batch` (no process is left behind)."""
+        """Many objects' contents from one short-lived `git cat-file --batch` call."""
         if not shas:
             return {}
         with tempfile.TemporaryDirectory(prefix="specpilot-batch-") as tmp:

@@ -1,5 +1,6 @@
 """Recording entries: commit, ref, note and memory/ files; a DAG with a diamond replays."""
 
+import json
 import tomllib
 
 import pytest
@@ -157,3 +158,14 @@ def test_the_meta_example_in_the_docs_is_valid(project):
     done = project.entry("fused-qkv", {3: "'fused'"}, meta_file=meta)
     shown = tomllib.loads((project.path / "memory/fused-qkv.toml").read_text())
     assert shown["options"][0]["name"] == "fused_qkv" and shown["id"] == done.id
+
+
+def test_list_and_graph_json(project):
+    build_dag(project)
+    listed = json.loads(project.specpilot("memory", "list", "--json").output)
+    assert [e["id"] for e in listed] == list("abcdef")
+    assert listed[3]["deps"] == ["b", "c"] and listed[3]["commit"]
+    graph = json.loads(project.specpilot("memory", "graph", "--json").output)
+    assert {(e["from"], e["to"]) for e in graph["edges"]} == \
+        {("a", "b"), ("a", "c"), ("b", "d"), ("c", "d"), ("d", "e")}
+    assert graph["bases"] == [project.base]
