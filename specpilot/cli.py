@@ -35,3 +35,12 @@ def main():
 from specpilot.commands import engine_cmds  # noqa: E402
 
 engine_cmds.register(cli)
+from specpilot.commands import memory_cmds  # noqa: E402
+
+memory_cmds.register(cli)
+from specpilot.commands import worktree_cmds  # noqa: E402
+
+worktree_cmds.register(cli)
+from specpilot.commands import init_cmds  # noqa: E402
+
+init_cmds.register(cli)

@@ -1,0 +1,171 @@
+"""`specpilot memory list|show|graph|verify|record|export|import|rebase`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from specpilot.errors import SpecPilotError
+from specpilot.memory import graph as graph_mod
+from specpilot.memory.portable import export_entries, import_entries
+from specpilot.memory.rebase import rebase as rebase_entries
+from specpilot.memory.record import record as record_entry
+from specpilot.memory.store import Memory
+from specpilot.memory.verify import verify as verify_entries
+
+SOURCE = click.Choice(["refs", "files"])
+JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def _emit(as_json: bool, data, text: str) -> None:
+    click.echo(json.dumps(data, indent=2, default=str) if as_json else text)
+
+
+def _entries(memory: Memory, source: str | None):
+    if source is None:  # refs when there are any (after import), else the memory/ folder
+        refs = memory.ref_entries()
+        return refs if refs else memory.file_entries()
+    return memory.entries(source)
+
+
+@click.group("memory")
+def memory_group():
+    """Memory entries: commits with a dependency DAG, metadata in notes, exact replay."""
+
+
+@memory_group.command("list")
+@click.option("--source", type=SOURCE, help="refs or files (default: refs, else memory/).")
+@JSON
+def list_cmd(source, as_json):
+    """List entries in dependency order."""
+    entries = _entries(Memory(), source)
+    graph = graph_mod.graph_json(entries)
+    rows = [entries[n["id"]] for n in graph["nodes"]]
+    data = [{"id": e.id, "title": e.meta.title, "deps": e.meta.deps, "base": e.meta.base,
+             "provenance": e.meta.provenance.kind, "commit": e.commit,
+             "stale": any(r.stale for r in e.meta.results)} for e in rows]
+    text = "\n".join(
+        f"{d['id']:<28} {d['base'][:10]}  {','.join(d['deps']) or '-':<20} "
+        f"{d['provenance']:<12} {'stale ' if d['stale'] else ''}{d['title']}" for d in data)
+    _emit(as_json, data, text or "(no memory entries)")
+
+
+@memory_group.command("show")
+@click.argument("entry_id")
+@click.option("--source", type=SOURCE)
+@JSON
+def show_cmd(entry_id, source, as_json):
+    """Show one entry's metadata."""
+    entries = _entries(Memory(), source)
+    if entry_id not in entries:
+        raise SpecPilotError(f"no memory entry {entry_id!r}", code=2)
+    entry = entries[entry_id]
+    data = {"origin": entry.origin, "commit": entry.commit,
+            **entry.meta.model_dump(mode="json", exclude_none=True)}
+    _emit(as_json, data, f"# {entry.origin}" + (f" ({entry.commit})" if entry.commit else "")
+          + "\n" + entry.raw.decode(errors="replace").rstrip())
+
+
+@memory_group.command("graph")
+@click.option("--source", type=SOURCE)
+@JSON
+def graph_cmd(source, as_json):
+    """Draw the dependency DAG as text."""
+    entries = _entries(Memory(), source)
+    _emit(as_json, graph_mod.graph_json(entries), graph_mod.draw(entries))
+
+
+@memory_group.command("verify")
+@click.argument("ids", nargs=-1)
+@click.option("--source", type=click.Choice(["all", "refs", "files"]), default="all",
+              show_default=True)
+@JSON
+def verify_cmd(ids, source, as_json):
+    """Replay entries from their base; exit 1 if any does not reproduce."""
+    report = verify_entries(Memory(), source, list(ids) or None)
+    lines = []
+    for src, o in report.outcomes:
+        line = f"{o.status:<10} {o.id:<28} ({src})"
+        if not o.ok:
+            line += f"  {o.error}"
+            if o.differing_paths:
+                line += "\n           differs: " + ", ".join(o.differing_paths)
+        lines.append(line)
+    lines.append(f"{len(report.outcomes)} checked: "
+                 + ("all reproduce" if report.ok else "NOT all reproduce"))
+    _emit(as_json, report.to_json(), "\n".join(lines))
+    sys.exit(0 if report.ok else 1)
+
+
+@memory_group.command("record")
+@click.option("--from", "source", required=True, help="Branch, commit or worktree folder.")
+@click.option("--id", "entry_id", required=True, help="Entry id (a slug).")
+@click.option("--deps", default="", help="Comma-separated dependency ids.")
+@click.option("--meta", "meta_file", type=click.Path(exists=True, dir_okay=False,
+                                                       path_type=Path))
+@click.option("--base", help="Stock commit (default: the deps' base, else the fork point "
+                             "of --from with HEAD).")
+@click.option("--no-files", is_flag=True, help="Do not write memory/<id>.toml/.patch.")
+@JSON
+def record_cmd(source, entry_id, deps, meta_file, base, no_files, as_json):
+    """Record a branch or worktree as an entry; refuses anything that does not reproduce."""
+    dep_ids = [d.strip() for d in deps.split(",") if d.strip()]
+    done = record_entry(Memory(), source, entry_id, dep_ids, meta_file, base,
+                        write_files=not no_files)
+    text = (f"recorded {done.id}: commit {done.commit[:12]}, base {done.base[:12]}, "
+            f"tree {done.source_tree[:12]} (reproduced)")
+    if done.files:
+        text += "\nwrote " + ", ".join(done.files) + " (commit them to share the entry)"
+    if done.ignored_paths:
+        text += "\nignored (outside the system paths): " + ", ".join(done.ignored_paths)
+    _emit(as_json, done.to_json(), text)
+
+
+@memory_group.command("export")
+@click.argument("ids", nargs=-1)
+@click.option("--dir", "folder", type=click.Path(file_okay=False, path_type=Path))
+@JSON
+def export_cmd(ids, folder, as_json):
+    """Write entries from refs + notes to memory/<id>.toml and <id>.patch."""
+    moved = export_entries(Memory(), folder, list(ids) or None)
+    _emit(as_json, [m.to_json() for m in moved],
+          "\n".join(f"exported {m.id}" for m in moved) or "(no memory entries)")
+
+
+@memory_group.command("import")
+@click.argument("ids", nargs=-1)
+@click.option("--dir", "folder", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Replace entries whose refs differ.")
+@JSON
+def import_cmd(ids, folder, force, as_json):
+    """Create refs + notes from memory/ (each entry must reproduce)."""
+    moved = import_entries(Memory(), folder, list(ids) or None, force)
+    _emit(as_json, [m.to_json() for m in moved],
+          "\n".join(f"{m.action:<9} {m.id} {m.commit[:12]}" for m in moved)
+          or "(no memory entries)")
+
+
+@memory_group.command("rebase")
+@click.option("--onto", required=True, help="The new stock commit.")
+@click.argument("ids", nargs=-1)
+@JSON
+def rebase_cmd(onto, ids, as_json):
+    """Move entries onto a new stock (3-way); results become stale; exit 1 on conflicts."""
+    results = rebase_entries(Memory(), onto, list(ids) or None)
+    lines = []
+    for r in results:
+        line = f"{r.status:<10} {r.id}"
+        if r.new_commit and r.status == "moved":
+            line += f" {r.old_commit[:12]} -> {r.new_commit[:12]} (results now stale)"
+        if r.error:
+            line += f"  {r.error}"
+        lines.append(line)
+    _emit(as_json, [r.to_json() for r in results], "\n".join(lines) or "(no memory entries)")
+    sys.exit(0 if all(r.status in ("moved", "unchanged") for r in results) else 1)
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(memory_group)

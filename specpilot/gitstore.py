@@ -1,0 +1,364 @@
+"""All of SpecPilot's git access, in one place (GitPython; `git` plumbing where it has no API).
+
+Two rules hold here and nowhere else needs to think about them:
+
+- Work that builds trees (replay, verify, rebase) happens in a *private index*
+  (`GIT_INDEX_FILE` in a temporary folder): the user's working tree, index and HEAD are
+  never read or written by it.
+- Ref updates are compare-and-swap (`update-ref <ref> <new> <old>`), and writers take a
+  lock file in the common git dir, so a second concurrent writer gets a clear error.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import socket
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+
+from specpilot.errors import SpecPilotError
+
+ZERO = "0" * 40
+NOTES_REF = "refs/notes/specpilot"
+ENTRY_PREFIX = "refs/specpilot/entries/"
+ATTIC_PREFIX = "refs/specpilot/attic/"
+IDENTITY = {
+    "GIT_AUTHOR_NAME": "SpecPilot",
+    "GIT_AUTHOR_EMAIL": "specpilot@localhost",
+    "GIT_COMMITTER_NAME": "SpecPilot",
+    "GIT_COMMITTER_EMAIL": "specpilot@localhost",
+}
+# Diffs are canonical whatever the user's configuration says: memory/ patches must be
+# byte-identical when regenerated on another machine.
+DIFF_FLAGS = (
+    "-p", "-r", "--binary", "--full-index", "--no-renames", "--no-color", "--no-ext-diff",
+    "--diff-algorithm=myers", "--src-prefix=a/", "--dst-prefix=b/",
+)
+
+
+class GitError(SpecPilotError):
+    """A git command failed in a way the caller did not expect."""
+
+
+class LockedError(SpecPilotError):
+    """Another SpecPilot writer holds the repository lock."""
+
+
+class RefMovedError(SpecPilotError):
+    """A compare-and-swap ref update lost a race."""
+
+
+@dataclass
+class Result:
+    rc: int
+    out: bytes
+    err: str
+
+
+class GitStore:
+    """One repository: object store, refs, notes and worktrees."""
+
+    def __init__(self, path: Path | str):
+        try:
+            self.repo = git.Repo(path, search_parent_directories=True)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError) as exc:
+            raise SpecPilotError(f"{path}: not inside a git repository", code=2) from exc
+        self.root = Path(self.repo.working_tree_dir or path).resolve()
+        self.common_dir = Path(self.run("rev-parse", "--git-common-dir").strip())
+        if not self.common_dir.is_absolute():
+            self.common_dir = (self.root / self.common_dir).resolve()
+
+    # -- raw access -------------------------------------------------------------------
+
+    def call(self, *args: str, env: dict | None = None, stdin: Path | None = None) -> Result:
+        """Run `git <args>`; never raises on a non-zero exit. stdout is kept as raw bytes."""
+        cmd = ["git", "-c", "core.quotePath=true", *args]
+        handle = open(stdin, "rb") if stdin else None
+        try:
+            rc, out, err = self.repo.git.execute(
+                cmd, istream=handle, env=env, with_extended_output=True,
+                with_exceptions=False, stdout_as_string=False,
+                strip_newline_in_stdout=False,
+            )
+        finally:
+            if handle:
+                handle.close()
+        return Result(rc, out or b"", err if isinstance(err, str) else (err or b"").decode())
+
+    def run(self, *args: str, env: dict | None = None, stdin: Path | None = None) -> str:
+        """Run `git <args>` and return stdout as text; a non-zero exit raises GitError."""
+        res = self.call(*args, env=env, stdin=stdin)
+        if res.rc != 0:
+            raise GitError(f"git {' '.join(args[:3])}: {res.err.strip() or f'exit {res.rc}'}")
+        return res.out.decode("utf-8", "surrogateescape")
+
+    # -- objects ----------------------------------------------------------------------
+
+    def resolve(self, rev: str, kind: str = "commit") -> str | None:
+        res = self.call("rev-parse", "--verify", "--quiet", f"{rev}^{{{kind}}}")
+        return res.out.decode().strip() if res.rc == 0 else None
+
+    def must_resolve(self, rev: str, kind: str = "commit") -> str:
+        sha = self.resolve(rev, kind)
+        if sha is None:
+            raise SpecPilotError(f"{rev!r} is not a {kind} in this repository", code=2)
+        return sha
+
+    def read_blobs(self, shas: list[str]) -> dict[str, bytes]:
+        """Many objects' contents from one short-lived `git cat-file --batch` call."""
+        if not shas:
+            return {}
+        with tempfile.TemporaryDirectory(prefix="specpilot-batch-") as tmp:
+            path = Path(tmp) / "shas"
+            path.write_text("".join(f"{sha}\n" for sha in shas))
+            res = self.call("cat-file", "--batch", stdin=path)
+        out, pos, found = res.out, 0, {}
+        for sha in shas:
+            end = out.index(b"\n", pos)
+            header = out[pos:end].split()
+            if len(header) != 3:
+                raise GitError(f"git cat-file: object {sha} is missing")
+            size = int(header[2])
+            found[sha] = out[end + 1:end + 1 + size]
+            pos = end + 1 + size + 1
+        return found
+
+    def parents(self, commit: str) -> list[str]:
+        _sha, kind, data = self.read_object(commit)
+        if kind != "commit":
+            raise GitError(f"{commit} is not a commit")
+        header = data.split(b"\n\n", 1)[0].split(b"\n")
+        return [line[7:].decode() for line in header if line.startswith(b"parent ")]
+
+    def merge_base(self, a: str, b: str) -> str | None:
+        res = self.call("merge-base", a, b)
+        return res.out.decode().strip() if res.rc == 0 else None
+
+    def commit_tree(self, tree: str, parents: list[str], message: str, date: str) -> str:
+        """A commit object with SpecPilot's fixed identity: same inputs, same hash."""
+        env = {**IDENTITY, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+        args = ["commit-tree", tree]
+        for parent in parents:
+            args += ["-p", parent]
+        return self.run(*args, "-m", message, env=env).strip()
+
+    def read_object(self, name: str) -> tuple[str, str, bytes]:
+        """(sha, type, content) through GitPython's long-lived `cat-file --batch`: no
+        process per object, which keeps verifying many entries fast."""
+        try:
+            sha, kind, _size, data = self.repo.git.get_object_data(name)
+        except ValueError as exc:
+            raise GitError(f"git cat-file: no object {name}") from exc
+        as_text = (lambda v: v.decode() if isinstance(v, bytes) else v)
+        return as_text(sha), as_text(kind), data
+
+    def tree_of(self, treeish: str) -> str:
+        sha, kind, data = self.read_object(treeish)
+        while kind == "tag":
+            sha, kind, data = self.read_object(data.split(b"\n", 1)[0].split()[1].decode())
+        if kind == "commit":
+            return data[5:45].decode()
+        if kind != "tree":
+            raise GitError(f"{treeish} is a {kind}, not a tree or commit")
+        return sha
+
+    def tree_entries(self, tree: str) -> dict[str, tuple[str, str]]:
+        """{name: (mode, sha)} of one tree object, parsed from its raw form."""
+        _sha, _kind, data = self.read_object(tree)
+        entries, pos = {}, 0
+        while pos < len(data):
+            space = data.index(b" ", pos)
+            nul = data.index(b"\0", space)
+            mode, name = data[pos:space].decode(), data[space + 1:nul].decode("utf-8", "replace")
+            entries[name] = (mode, data[nul + 1:nul + 21].hex())
+            pos = nul + 21
+        return entries
+
+    def system_tree(self, treeish: str, paths: list[str]) -> str:
+        """The git tree hash of `treeish` restricted to `paths` (no object is written)."""
+        root = self.tree_of(treeish)
+        entries: dict[str, tuple[str, str]] = {}
+        for path in paths:
+            *dirs, leaf = path.strip("/").split("/")
+            tree: str | None = root
+            for part in dirs:
+                found = self.tree_entries(tree).get(part)
+                tree = found[1] if found and found[0] == "40000" else None
+                if tree is None:
+                    break
+            if tree is not None and leaf in (listing := self.tree_entries(tree)):
+                entries[path.strip("/")] = listing[leaf]
+        return _virtual_tree(entries)
+
+    def write_system_tree(self, treeish: str, paths: list[str]) -> str | None:
+        """Write the system-path tree as an object (top-level system paths only)."""
+        if any("/" in p.strip("/") for p in paths):
+            return None
+        listing = self.run("ls-tree", "-z", treeish, "--", *paths)
+        with tempfile.TemporaryDirectory(prefix="specpilot-tree-") as tmp:
+            path = Path(tmp) / "listing"
+            path.write_text(listing)
+            return self.run("mktree", "-z", stdin=path).strip()
+
+    def diff_names(self, a: str, b: str, paths: list[str]) -> list[str]:
+        out = self.run("diff-tree", "-r", "--name-only", "--no-renames", a, b, "--", *paths)
+        return [line for line in out.splitlines() if line]
+
+    def diff_patch(self, a: str, b: str, paths: list[str]) -> bytes:
+        """The canonical binary-safe, full-index patch from tree `a` to tree `b`."""
+        res = self.call("diff-tree", *DIFF_FLAGS, a, b, "--", *paths)
+        if res.rc != 0:
+            raise GitError(f"git diff-tree {a[:12]} {b[:12]}: {res.err.strip()}")
+        return res.out
+
+    # -- refs and notes ---------------------------------------------------------------
+
+    def refs(self, prefix: str) -> dict[str, str]:
+        out = self.run("for-each-ref", "--format=%(objectname) %(refname)", prefix)
+        pairs = (line.split(" ", 1) for line in out.splitlines() if line)
+        return {name: sha for sha, name in pairs}
+
+    def update_ref(self, ref: str, new: str, old: str | None, reason: str) -> None:
+        """Set `ref` to `new` only if it still holds `old` (None: only if it is absent)."""
+        res = self.call("update-ref", "-m", reason, ref, new, old or ZERO)
+        if res.rc != 0:
+            raise RefMovedError(
+                f"{ref} changed under us (expected {(old or 'absent')[:12]}): "
+                f"another writer got there first; nothing was overwritten")
+
+    def delete_ref(self, ref: str, old: str) -> None:
+        res = self.call("update-ref", "-d", ref, old)
+        if res.rc != 0:
+            raise RefMovedError(f"{ref} changed under us; not deleted")
+
+    def notes(self) -> dict[str, str]:
+        """{annotated commit: note blob} for every SpecPilot note."""
+        out = self.run("notes", "--ref", NOTES_REF, "list")
+        pairs = (line.split() for line in out.splitlines() if line)
+        return {obj: blob for blob, obj in pairs}
+
+    def note(self, commit: str) -> bytes | None:
+        res = self.call("notes", "--ref", NOTES_REF, "show", commit)
+        return res.out if res.rc == 0 else None
+
+    def set_note(self, commit: str, text: bytes, date: str) -> None:
+        env = {**IDENTITY, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+        blob = self.hash_object(text)
+        # -C reuses the blob as it is: `-F`/`-m` would re-flow blank lines and whitespace,
+        # and the note must hold exactly the bytes of memory/<id>.toml.
+        self.run("notes", "--ref", NOTES_REF, "add", "-f", "--allow-empty",
+                 "-C", blob, commit, env=env)
+
+    def hash_object(self, data: bytes) -> str:
+        with tempfile.TemporaryDirectory(prefix="specpilot-blob-") as tmp:
+            path = Path(tmp) / "blob"
+            path.write_bytes(data)
+            return self.run("hash-object", "-w", "--no-filters", str(path)).strip()
+
+    # -- private index ----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def private_index(self):
+        with tempfile.TemporaryDirectory(prefix="specpilot-index-") as tmp:
+            yield PrivateIndex(self, Path(tmp))
+
+    # -- config -----------------------------------------------------------------------
+
+    def config_get_all(self, key: str) -> list[str]:
+        res = self.call("config", "--get-all", key)
+        return res.out.decode().splitlines() if res.rc == 0 else []
+
+    def config_add(self, key: str, value: str) -> None:
+        self.run("config", "--add", key, value)
+
+    def remotes(self) -> list[str]:
+        return [line for line in self.run("remote").splitlines() if line]
+
+    def hooks_dir(self) -> Path:
+        path = Path(self.run("rev-parse", "--git-path", "hooks").strip())
+        return path if path.is_absolute() else (self.root / path)
+
+    # -- lock -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def writer_lock(self):
+        """Serialise SpecPilot writers; a second one fails at once with a clear message."""
+        path = self.common_dir / "specpilot.lock"
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            holder = path.read_text(errors="replace").strip() if path.exists() else "?"
+            raise LockedError(
+                f"another specpilot writer holds {path} ({holder}); retry when it "
+                f"finishes, or delete the file if no writer is running") from None
+        try:
+            os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
+            os.close(fd)
+            yield
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+
+class PrivateIndex:
+    """An index file of our own: `read-tree`, `apply --cached`, `write-tree`."""
+
+    def __init__(self, store: GitStore, folder: Path):
+        self.store = store
+        self.folder = folder
+        self.env = {"GIT_INDEX_FILE": str(folder / "index")}
+        self.tree: str | None = None  # what the index holds, when known
+
+    def load(self, tree: str) -> None:
+        if self.tree != tree:
+            self.store.run("read-tree", tree, env=self.env)
+            self.tree = tree
+
+    def apply(self, patch: bytes, three_way: bool = False) -> Result:
+        """Apply `patch` to the index; returns git's result (rc, stderr) untouched."""
+        path = self.folder / "patch"
+        path.write_bytes(patch)
+        args = ["apply", "--cached", "--whitespace=nowarn"]
+        if three_way:
+            args.append("--3way")
+        self.tree = None
+        return self.store.call(*args, str(path), env=self.env)
+
+    def unmerged(self) -> list[str]:
+        out = self.store.run("ls-files", "-u", "-z", env=self.env)
+        return sorted({item.split("\t", 1)[1] for item in out.split("\0") if "\t" in item})
+
+    def write(self) -> str:
+        self.tree = self.store.run("write-tree", env=self.env).strip()
+        return self.tree
+
+
+def _virtual_tree(entries: dict[str, tuple[str, str]]) -> str:
+    """Hash a git tree made of `path -> (mode, sha)` entries; paths may be nested."""
+    children: dict[str, dict] = {}
+    for path, value in entries.items():
+        node = children
+        *dirs, leaf = path.split("/")
+        for part in dirs:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return _hash_node(children)
+
+
+def _hash_node(node: dict) -> str:
+    rows = []
+    for name, value in node.items():
+        if isinstance(value, dict):
+            mode, sha = "40000", _hash_node(value)
+        else:
+            mode, sha = value
+            mode = "40000" if mode == "040000" else mode
+        sort_key = name + "/" if mode == "40000" else name
+        rows.append((sort_key.encode(), mode.encode(), name.encode(), bytes.fromhex(sha)))
+    body = b"".join(m + b" " + n + b"\0" + s for _k, m, n, s in sorted(rows))
+    return hashlib.sha1(b"tree %d\0" % len(body) + body).hexdigest()

@@ -1,0 +1,140 @@
+"""`specpilot memory rebase --onto`: move entries onto a new stock with a 3-way apply.
+
+Each entry's own patch (from the old replay) is applied with `git apply --3way --cached`
+onto the new stock plus its already-moved ancestors, in a private index. A clean entry gets
+a new commit, base, source tree, patch hash and note; its results are marked stale until
+re-measured; its old commit stays reachable under `refs/specpilot/attic/<id>/<sha>`. An
+entry that conflicts keeps its old ref untouched and is reported with the conflicting paths;
+entries that depend on it are reported as blocked. Rebasing chosen ids moves their
+ancestors and descendants with them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from specpilot.errors import SpecPilotError
+from specpilot.gitstore import ENTRY_PREFIX
+from specpilot.memory import patches
+from specpilot.memory.dag import replay_sequence
+from specpilot.memory.entry import Rebased, now
+from specpilot.memory.portable import _closure, _keep_in_attic
+from specpilot.memory.replay import Replayer
+from specpilot.memory.store import Memory, write_file_entry
+
+OK = ("moved", "unchanged")
+
+
+@dataclass
+class RebaseOutcome:
+    id: str
+    status: str                       # moved | unchanged | conflict | blocked | failed
+    old_commit: str | None = None
+    new_commit: str | None = None
+    paths: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def to_json(self) -> dict:
+        return self.__dict__.copy()
+
+
+def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
+           write_files: bool = True) -> list[RebaseOutcome]:
+    store = memory.store
+    onto = store.must_resolve(onto)
+    onto_tree = store.must_resolve(onto, "tree")
+    refs = memory.ref_entries()
+    results: dict[str, RebaseOutcome] = {}
+    with store.private_index() as old_index, store.private_index() as index, \
+            store.writer_lock():
+        old = Replayer(memory, refs, old_index)
+        new_commits: dict[str, str] = {}
+        new_patches: dict[str, bytes] = {}
+        memo: dict[tuple[str, ...], str] = {(): onto_tree}
+        for eid in _selection(refs, old.order, ids):
+            entry, meta = refs[eid], refs[eid].meta
+            out = RebaseOutcome(eid, "failed", old_commit=entry.commit)
+            results[eid] = out
+            blocked = [d for d in meta.deps if results[d].status not in OK]
+            if blocked:
+                out.status, out.error = "blocked", f"dependency {blocked[0]!r} was not moved"
+                continue
+            outcome = old.run(eid)
+            if not outcome.ok:
+                out.error = f"does not reproduce on its old base: {outcome.error}"
+                continue
+            if meta.base == onto and all(results[d].status == "unchanged" for d in meta.deps):
+                out.status, out.new_commit = "unchanged", entry.commit
+                new_commits[eid], new_patches[eid] = entry.commit, old.patches[eid]
+                continue
+            seq = tuple(replay_sequence(old.deps, old.order, eid)[:-1])
+            try:
+                deps_tree = _tree_after(memo, seq, new_patches, index, eid)
+            except SpecPilotError as exc:
+                out.error = str(exc)
+                continue
+            index.load(deps_tree)
+            res = index.apply(old.patches[eid], three_way=True)
+            if res.rc != 0:
+                conflicted = index.unmerged()
+                index.tree = None
+                if conflicted:
+                    out.status, out.paths = "conflict", conflicted
+                    out.error = f"entry {eid!r}: 3-way apply conflicts in {', '.join(conflicted)}"
+                else:
+                    out.error = patches.describe_failure(eid, old.patches[eid], res.err)
+                continue
+            tree = index.write()
+            patch = store.diff_patch(deps_tree, tree, memory.system_paths)
+            if not patch:
+                out.error = f"entry {eid!r}: its change is already in {onto[:12]} (empty patch)"
+                continue
+            memo[seq + (eid,)] = tree
+            new_meta = meta.model_copy(update={
+                "base": onto,
+                "source_tree": store.system_tree(tree, memory.system_paths),
+                "patch_sha256": patches.sha256(patch),
+                "results": [r.model_copy(update={"stale": True}) for r in meta.results],
+                "rebased": [*meta.rebased, Rebased(from_base=meta.base, to_base=onto,
+                                                   from_commit=entry.commit, date=now())],
+            })
+            new_meta = type(meta).validate_dict(new_meta.model_dump(), f"rebased {eid}")
+            raw = new_meta.to_toml()
+            parents = [new_commits[d] for d in meta.deps] or [onto]
+            commit = store.commit_tree(tree, parents, new_meta.commit_message(),
+                                       new_meta.git_date())
+            store.write_system_tree(tree, memory.system_paths)
+            _keep_in_attic(memory, eid, entry.commit)
+            store.set_note(commit, raw, new_meta.git_date())
+            store.update_ref(ENTRY_PREFIX + eid, commit, entry.commit, f"specpilot rebase {eid}")
+            if write_files:
+                write_file_entry(memory.folder, raw, eid, patch)
+            new_commits[eid], new_patches[eid] = commit, patch
+            out.status, out.new_commit = "moved", commit
+    return list(results.values())
+
+
+def _selection(refs, order: list[str], ids: list[str] | None) -> list[str]:
+    """The chosen entries with their ancestors (they move first) and their descendants
+    (which would otherwise be left depending on moved entries from the old base)."""
+    chosen = set(_closure(refs, order, ids))
+    for eid in order:
+        if any(dep in chosen for dep in refs[eid].meta.deps):
+            chosen.add(eid)
+    return [e for e in order if e in chosen]
+
+
+def _tree_after(memo, seq, new_patches, index, for_id) -> str:
+    """The new stock plus the moved patches of `seq`, memoized by prefix."""
+    done = max(i for i in range(len(seq) + 1) if seq[:i] in memo)
+    tree = memo[seq[:done]]
+    for i in range(done, len(seq)):
+        index.load(tree)
+        res = index.apply(new_patches[seq[i]])
+        if res.rc != 0:
+            raise patches.PatchApplyError(
+                f"entry {for_id!r}: moved dependencies do not compose: "
+                + patches.describe_failure(seq[i], new_patches[seq[i]], res.err))
+        tree = index.write()
+        memo[seq[: i + 1]] = tree
+    return tree

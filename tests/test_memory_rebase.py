@@ -1,0 +1,99 @@
+"""Rebase onto a changed stock: clean entries move (results stale), conflicts are reported
+per entry and lose nothing."""
+
+import json
+import tomllib
+
+import pytest
+
+from memory_fixtures import *  # noqa: F401,F403
+from memory_fixtures import engine_text
+from specpilot.memory.rebase import rebase
+from specpilot.memory.verify import verify
+
+RESULTS = '[[results]]\nmetric = "tok/s"\nvalue = 1.25\nhardware = "H200"\n'
+
+
+@pytest.fixture
+def moved(project):
+    def steps(project):
+        meta = project.path.parent / "meta.toml"
+        meta.write_text(RESULTS)
+        project.entry("a", {1: "'a'"}, meta_file=meta)      # clean
+        project.entry("b", {10: "'b'"}, ["a"])             # clean, on top of a
+        project.entry("c", {30: "'c'"})                    # conflicts: stock edits line 30
+        project.entry("d", {40: "'d'"}, ["c"])             # blocked behind c
+        project.old = {e: project.git("rev-parse", f"refs/specpilot/entries/{e}") for e in "abcd"}
+        project.onto = project.make_commit(project.base, {
+            "stock/engine.py": engine_text({30: "'stock'", 55: "'stock'"}),
+            "README.md": "# new stock\n"}, "new stock", branch="stock2")
+        project.results = {r.id: r for r in rebase(project.memory(), "stock2")}
+    return project.build("rebase-moved", steps)
+
+
+def meta_of(project, entry_id):
+    return tomllib.loads(project.git("notes", "--ref", "refs/notes/specpilot", "show",
+                                     f"refs/specpilot/entries/{entry_id}"))
+
+
+def test_statuses_per_entry(moved):
+    assert {k: r.status for k, r in moved.results.items()} == \
+        {"a": "moved", "b": "moved", "c": "conflict", "d": "blocked"}
+    assert moved.results["c"].paths == ["stock/engine.py"]
+    assert "3-way apply conflicts in stock/engine.py" in moved.results["c"].error
+    assert "dependency 'c' was not moved" in moved.results["d"].error
+
+
+def test_clean_entries_move_onto_the_new_stock(moved):
+    a, b = (moved.git("rev-parse", f"refs/specpilot/entries/{e}") for e in "ab")
+    assert moved.git("rev-parse", f"{a}^") == moved.onto
+    assert moved.git("rev-parse", f"{b}^") == a
+    assert meta_of(moved, "a")["base"] == moved.onto
+    assert meta_of(moved, "b")["base"] == moved.onto
+    engine = moved.git("show", f"{b}:stock/engine.py")
+    assert "line_01 = 'a'" in engine and "line_10 = 'b'" in engine
+    assert "line_55 = 'stock'" in engine and "line_30 = 'stock'" in engine
+    assert moved.git("show", f"{b}:README.md") == "# new stock"
+
+
+def test_results_become_stale_and_the_move_is_recorded(moved):
+    meta = meta_of(moved, "a")
+    assert meta["results"][0]["stale"] is True and meta["results"][0]["value"] == 1.25
+    assert meta["rebased"][0]["from_base"] == moved.base
+    assert meta["rebased"][0]["from_commit"] == moved.old["a"]
+    assert tomllib.loads((moved.path / "memory/a.toml").read_text()) == meta
+
+
+def test_nothing_is_lost(moved):
+    for e in "cd":  # conflicting and blocked entries keep their refs
+        assert moved.git("rev-parse", f"refs/specpilot/entries/{e}") == moved.old[e]
+        assert meta_of(moved, e)["base"] == moved.base
+    for e in "ab":  # moved entries keep their old commit in the attic
+        assert moved.git("rev-parse", f"refs/specpilot/attic/{e}/{moved.old[e][:12]}") == moved.old[e]
+    report = verify(moved.memory())
+    assert report.ok, [o.error for _s, o in report.outcomes if not o.ok]
+
+
+def test_rebase_again_is_a_no_op_for_moved_entries(moved):
+    again = {r.id: r.status for r in rebase(moved.memory(), "stock2", ["b"])}
+    assert again == {"a": "unchanged", "b": "unchanged"}
+
+
+def test_rebasing_one_entry_moves_its_ancestors_and_descendants(project):
+    project.entry("a", {1: "'a'"})
+    project.entry("b", {10: "'b'"}, ["a"])
+    project.entry("c", {20: "'c'"}, ["b"])
+    project.entry("z", {50: "'z'"})
+    project.make_commit(project.base, {"README.md": "new\n"}, "s", branch="stock2")
+    moved = {r.id: r.status for r in rebase(project.memory(), "stock2", ["b"])}
+    assert moved == {"a": "moved", "b": "moved", "c": "moved"}
+    assert verify(project.memory()).ok
+
+
+def test_rebase_cli_exit_code_and_json(project):
+    project.entry("c", {30: "'c'"})
+    project.make_commit(project.base, {"stock/engine.py": engine_text({30: "'x'"})}, "s",
+                        branch="stock2")
+    result = project.specpilot("memory", "rebase", "--onto", "stock2", "--json")
+    assert result.exit_code == 1
+    assert json.loads(result.output)[0]["status"] == "conflict"

@@ -1,0 +1,171 @@
+"""Recording entries: commit, ref, note and memory/ files; a DAG with a diamond replays."""
+
+import json
+import tomllib
+
+import pytest
+
+from memory_fixtures import *  # noqa: F401,F403
+from memory_fixtures import REPO
+from specpilot.errors import SpecPilotError
+from specpilot.memory.dag import DuplicateIdError, MissingDependencyError
+from specpilot.memory.replay import Replayer
+from specpilot.memory.verify import verify
+
+
+def build_dag(project):
+    """a ← b, a ← c, (b, c) ← d (the diamond), d ← e, and f alone on the base."""
+    project.build("diamond-6", _build_dag)
+
+
+def _build_dag(project):
+    project.entry("a", {1: "'a'"})
+    project.entry("b", {10: "'b'"}, ["a"])
+    project.entry("c", {20: "'c'"}, ["a"])
+    project.entry("d", {30: "'d'"}, ["b", "c"])
+    project.entry("e", {40: "'e'"}, ["d"])
+    project.entry("f", {50: "'f'"})
+
+
+def test_record_writes_commit_ref_note_and_files(project):
+    done = project.entry("a", {1: "'a'"})
+    assert project.git("rev-parse", "refs/specpilot/entries/a") == done.commit
+    assert project.git("rev-parse", f"{done.commit}^") == project.base
+    note = project.git("notes", "--ref", "refs/notes/specpilot", "show", done.commit)
+    assert (project.path / "memory/a.toml").read_text().strip() == note
+    meta = tomllib.loads(note)
+    assert meta["base"] == project.base and meta["deps"] == []
+    assert meta["schema_version"] == 1
+    patch = (project.path / "memory/a.patch").read_text()
+    assert patch.startswith("diff --git a/stock/engine.py b/stock/engine.py")
+    assert "+line_01 = 'a'" in patch
+
+
+def test_entry_commit_hash_is_deterministic(project):
+    # Fixed identity and the entry's `created` date: the same entry gives the same commit.
+    done = project.entry("a", {1: "'a'"})
+    assert done.commit == "ace0b831d3e967b0e4f631de5501331636c42e16"
+
+
+def test_dag_with_a_diamond_replays_and_reproduces(project):
+    build_dag(project)
+    d = project.git("rev-parse", "refs/specpilot/entries/d")
+    parents = project.git("rev-list", "--parents", "-n1", d).split()[1:]
+    assert parents == [project.git("rev-parse", f"refs/specpilot/entries/{x}") for x in "bc"]
+    report = verify(project.memory())
+    assert [(s, o.id, o.status) for s, o in report.outcomes] == \
+        [(s, x, "reproduced") for s in ("refs", "files") for x in "abcdef"]
+    # The replay of e has every ancestor's change and nothing else.
+    engine = project.git("show", "refs/specpilot/entries/e:stock/engine.py")
+    changed = [line for line in engine.splitlines() if "'" in line]
+    assert changed == ["line_01 = 'a'", "line_10 = 'b'", "line_20 = 'c'", "line_30 = 'd'",
+                       "line_40 = 'e'"]
+
+
+def test_own_patch_is_relative_to_the_replayed_dependencies(project):
+    build_dag(project)
+    patch = (project.path / "memory/d.patch").read_text()
+    assert "+line_30 = 'd'" in patch
+    assert "'b'" not in patch.replace(" line_10 = 'b'", "")  # b only as context, if at all
+    assert "+line_10" not in patch and "+line_20" not in patch
+
+
+def test_graph_draws_the_diamond(project):
+    build_dag(project)
+    out = project.specpilot("memory", "graph").output
+    assert "├─ a" in out and "← b, c" in out and "└─ f" in out
+    assert out.index("─ a") < out.index("─ b") < out.index("─ d") < out.index("─ e")
+
+
+def test_record_refuses_a_duplicate_id(project):
+    project.entry("a", {1: "'a'"})
+    with pytest.raises(DuplicateIdError, match="entry id 'a' already exists"):
+        project.entry("a", {2: "'again'"})
+
+
+def test_record_refuses_a_missing_dependency(project):
+    with pytest.raises(MissingDependencyError, match="entry 'b' depends on 'nope'"):
+        project.entry("b", {2: "'b'"}, ["nope"])
+
+
+def test_record_refuses_an_empty_change(project):
+    project.make_commit(project.base, {"README.md": "changed\n"}, "docs only", branch="docs")
+    result = project.specpilot("memory", "record", "--from", "docs", "--id", "docs",
+                               "--base", project.base)
+    assert result.exit_code == 1
+    assert "changes nothing in the system paths" in result.output
+
+
+def test_record_ignores_and_reports_changes_outside_system_paths(project):
+    done = project.entry("a", {1: "'a'"}, extra={"README.md": "edited\n"})
+    assert done.ignored_paths == ["README.md"]
+    assert "README.md" not in (project.path / "memory/a.patch").read_text()
+    assert project.git("show", "refs/specpilot/entries/a:README.md") == "# demo project"
+
+
+def test_record_refuses_what_does_not_reproduce(project, monkeypatch):
+    real = Replayer.apply_patch
+
+    def corrupt(self, tree, entry_id, patch):  # a replay that loses the change
+        return real(self, tree, entry_id, patch.replace(b"+line_01 = 'a'", b"+line_01 = 'x'"))
+
+    monkeypatch.setattr(Replayer, "apply_patch", corrupt)
+    with pytest.raises(SpecPilotError, match="does not reproduce"):
+        project.entry("a", {1: "'a'"})
+    assert project.git("for-each-ref", "refs/specpilot") == ""
+    assert not (project.path / "memory").exists()
+
+
+def test_record_cli_with_meta_file_and_json(project):
+    project.make_commit(project.base, {"stock/engine.py": "x = 1\n"}, "rewrite", branch="w")
+    project.write("../meta.toml", 'title = "Faster"\n[provenance]\nkind = "discovered"\n'
+                  '[[options]]\nname = "fast"\ntype = "bool"\ndefault = false\n'
+                  '[[results]]\nmetric = "tok/s"\nvalue = 1.2\nci_low = 1.1\nci_high = 1.3\n')
+    result = project.specpilot("memory", "record", "--from", "w", "--id", "fast",
+                               "--meta", str(project.path.parent / "meta.toml"), "--json")
+    assert result.exit_code == 0, result.output
+    assert '"id": "fast"' in result.output
+    shown = project.specpilot("memory", "show", "fast", "--json").output
+    assert '"kind": "discovered"' in shown and '"metric": "tok/s"' in shown
+
+
+def test_record_meta_file_may_not_override_computed_fields(project):
+    project.make_commit(project.base, {"stock/engine.py": "x = 1\n"}, "rewrite", branch="w")
+    project.write("../meta.toml", 'base = "' + "0" * 40 + '"\n')
+    result = project.specpilot("memory", "record", "--from", "w", "--id", "w",
+                               "--meta", str(project.path.parent / "meta.toml"))
+    assert result.exit_code == 2 and "base is computed by specpilot" in result.output
+
+
+def test_record_from_a_worktree_folder(project):
+    assert project.specpilot("worktree", "new", "agent1").exit_code == 0
+    wt = project.path / ".specpilot/worktrees/agent1"
+    (wt / "kernels/gemm.py").write_text("def gemm(a, b):\n    return (a @ b).contiguous()\n")
+    result = project.specpilot("memory", "record", "--from", str(wt), "--id", "k",
+                               "--base", project.base)
+    assert result.exit_code == 2 and "uncommitted changes" in result.output
+    project.git("-C", str(wt), "commit", "-qam", "contiguous gemm")
+    result = project.specpilot("memory", "record", "--from", str(wt), "--id", "k")
+    assert result.exit_code == 0, result.output
+    assert project.specpilot("memory", "verify", "k").exit_code == 0
+
+
+def test_the_meta_example_in_the_docs_is_valid(project):
+    text = (REPO / "docs/memory.md").read_text()
+    example = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    meta = project.path.parent / "meta.toml"
+    meta.write_text(example)
+    done = project.entry("fused-qkv", {3: "'fused'"}, meta_file=meta)
+    shown = tomllib.loads((project.path / "memory/fused-qkv.toml").read_text())
+    assert shown["options"][0]["name"] == "fused_qkv" and shown["id"] == done.id
+
+
+def test_list_and_graph_json(project):
+    build_dag(project)
+    listed = json.loads(project.specpilot("memory", "list", "--json").output)
+    assert [e["id"] for e in listed] == list("abcdef")
+    assert listed[3]["deps"] == ["b", "c"] and listed[3]["commit"]
+    graph = json.loads(project.specpilot("memory", "graph", "--json").output)
+    assert {(e["from"], e["to"]) for e in graph["edges"]} == \
+        {("a", "b"), ("a", "c"), ("b", "d"), ("c", "d"), ("d", "e")}
+    assert graph["bases"] == [project.base]
