@@ -32,15 +32,7 @@ def main():
 
 
 # Subcommands live in their own modules; registering them here keeps this file a table.
-from specpilot.commands import engine_cmds  # noqa: E402
+from specpilot.commands import engine_cmds, init_cmds, memory_cmds, worktree_cmds  # noqa: E402
 
-engine_cmds.register(cli)
-from specpilot.commands import memory_cmds  # noqa: E402
-
-memory_cmds.register(cli)
-from specpilot.commands import worktree_cmds  # noqa: E402
-
-worktree_cmds.register(cli)
-from specpilot.commands import init_cmds  # noqa: E402
-
-init_cmds.register(cli)
+for _module in (engine_cmds, memory_cmds, worktree_cmds, init_cmds):
+    _module.register(cli)
