@@ -7,7 +7,10 @@ nothing.
   remote (git moves neither by default); where a remote had no push refspec, `HEAD` is
   added first so that a plain `git push` still pushes the current branch;
 - sets `notes.rewriteRef` so amend and rebase carry SpecPilot notes along;
-- installs the pre-commit and pre-push hooks (never overwriting a hook it did not write).
+- installs the pre-commit and pre-push hooks (never overwriting a hook it did not write);
+- where the config names no sealed request file, generates the sealed requests of the
+  embedded default outside the repository (`stock.sealed.ensure_sealed`: a secret seed and
+  the requests, mode 0600, under `$SPECPILOT_SEALED_DIR` or the user's data dir).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from specpilot.config import CONFIG_RELPATH
+from specpilot.config import CONFIG_RELPATH, load_config
 from specpilot.gitstore import NOTES_REF, GitStore
 
 FETCH = ["refs/specpilot/*:refs/specpilot/*", f"{NOTES_REF}:{NOTES_REF}"]
@@ -50,7 +53,19 @@ def init(path: Path | str = ".") -> list[str]:
     changes += _add_values(store, "notes.rewriteRef", [NOTES_REF])
     for name in HOOKS:
         changes += _install_hook(store, name)
+    changes += _ensure_sealed(store.root)
     return changes
+
+
+def _ensure_sealed(root: Path) -> list[str]:
+    from stock.sealed import default_sealed_dir, ensure_sealed
+
+    if load_config(root).requests.sealed:
+        return []  # the user brings their own sealed requests
+    folder = default_sealed_dir()
+    if (folder / "sealed_requests.jsonl").is_file():
+        return []
+    return [f"generated sealed requests in {ensure_sealed(folder).parent} (outside the repository)"]
 
 
 def _write_if_missing(path: Path, text: str) -> list[str]:

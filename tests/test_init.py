@@ -72,3 +72,17 @@ def test_refspecs_carry_entries_and_notes_through_push_and_fetch(project, tmp_pa
     assert other.git("rev-parse", "refs/specpilot/entries/a") == \
         project.git("rev-parse", "refs/specpilot/entries/a")
     assert other.git_specpilot("replay", "a").exit_code == 0
+
+
+def test_init_generates_sealed_requests_outside_the_repository(project, tmp_path, monkeypatch):
+    sealed = tmp_path / "sealed-home"
+    monkeypatch.setenv("SPECPILOT_SEALED_DIR", str(sealed))
+    result = project.specpilot("init")
+    assert result.exit_code == 0, result.output
+    path = sealed / "sealed_requests.jsonl"
+    assert path.is_file() and (sealed / "seed").is_file()
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert not str(path.resolve()).startswith(str(project.path.resolve()))
+    before = path.read_bytes()
+    again = project.specpilot("init", "--json")
+    assert '"changes": []' in again.output and path.read_bytes() == before
