@@ -26,6 +26,8 @@ opts_file_opt = click.option("--opts-file", type=click.Path(), default=None,
                              help="TOML file of options")
 device_opt = click.option("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if present)")
 json_opt = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+context_opt = click.option("--max-context", type=int, default=None,
+                           help="KV cache size in tokens (default: the model's context)")
 
 
 @click.command("run")
@@ -38,12 +40,14 @@ json_opt = click.option("--json", "as_json", is_flag=True, help="machine-readabl
 @opt_opt
 @opts_file_opt
 @device_opt
+@context_opt
 @json_opt
-def run_cmd(prompt, ar, drafter, max_new, raw, model, opts, opts_file, device, as_json):
+def run_cmd(prompt, ar, drafter, max_new, raw, model, opts, opts_file, device, max_context,
+            as_json):
     """Generate a reply to PROMPT greedily (speculative unless --ar)."""
     if not prompt.strip():
         raise SpecPilotError("empty prompt")
-    system = _system(model, opts, opts_file, device)
+    system = _system(model, opts, opts_file, device, max_context)
     ids = system.tokenizer.encode(prompt) if raw else system.tokenizer.chat(prompt)
     res = system.engine.generate(ids, max_new, None if ar else system.drafter(drafter))
     text = system.tokenizer.decode(res.tokens)
@@ -70,9 +74,10 @@ def run_cmd(prompt, ar, drafter, max_new, raw, model, opts, opts_file, device, a
 @opt_opt
 @opts_file_opt
 @device_opt
+@context_opt
 @json_opt
 def bench_cmd(request_set, categories, limit, max_new, modes, drafter, model, opts, opts_file,
-              device, as_json):
+              device, max_context, as_json):
     """Tokens/s, τ and step time of each mode, side by side on the same requests."""
     from rich.console import Console
     from rich.progress import Progress
@@ -89,7 +94,7 @@ def bench_cmd(request_set, categories, limit, max_new, modes, drafter, model, op
         raise SpecPilotError(str(exc)) from exc
     if not reqs:
         raise SpecPilotError("no requests selected")
-    system = _system(model, opts, opts_file, device)
+    system = _system(model, opts, opts_file, device, max_context)
     err = Console(stderr=True)
     with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task("bench", total=len(reqs) * len(mode_list))

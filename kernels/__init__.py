@@ -1,0 +1,1 @@
+"""Triton kernels, each beside a plain-PyTorch reference that runs on the CPU."""
