@@ -17,10 +17,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+if "stock" not in sys.modules and not any(Path(p, "stock").is_dir() for p in sys.path[1:] if p):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
+from stock.options import resolve  # noqa: E402
 from stock.requests import load_dev, select  # noqa: E402
 from stock.system import load_system  # noqa: E402
 
@@ -40,10 +42,11 @@ def main() -> None:
     ap.add_argument("--drafters", default="ngram,draft")
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--opt", action="append", default=[], help="engine option NAME=VALUE")
     args = ap.parse_args()
 
     t0 = time.perf_counter()
-    system = load_system(args.model, device=args.device, max_context=4096)
+    system = load_system(args.model, resolve(args.opt), device=args.device, max_context=4096)
     load_s = time.perf_counter() - t0
     eng, tok = system.engine, system.tokenizer
     reqs = select(load_dev(), None, 2)[: args.prompts]
@@ -53,7 +56,8 @@ def main() -> None:
     for d in drafters:
         eng.generate(prompts[0], 16, system.drafter(d))
 
-    rows, stats = [], {m: {"tokens": 0, "s": 0.0, "steps": 0, "acc": 0, "tps": []}
+    rows, stats = [], {m: {"tokens": 0, "s": 0.0, "decode_s": 0.0, "steps": 0, "acc": 0,
+                                     "tps": []}
                        for m in ["ar", *drafters]}
     for req, prompt in zip(reqs, prompts):
         ar = eng.generate(prompt, args.max_new)
@@ -64,6 +68,7 @@ def main() -> None:
             s = stats[mode]
             s["tokens"] += len(res.tokens)
             s["s"] += res.prefill_s + res.decode_s
+            s["decode_s"] += res.decode_s
             s["steps"] += res.steps
             s["acc"] += sum(res.accepted)
             s["tps"].append(res.tokens_per_s)
@@ -82,7 +87,7 @@ def main() -> None:
             "tokens_per_s": round(s["tokens"] / s["s"], 2),
             "median_request_tok_s": round(statistics.median(s["tps"]), 2),
             "tau": round(s["acc"] / max(s["steps"], 1), 3),
-            "step_ms": round(1e3 * s["s"] / max(s["steps"], 1), 3),
+            "step_ms": round(1e3 * s["decode_s"] / max(s["steps"], 1), 3),
             "speedup_vs_ar": round((s["tokens"] / s["s"]) / (stats["ar"]["tokens"] / stats["ar"]["s"]), 3),
         }
     report = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
