@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -167,4 +168,6 @@ def ensure_converted(gguf_path: Path) -> Path:
     if (out / "model.safetensors").is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
+    print(f"converting {gguf_path.name} once into {out} (about 20 s on a CPU)...",
+          file=sys.stderr, flush=True)
     return convert(gguf_path, out)

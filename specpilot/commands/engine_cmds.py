@@ -30,18 +30,20 @@ context_opt = click.option("--max-context", type=int, default=None,
                            help="KV cache size in tokens (default: the model's context)")
 
 
+def system_options(command):
+    """The options every engine command takes: model, engine options, device, context, json."""
+    for option in (json_opt, context_opt, device_opt, opts_file_opt, opt_opt, model_opt):
+        command = option(command)
+    return command
+
+
 @click.command("run")
 @click.argument("prompt")
 @click.option("--ar", is_flag=True, help="autoregressive (no drafter)")
 @click.option("--drafter", default="ngram", show_default=True, help="ngram | draft")
 @click.option("--max-new", default=256, show_default=True, type=int)
 @click.option("--raw", is_flag=True, help="do not wrap the prompt in the chat template")
-@model_opt
-@opt_opt
-@opts_file_opt
-@device_opt
-@context_opt
-@json_opt
+@system_options
 def run_cmd(prompt, ar, drafter, max_new, raw, model, opts, opts_file, device, max_context,
             as_json):
     """Generate a reply to PROMPT greedily (speculative unless --ar)."""
@@ -70,12 +72,7 @@ def run_cmd(prompt, ar, drafter, max_new, raw, model, opts, opts_file, device, m
 @click.option("--max-new", default=64, show_default=True, type=int, help="cap on new tokens")
 @click.option("--modes", default="ar,spec", show_default=True, help="ar, spec, ngram, draft, hf")
 @click.option("--drafter", default="ngram", show_default=True, help="the drafter 'spec' means")
-@model_opt
-@opt_opt
-@opts_file_opt
-@device_opt
-@context_opt
-@json_opt
+@system_options
 def bench_cmd(request_set, categories, limit, max_new, modes, drafter, model, opts, opts_file,
               device, max_context, as_json):
     """Tokens/s, τ and step time of each mode, side by side on the same requests."""
