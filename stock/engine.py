@@ -120,8 +120,10 @@ class Engine:
                 step = profiler.step() if profiler else nullcontext()
                 with step:
                     k = min(k_max, room, max_new - len(res.tokens))
-                    lattice = (drafter.draft(DraftContext(prompt + res.tokens, hidden), k)
-                               if k > 0 and drafter is not None else DraftLattice.empty())
+                    lattice = DraftLattice.empty()
+                    if k > 0 and drafter is not None:
+                        with region("drafter"):
+                            lattice = drafter.draft(DraftContext(prompt + res.tokens, hidden), k)
                     chain = lattice.chain[:k]
                     logits, hid = self._verify(pending, chain, start,
                                                drafter.hidden_layers if drafter else ())
@@ -142,8 +144,9 @@ class Engine:
         return res
 
     def _finished(self, res: GenResult, max_new: int) -> bool:
-        for i, tok in enumerate(res.tokens):
-            if tok in self.stop_ids:
+        new = res.accepted[-1] if res.accepted else 1  # only the last step's tokens are new
+        for i in range(len(res.tokens) - new, len(res.tokens)):
+            if res.tokens[i] in self.stop_ids:
                 del res.tokens[i + 1:]
                 res.stop_reason = "stop"
                 return True

@@ -12,7 +12,6 @@ import torch
 
 from stock.drafters.base import DraftContext, DraftLattice, Drafter
 from stock.model import Transformer
-from stock.profile import region
 
 
 class DraftModelDrafter(Drafter):
@@ -38,21 +37,20 @@ class DraftModelDrafter(Drafter):
         return out.logits[0, -1]
 
     def draft(self, ctx: DraftContext, k: int) -> DraftLattice:
-        with region("drafter"):
-            toks = ctx.tokens
-            common = 0
-            limit = min(len(self.seen), len(toks) - 1)  # always re-feed at least one token
-            while common < limit and self.seen[common] == toks[common]:
-                common += 1
-            self.cache.rollback(common)
-            k = min(k, self.cache.max_len - len(toks))
-            if k <= 0:
-                return DraftLattice.empty(self.topk)
-            logits = [self._step(toks[common:], common)]
-            fed = list(toks)
-            for _ in range(k - 1):
-                nxt = int(logits[-1].argmax())
-                logits.append(self._step([nxt], len(fed)))
-                fed.append(nxt)
-            self.seen = fed
-            return DraftLattice.from_logits(torch.stack(logits), self.topk)
+        toks = ctx.tokens
+        common = 0
+        limit = min(len(self.seen), len(toks) - 1)  # always re-feed at least one token
+        while common < limit and self.seen[common] == toks[common]:
+            common += 1
+        self.cache.rollback(common)
+        k = min(k, self.cache.max_len - len(toks))
+        if k <= 0:
+            return DraftLattice.empty(self.topk)
+        logits = [self._step(toks[common:], common)]
+        fed = list(toks)
+        for _ in range(k - 1):
+            nxt = int(logits[-1].argmax())
+            logits.append(self._step([nxt], len(fed)))
+            fed.append(nxt)
+        self.seen = fed
+        return DraftLattice.from_logits(torch.stack(logits), self.topk)
