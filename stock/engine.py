@@ -27,6 +27,9 @@ class EngineError(StockError):
     pass
 
 
+FAULT_BIAS = 50.0  # the test-only fault: added to one token's logit (see options.py)
+
+
 @dataclass
 class GenResult:
     tokens: list[int]  # generated tokens (a stop token, if reached, included)
@@ -73,12 +76,26 @@ class Engine:
         self.max_context = max_context or model.cfg.max_position
         self.stop_ids = frozenset(stop_ids)
         self.cache = model.new_cache(self.max_context)
+        self._prompt_len = 0  # for the test-only fault: which new token a logit row predicts
 
     # -- one verification step -------------------------------------------------------------
     def _verify(self, pending: int, chain: list[int], start: int, hidden_layers=()):
         ids = torch.tensor([[pending] + chain], device=self.model.device)
         out = self.model(ids, self.cache, start, logits="all", hidden_layers=hidden_layers)
-        return out.logits[0], out.hidden
+        for _ in range(self.options["repeat_work"]):  # test-only: identical writes, same result
+            self.model(ids, self.cache, start, logits="all", hidden_layers=hidden_layers)
+        logits = out.logits[0]
+        if self.options["fault_logit_bias_after"] >= 0:
+            logits = self._fault(logits, start + 1 - self._prompt_len)
+        return logits, out.hidden
+
+    def _fault(self, logits: torch.Tensor, first: int) -> torch.Tensor:
+        """Test-only fault: bias one token's logit in rows predicting new token >= after."""
+        after = self.options["fault_logit_bias_after"]
+        rows = torch.arange(first, first + logits.shape[0], device=logits.device) >= after
+        logits = logits.clone()
+        logits[rows, logits.shape[-1] // 2] += FAULT_BIAS
+        return logits
 
     def _prefill(self, prompt: list[int]) -> int:
         if not prompt:
@@ -90,7 +107,11 @@ class Engine:
             ids = torch.tensor([prompt], device=self.model.device)
             out = self.model(ids, self.cache, 0, logits="last")
             self.cache.commit(len(prompt))
-            return int(out.logits[0, -1].argmax())
+            self._prompt_len = len(prompt)
+            last = out.logits[0, -1:]
+            if self.options["fault_logit_bias_after"] >= 0:
+                last = self._fault(last, 0)
+            return int(last.argmax())
 
     def generate(self, prompt: list[int], max_new: int, drafter: Drafter | None = None,
                  recorder: LatticeRecorder | None = None,
@@ -169,6 +190,7 @@ class Engine:
                                   f"exceed the context of {self.max_context}")
         chunk = chunk or self.options["draft_len"] + 1
         self.cache.rollback(0)
+        self._prompt_len = len(prompt)
         ids = torch.tensor([prompt[:-1]], device=self.model.device)
         if len(prompt) > 1:
             self.model(ids, self.cache, 0, logits="none")
