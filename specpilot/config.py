@@ -46,7 +46,11 @@ class GatesSection(BaseModel):
     near_tie_rate: float = Field(0.002, ge=0, le=1)  # tolerated near-tie mismatches per token
     dev_length: int = Field(2048, ge=1)            # forced new tokens, development check
     sealed_length: int = Field(4096, ge=1)         # forced new tokens, sealed final check
-    dev_requests: int = Field(8, ge=1)
+    dev_requests: int = Field(8, ge=1)            # dev requests a check forces
+    sealed_requests: int = Field(8, ge=1)
+    chunk: int = Field(9, ge=1)                   # tokens per forced step (stock: draft_len + 1)
+    default_tokens: int = Field(64, ge=1)         # generated tokens the option-default gate compares
+    reference_draft_len: int = Field(16, ge=1)    # lossless ngram drafting speeds references up
 
 
 class Config(BaseModel):

@@ -8,6 +8,7 @@ step with an empty chain, so both modes share every line of the verification pat
 
 from __future__ import annotations
 
+import hashlib
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -62,6 +63,7 @@ class ForcedResult:
     argmax: list[int]  # the engine's own choice at each forced position
     margin: list[float]  # reference logit margin: top-1 minus top-2 of the engine's logits
     forced: list[int]
+    digests: list[str] = field(default_factory=list)  # per position, when asked: logits' hash
 
     @property
     def mismatches(self) -> list[int]:
@@ -179,10 +181,12 @@ class Engine:
             torch.cuda.synchronize(self.model.device)
 
     # -- token forcing -----------------------------------------------------------------------
-    def force(self, prompt: list[int], forced: list[int], chunk: int | None = None) -> ForcedResult:
+    def force(self, prompt: list[int], forced: list[int], chunk: int | None = None,
+              digests: bool = False) -> ForcedResult:
         """Run with `forced` as the output; at every position record the engine's argmax and
         its top-1 minus top-2 logit margin. Steps verify `chunk` tokens at a time (default:
-        draft_len + 1, the speculative step's shape)."""
+        draft_len + 1, the speculative step's shape). `digests`: also a hash of each
+        position's fp32 logits, for bit-identity checks."""
         if not forced:
             raise EngineError("nothing to force")
         if len(prompt) + len(forced) > self.max_context:
@@ -198,6 +202,7 @@ class Engine:
         seq = [prompt[-1]] + forced[:-1]  # position i's input predicts forced[i]
         argmax: list[int] = []
         margin: list[float] = []
+        hashes: list[str] = []
         for s in range(0, len(seq), chunk):
             part = seq[s:s + chunk]
             start = self.cache.length
@@ -205,5 +210,9 @@ class Engine:
             top2 = logits.topk(2, dim=-1)
             argmax += top2.indices[:, 0].tolist()
             margin += (top2.values[:, 0] - top2.values[:, 1]).tolist()
+            if digests:
+                rows = logits.float().cpu().numpy()
+                hashes += [hashlib.blake2b(row.tobytes(), digest_size=8).hexdigest()
+                           for row in rows]
             self.cache.commit(start + len(part))
-        return ForcedResult(argmax, margin, list(forced))
+        return ForcedResult(argmax, margin, list(forced), hashes)

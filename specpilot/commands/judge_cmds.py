@@ -97,5 +97,41 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
     sys.exit(0 if rep.decision.adopted else EXIT_NOT_ADOPTED)
 
 
+@click.command("gate")
+@click.option("--check", type=click.Choice(["dev", "sealed"]), default="dev", show_default=True,
+              help="dev: dev requests, gates.dev_length tokens; sealed: the final check")
+@click.option("--opt", "opts", multiple=True, metavar="NAME=VALUE", help="candidate option")
+@click.option("--default", "default_gate", is_flag=True,
+              help="the option-default gate (every option at its default) instead of forcing")
+@click.option("--exact", is_flag=True, help="demand bit-identical logits")
+@click.option("--requests", "n_requests", type=int, default=None, help="how many requests")
+@click.option("--length", type=int, default=None, help="forced new tokens (default: config)")
+@click.option("--json", "as_json", is_flag=True)
+def gate_cmd(check, opts, default_gate, exact, n_requests, length, as_json):
+    """Correctness gates of this tree's system against stock's cached reference outputs.
+    Exit 0 if the gate passes, 4 if it fails."""
+    from specpilot.gates_run import run_gate
+
+    rep = run_gate(_root(), check, _pairs(opts, "--opt"), default_gate, exact, n_requests,
+                   length)
+    if as_json:
+        click.echo(rep.model_dump_json(indent=1))
+    else:
+        click.echo(f"{rep.gate} gate, {rep.check} check: {len(rep.requests)} requests, "
+                   f"{rep.tokens_checked} forced tokens (up to {rep.length} each)"
+                   f"{', exact logits' if rep.exact else ''}")
+        for m in rep.mismatches[:20]:
+            click.echo(f"  mismatch {m.request_id} @{m.position}: {m.candidate_token} vs "
+                       f"{m.reference_token}, reference margin {m.reference_margin:.4f}"
+                       f"{' (near-tie)' if m.near_tie else ''}")
+        if len(rep.mismatches) > 20:
+            click.echo(f"  ... {len(rep.mismatches) - 20} more")
+        for reason in rep.reasons:
+            click.echo(f"  FAIL: {reason}")
+        click.echo("PASS" if rep.passed else "FAIL")
+    sys.exit(0 if rep.passed else EXIT_GATE_FAILED)
+
+
 def register(cli: click.Group) -> None:
     cli.add_command(compare_cmd)
+    cli.add_command(gate_cmd)
