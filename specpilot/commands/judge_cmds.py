@@ -132,6 +132,46 @@ def gate_cmd(check, opts, default_gate, exact, n_requests, length, as_json):
     sys.exit(0 if rep.passed else EXIT_GATE_FAILED)
 
 
+@click.command("analyze")
+@click.option("--requests", "n_requests", type=int, default=2, show_default=True)
+@click.option("--max-new", type=int, default=48, show_default=True)
+@click.option("--drafter", default="ngram", show_default=True)
+@click.option("--model", default=None, help="model (default: config)")
+@click.option("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if present)")
+@click.option("--json", "as_json", is_flag=True)
+def analyze_cmd(n_requests, max_new, drafter, model, device, as_json):
+    """Cost model: τ, kernel and overhead factors, per-category measured vs bound."""
+    from specpilot.analyze import analyze
+    from specpilot.config import load_config
+
+    root = find_root()
+    cfg_model = model or load_config(root).model.path
+    rep = analyze(root, cfg_model, device, n_requests, max_new, drafter)
+    if as_json:
+        click.echo(rep.model_dump_json(indent=1))
+        return
+    hw = rep.hardware
+    click.echo(f"{rep.model} on {rep.device} ({hw.name}, {rep.dtype}); peak "
+               f"{hw.peak_flops(rep.dtype) / 1e12:.2f} TFLOP/s, {hw.bandwidth / 1e9:.1f} GB/s")
+    click.echo(f"  source: {hw.source}")
+    click.echo(f"{len(rep.requests)} requests, {rep.steps} steps, {rep.tokens_per_step:.2f} "
+               f"tokens verified per step, mean context {rep.mean_context:.0f}")
+    click.echo(f"{'category':<10} {'measured ms':>12} {'bound ms':>10} {'ratio':>8}")
+    for row in rep.categories:
+        bound = "" if row.bound_ms is None else f"{row.bound_ms:.4f}"
+        ratio = "" if row.ratio is None else f"{row.ratio:.1f}x"
+        click.echo(f"{row.category:<10} {row.measured_ms:>12.3f} {bound:>10} {ratio:>8}")
+    click.echo(f"actual step {rep.actual_step_ms:.2f} ms; profiled kernels "
+               f"{rep.profiled_kernel_ms:.2f} ms")
+    f = rep.factors
+    click.echo(f"τ factor        {f['tau']:.2f}x  (best-first tree, budget {rep.tau_best_budget}: "
+               f"τ {rep.tau_curve[rep.tau_best_budget]:.2f})")
+    click.echo(f"kernel factor   {f['kernel']:.2f}x")
+    click.echo(f"overhead factor {f['overhead']:.2f}x")
+    click.echo(f"largest: {rep.suggested} -> {rep.direction}")
+
+
 def register(cli: click.Group) -> None:
     cli.add_command(compare_cmd)
     cli.add_command(gate_cmd)
+    cli.add_command(analyze_cmd)
