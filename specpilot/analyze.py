@@ -50,7 +50,8 @@ class Analysis(BaseModel):
 
 
 def analyze(root: Path | None, model: str, device: str | None, n_requests: int, max_new: int,
-            drafter: str = "ngram", system=None, requests=None) -> Analysis:
+            drafter: str = "ngram", system=None, requests=None,
+            hardware: Hardware | None = None) -> Analysis:
     import torch
 
     from stock.lattice_log import LatticeRecorder
@@ -60,7 +61,7 @@ def analyze(root: Path | None, model: str, device: str | None, n_requests: int, 
 
     system = system or load_system(model, None, device)
     dev = str(system.device)
-    hw = for_device(dev, root)
+    hw = hardware or for_device(dev, root)
     dtype = "fp32" if system.engine.model.dtype == torch.float32 else "bf16"
     elt = 4 if dtype == "fp32" else 2
     peak = hw.peak_flops(dtype)
