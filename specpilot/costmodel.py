@@ -1,0 +1,147 @@
+"""The cost model: where is the gap between this system and the hardware's limits?
+
+Three factors, each >= 1 in principle, whose product bounds the possible speedup:
+
+- τ factor: accepted tokens per step of the best-first draft tree at the best node budget,
+  over the current system's accepted tokens per step. Trees are built on recorded draft
+  lattices: nodes are paths through the per-position top-k alternatives, ranked by
+  cumulative path log-probability (best-first, so every node's ancestors are in the tree);
+  a path is accepted node by node where it equals the target's token, ancestor-only (the
+  target's choice after a token is known only along the verified chain, so a path may
+  leave the chain only at its last accepted node; the estimate is conservative). The best
+  budget B maximises τ(B) / step_bound(B + 1 tokens).
+- kernel factor: profiled time of the step's kernels (gemm, attention, recurrent) over the
+  sum of their lower bounds; a kernel's bound is max(FLOPs / (0.6 peak), bytes / (0.9 BW)),
+  from the model's shapes, tokens verified and context length.
+- overhead factor: actual (unprofiled) step time over the profiled kernel time: host work,
+  launches, the drafter and everything between kernels.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+COMPUTE_EFF = 0.6
+BANDWIDTH_EFF = 0.9
+KERNELS = ("gemm", "attention", "recurrent")
+BUDGETS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
+@dataclass(frozen=True)
+class Work:
+    flops: float
+    bytes: float
+
+    def bound(self, peak_flops: float, bandwidth: float) -> float:
+        return max(self.flops / (COMPUTE_EFF * peak_flops), self.bytes / (BANDWIDTH_EFF * bandwidth))
+
+
+def step_work(cfg, tokens: int, context: int, elt_bytes: int) -> dict[str, Work]:
+    """FLOPs and bytes of one verification step of `tokens` tokens after `context` cached
+    tokens, batch 1, per kernel category (dense Llama / Qwen3 decoder)."""
+    h, hkv, d, hid, inter = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.hidden_size,
+                             cfg.intermediate_size)
+    linears = [(hid, h * d), (hid, hkv * d), (hid, hkv * d), (h * d, hid),
+               (hid, inter), (hid, inter), (inter, hid)]
+    per_layer_params = sum(i * o for i, o in linears)
+    per_layer_acts = sum(i + o for i, o in linears) * tokens
+    head = hid * cfg.vocab_size
+    n = cfg.num_layers
+    gemm = Work(2.0 * tokens * (n * per_layer_params + head),
+                elt_bytes * (n * per_layer_params + head + n * per_layer_acts
+                             + tokens * (hid + cfg.vocab_size)))
+    seen = context + tokens
+    attention = Work(n * 4.0 * h * d * tokens * seen,
+                     n * elt_bytes * (2 * hkv * d * (seen + tokens) + 2 * h * d * tokens))
+    return {"gemm": gemm, "attention": attention, "recurrent": Work(0.0, 0.0)}
+
+
+def step_bound(cfg, tokens: int, context: int, elt_bytes: int, peak_flops: float,
+               bandwidth: float) -> dict[str, float]:
+    return {c: w.bound(peak_flops, bandwidth)
+            for c, w in step_work(cfg, tokens, context, elt_bytes).items()}
+
+
+# -- τ from lattices -------------------------------------------------------------------------
+
+def best_first_tree(logprobs: np.ndarray, budget: int) -> set[tuple[int, ...]]:
+    """The `budget` paths of highest cumulative log-probability; paths index alternatives
+    per depth. logprobs [n, K] (-inf pads). Ancestor-closed because log-probs are <= 0."""
+    n = logprobs.shape[0]
+    tree: set[tuple[int, ...]] = set()
+    heap = [(-float(logprobs[0, i]), (i,)) for i in range(logprobs.shape[1])
+            if n and math.isfinite(logprobs[0, i])]
+    heapq.heapify(heap)
+    while heap and len(tree) < budget:
+        neg, path = heapq.heappop(heap)
+        tree.add(path)
+        depth = len(path)
+        if depth < n:
+            for i in range(logprobs.shape[1]):
+                if math.isfinite(logprobs[depth, i]):
+                    heapq.heappush(heap, (neg - float(logprobs[depth, i]), path + (i,)))
+    return tree
+
+
+def accepted_on_tree(ids: np.ndarray, tree: set[tuple[int, ...]], target: list[int]) -> int:
+    """Tokens gained in one step with this tree (bonus included), ancestor-only."""
+    path: tuple[int, ...] = ()
+    gained = 0
+    for depth in range(ids.shape[0]):
+        if depth >= len(target):
+            break
+        hits = [i for i in range(ids.shape[1]) if ids[depth, i] == target[depth]]
+        if not hits or path + (hits[0],) not in tree:
+            break
+        path += (hits[0],)
+        gained += 1
+        if hits[0] != 0:  # left the verified chain: the target's next choice is unknown
+            break
+    return gained + 1
+
+
+def tau_curve(steps, budgets=BUDGETS) -> dict[int, float]:
+    """Mean tokens per step of the best-first tree at each budget, over recorded steps.
+    `steps`: (ids [n, K], logprobs [n, K], target list) per step."""
+    totals = {b: 0 for b in budgets}
+    count = 0
+    for ids, lps, target in steps:
+        count += 1
+        if ids.shape[0] == 0:
+            for b in budgets:
+                totals[b] += 1
+            continue
+        tree = best_first_tree(lps, max(budgets))
+        ranked = sorted(tree, key=lambda p: -sum(float(lps[j, i]) for j, i in enumerate(p)))
+        for b in budgets:
+            totals[b] += accepted_on_tree(ids, set(ranked[:b]), target)
+    return {b: totals[b] / max(count, 1) for b in budgets}
+
+
+@dataclass
+class TauResult:
+    current_tau: float
+    best_budget: int
+    best_tau: float
+    factor: float
+    curve: dict[int, float]
+    speedup_by_budget: dict[int, float]  # τ(B)/bound(B) over τ_cur/bound(current)
+
+
+def tau_factor(steps, current_tau: float, current_tokens: float, bound_of) -> TauResult:
+    """bound_of(tokens) -> step lower bound in seconds; picks B maximising τ(B)/bound."""
+    curve = tau_curve(steps)
+    base = current_tau / bound_of(max(1, round(current_tokens)))
+    speed = {b: (curve[b] / bound_of(b + 1)) / base for b in curve}
+    best = max(speed, key=lambda b: speed[b])
+    return TauResult(current_tau, best, curve[best], curve[best] / current_tau, curve, speed)
+
+
+def kernel_factor(measured: dict[str, float], bounds: dict[str, float]) -> float:
+    m = sum(measured.get(c, 0.0) for c in KERNELS)
+    b = sum(bounds.get(c, 0.0) for c in KERNELS)
+    return m / b if b > 0 else float("nan")

@@ -1,0 +1,126 @@
+"""The controller: clean checkouts, isolated workers, paired designs, verdicts."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from specpilot.controller import compare, load_noise, noise_key
+from specpilot.controller_worker import tree_hash
+from specpilot.gitstore import GitStore
+from specpilot.worker_proc import Checkout, Worker, WorkerError, clean_checkout
+
+HERE = Path(__file__).resolve().parents[1]
+CONFIG = """[controller]
+rounds = 4
+warmup_rounds = 1
+requests = 2
+max_new = 6
+"""
+
+
+def _git(root: Path, *args: str) -> str:
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t", "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(root),
+           "PATH": "/usr/bin:/bin:/usr/local/bin"}
+    return subprocess.run(["git", *args], cwd=root, env=env, check=True, text=True,
+                          capture_output=True).stdout
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """A git repository whose committed stock/ is this checkout's working stock/."""
+    root = tmp_path_factory.mktemp("proj")
+    shutil.copytree(HERE / "stock", root / "stock",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (root / ".specpilot").mkdir()
+    (root / ".specpilot" / "config.toml").write_text(CONFIG)
+    (root / ".gitignore").write_text("/.specpilot/cache/\n/.specpilot/runs/\n")
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "stock")
+    return root
+
+
+def test_clean_checkout_comes_from_the_commit_not_the_worktree(project):
+    store = GitStore(project)
+    engine_py = project / "stock" / "engine.py"
+    original = engine_py.read_text()
+    engine_py.write_text(original + "\n# uncommitted edit\n")
+    try:
+        co = clean_checkout(store, "HEAD", ["stock", "kernels"], project)
+    finally:
+        engine_py.write_text(original)
+    assert (co.path / "stock" / "engine.py").read_text() == original
+    assert co.tree == store.system_tree("HEAD", ["stock", "kernels"])
+    assert tree_hash(co.path, ["stock", "kernels"]) == co.tree
+    assert not (co.path / ".git").exists()
+
+
+def test_worker_proves_tree_and_options_and_refuses_a_wrong_claim(project, tmp_path):
+    co = clean_checkout(GitStore(project), "HEAD", ["stock"], project)
+    ok = Worker("A", co, ["stock"], "random:tiny-qwen3", {"repeat_work": "1"}, "cpu",
+                tmp_path / "a.log")
+    try:
+        ready = ok.start()
+        assert ready["tree"] == co.tree and ready["options"]["repeat_work"] == 1
+        assert ready["stock_file"].startswith(str(co.path))
+        assert ok.run("x", 4, ids=[1, 2, 3]).tokens
+    finally:
+        ok.stop()
+    lying = Worker("B", Checkout(co.commit, "0" * 40, co.path), ["stock"], "random:tiny-qwen3",
+                   {}, "cpu", tmp_path / "b.log")
+    with pytest.raises(WorkerError, match="tree"):
+        try:
+            lying.start()
+        finally:
+            lying.stop()
+    unknown = Worker("C", co, ["stock"], "random:tiny-qwen3", {"no_such_option": "1"}, "cpu",
+                     tmp_path / "c.log")
+    with pytest.raises(WorkerError, match="no_such_option"):
+        try:
+            unknown.start()
+        finally:
+            unknown.stop()
+
+
+@pytest.mark.slow
+def test_aa_of_stock_against_itself_is_not_adopted_and_caches_sigma(project):
+    rep = compare(project, "stock", "stock")
+    assert rep.mode == "alternate" and rep.paired.placement == ["A,B", "B,A", "A,B", "B,A"]
+    assert len(rep.paired.times_a) == 4 and len(rep.paired.times_a[0]) == 2  # per request
+    assert not rep.paired.diverged
+    assert not rep.decision.adopted
+    assert rep.estimate.level == 0.95 and rep.estimate.method == "t"
+    assert rep.a.effective == rep.b.effective
+    cached = load_noise(project, noise_key_of(rep))
+    assert cached is not None and cached.sigma == rep.sigma
+
+
+@pytest.mark.slow
+def test_candidate_that_repeats_work_is_reported_slower(project):
+    rep = compare(project, "stock", "stock", opts_b={"repeat_work": "1"})
+    assert rep.b.effective["repeat_work"] == 1 and rep.a.effective["repeat_work"] == 0
+    assert rep.estimate.gain < 0 and rep.estimate.lower_bound < 0
+    assert rep.decision.direction == "slower" and not rep.decision.adopted
+    assert not rep.paired.diverged  # same tokens, only slower
+
+
+def test_two_devices_run_side_by_side_and_swap_every_round(project):
+    rep = compare(project, "stock", "stock", opts_b={"repeat_work": "3"},
+                  devices=["cpu:0", "cpu:1"], model="random:tiny-qwen3", sigma=0.0,
+                  max_new=24)
+    assert rep.mode == "side-by-side"
+    assert rep.paired.placement == ["A@cpu:0,B@cpu:1", "A@cpu:1,B@cpu:0"] * 2
+    assert rep.estimate.gain < 0 and rep.decision.direction == "slower"
+
+
+def noise_key_of(rep):
+    from specpilot.controller import Job
+
+    job = Job([(r, None, None) for r in rep.requests], rep.max_new, rep.drafter, rep.devices,
+              rep.rounds, rep.warmup_rounds, rep.model)
+    return noise_key(job, rep.paired.hardware)

@@ -1,0 +1,108 @@
+"""Cost model: bounds from shapes, best-first trees on lattices, the hardware table."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from specpilot import costmodel
+from specpilot.hardware import TABLE, for_device, lookup
+from stock.config import PRESETS
+
+NEG = -math.inf
+
+
+def test_dense_27b_gemm_bound_is_weight_bytes_over_bandwidth_on_h200():
+    cfg = PRESETS["dense-27b"]
+    h200 = TABLE["H200"]
+    work = costmodel.step_work(cfg, tokens=1, context=0, elt_bytes=2)["gemm"]
+    per_layer = (5120 * 8192 + 2 * 5120 * 1024 + 8192 * 5120 + 3 * 5120 * 25600)
+    weights = 64 * per_layer + 5120 * 151936
+    assert work.flops == pytest.approx(2 * weights)
+    assert work.bytes == pytest.approx(2 * weights, rel=0.01)  # activations are tiny
+    bound = work.bound(h200.bf16_flops, h200.bandwidth)
+    assert bound == pytest.approx(2 * weights / (0.9 * 4.8e12), rel=0.01)  # bytes-bound
+    big = costmodel.step_work(cfg, tokens=4096, context=0, elt_bytes=2)["gemm"]
+    assert big.bound(h200.bf16_flops, h200.bandwidth) == pytest.approx(
+        big.flops / (0.6 * h200.bf16_flops))  # compute-bound at 4096 tokens
+
+
+def test_attention_bytes_grow_with_context():
+    cfg = PRESETS["smollm2-135m"]
+    short = costmodel.step_work(cfg, 1, 100, 4)["attention"]
+    long = costmodel.step_work(cfg, 1, 4000, 4)["attention"]
+    assert long.bytes > 30 * short.bytes
+    kv = 30 * 2 * 3 * 64 * 4  # layers * (K, V) * kv heads * head dim * fp32
+    assert long.bytes == pytest.approx(kv * 4002 + 30 * 4 * 2 * 9 * 64, rel=1e-6)
+
+
+def test_best_first_tree_is_ancestor_closed_and_ranked():
+    lps = np.log(np.array([[0.6, 0.3, 0.1], [0.9, 0.05, 0.05], [0.5, 0.4, 0.1]]))
+    tree = costmodel.best_first_tree(lps, 5)
+    assert len(tree) == 5
+    assert all(p[:-1] in tree or len(p) == 1 for p in tree)
+    assert (0,) in tree and (0, 0) in tree and (1,) in tree
+    assert (0, 0, 0) in tree  # 0.6*0.9*0.5 = .27 beats (1,0) .27? and (2,) .1
+    assert (2,) not in tree
+
+
+def test_tree_finds_tokens_the_chain_missed():
+    ids = np.array([[10, 11, -1], [20, 21, -1]])
+    lps = np.array([[-0.1, -2.5, NEG], [-0.1, -2.5, NEG]])
+    target = [11, 99, 7]  # the target picked the second alternative at depth 0
+    assert costmodel.accepted_on_tree(ids, {(0,)}, target) == 1
+    assert costmodel.accepted_on_tree(ids, {(0,), (1,)}, target) == 2
+    chain_hit = [10, 20, 5]
+    assert costmodel.accepted_on_tree(ids, {(0,), (0, 0)}, chain_hit) == 3
+    curve = costmodel.tau_curve([(ids, lps, target)], budgets=(1, 2, 4))
+    assert curve == {1: 1.0, 2: 1.0, 4: 2.0}  # (1,) ranks after (0,) and (0,0)
+
+
+def test_tau_factor_picks_the_budget_with_the_best_estimated_speedup():
+    ids = np.array([[10, 11], [20, 21]])
+    lps = np.array([[-0.1, -0.2], [-0.1, -0.2]])
+    steps = [(ids, lps, [11, 1, 1])] * 4
+    flat = costmodel.tau_factor(steps, 1.0, 3, bound_of=lambda t: 1.0)
+    assert flat.best_tau == 2.0 and flat.factor == 2.0
+    steep = costmodel.tau_factor(steps, 1.0, 3, bound_of=lambda t: float(t))
+    # τ(1)=1, τ(2)=1 ((0,0) ties (1,) and wins), τ(4)=2; bounds 2, 3, 5; current 1/3
+    assert steep.speedup_by_budget[1] == pytest.approx(1.5)
+    assert steep.speedup_by_budget[4] == pytest.approx(1.2)
+    assert steep.best_budget == 1 and steep.factor == 1.0
+
+
+def test_hardware_table_has_sources_and_matches_device_names():
+    for key in ("H100 SXM", "H200", "B200", "RTX PRO 6000 Blackwell", "A100", "L40S"):
+        hw = TABLE[key]
+        assert hw.bf16_flops > 1e14 and hw.bandwidth > 5e11 and len(hw.source) > 20
+    assert lookup("NVIDIA H200").name == "H200"
+    assert lookup("NVIDIA H100 80GB HBM3").name == "H100 SXM"
+    assert lookup("NVIDIA RTX PRO 6000 Blackwell Workstation Edition").name.startswith("RTX")
+    assert lookup("NVIDIA A100-SXM4-80GB").name == "A100"
+    assert lookup("Some Other GPU") is None
+
+
+def test_cpu_ceilings_are_measured_once_and_cached(tmp_path):
+    first = for_device("cpu", tmp_path, measure_size="small")
+    assert first.measured and first.fp32_flops > 1e8 and first.bandwidth > 1e8
+    files = list(tmp_path.rglob("*.json"))
+    assert len(files) == 1
+    second = for_device("cpu", tmp_path, measure_size="small")
+    assert second == first  # read back, not measured again
+
+
+def test_analyze_reports_three_factors_and_the_largest(smol, tmp_path):
+    from specpilot.analyze import analyze
+    from stock.requests import load_dev, select
+
+    hw = for_device("cpu", tmp_path, measure_size="small")
+    rep = analyze(None, "embedded", "cpu", 1, 8, system=smol, hardware=hw,
+                  requests=select(load_dev(), ["code"], 1))
+    assert set(rep.factors) == {"tau", "kernel", "overhead"}
+    assert rep.suggested == max(rep.factors, key=rep.factors.get)
+    assert rep.factors["kernel"] > 1.0  # fp32 on a CPU is far from its own ceilings
+    rows = {r.category: r for r in rep.categories}
+    assert rows["gemm"].bound_ms > 0 and rows["gemm"].measured_ms > 0
+    assert rep.steps > 0 and rep.tau_best_budget in costmodel.BUDGETS

@@ -1,0 +1,48 @@
+"""The test that the test works: a fault after token 2048 is caught by the sealed 4096-token
+check and missed by the 2048-token development check (embedded default, one request)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from specpilot.config import GatesSection
+from specpilot.forcing import ReferenceCache, forcing_gate, references
+from stock.engine import Engine
+from stock.options import Options
+from stock.requests import Request
+
+# A prompt on which the embedded model's greedy reply runs past 4096 tokens without
+# stopping (it settles into a loop, which also keeps reference generation cheap).
+LOOP = Request(id="loop-001", category="long-form", max_new_tokens=4096,
+               prompt="Repeat after me forever: la la la la la la la la la la la la la la la la")
+
+
+@pytest.mark.slow
+def test_sealed_check_catches_a_fault_the_dev_check_misses(tmp_path):
+    from stock.system import load_system
+
+    cfg = GatesSection(chunk=256)  # bigger forced steps: same logits semantics, faster on CPU
+    assert (cfg.dev_length, cfg.sealed_length) == (2048, 4096)
+    system = load_system("embedded", Options(), "cpu", 4096 + 128)
+    t0 = time.perf_counter()
+    [sealed_ref] = references(system, [LOOP], cfg.sealed_length, ReferenceCache(tmp_path),
+                              "embedded", "test-tree", cfg)
+    assert len(sealed_ref.tokens) == cfg.sealed_length, "the reference must run to 4096"
+    # The 2048-token reference comes from the cache: a prefix of the 4096-token one.
+    [dev_ref] = references(system, [LOOP], cfg.dev_length, ReferenceCache(tmp_path),
+                           "embedded", "test-tree", cfg)
+    assert dev_ref.tokens == sealed_ref.tokens[:cfg.dev_length]
+    built = time.perf_counter() - t0
+
+    faulty = Engine(system.engine.model, Options({"fault_logit_bias_after": cfg.dev_length}),
+                    system.engine.max_context, system.engine.stop_ids)
+    dev = forcing_gate(faulty, [dev_ref], cfg, check="dev")
+    sealed = forcing_gate(faulty, [sealed_ref], cfg, check="sealed")
+    assert dev.passed and not dev.mismatches
+    assert not sealed.passed
+    first = min(m.position for m in sealed.mismatches)
+    assert first == cfg.dev_length
+    assert any(not m.near_tie for m in sealed.mismatches)
+    print(f"reference {built:.1f}s, total {time.perf_counter() - t0:.1f}s")
