@@ -223,6 +223,12 @@ def save_noise(root: Path, key: dict, est: stats.GainEstimate) -> NoiseRecord:
     return rec
 
 
+def _default_device() -> str:
+    import torch
+
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
 def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
             opts_b: dict | None = None, devices: list[str] | None = None,
             rounds: int | None = None, model: str | None = None, requests: int | None = None,
@@ -237,7 +243,8 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
     co_b = clean_checkout(store, "HEAD" if rev_b == "stock" else rev_b, cfg.system_paths, root)
     model = model or cfg.model.path
     job = Job(pick_requests(model, requests or cc.requests, source), max_new or cc.max_new,
-              cc.drafter, devices or ["cpu"], rounds or cc.rounds, cc.warmup_rounds, model)
+              cc.drafter, devices or [_default_device()], rounds or cc.rounds, cc.warmup_rounds,
+              model)
     if not job.requests:
         raise SpecPilotError("no requests to compare on")
     if len(job.devices) > 2 or len(set(job.devices)) != len(job.devices):
