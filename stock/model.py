@@ -120,8 +120,8 @@ class Transformer(nn.Module):
                std: float = 0.02) -> "Transformer":
         """Random weights directly on `device` (benchmarks of large configs, tests)."""
         with torch.device("meta"):
-            model = cls(cfg)
-        model = model.to_empty(device=device).to(dtype)
+            model = cls(cfg).to(dtype)  # cast on meta: never materialise fp32 copies
+        model = model.to_empty(device=device)
         gen = torch.Generator(device=device).manual_seed(seed)
         with torch.no_grad():
             for name, p in model.named_parameters():
