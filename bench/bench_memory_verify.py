@@ -22,6 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from specpilot.memory.dag import ancestors  # noqa: E402
 from specpilot.memory.record import record  # noqa: E402
 from specpilot.memory.store import Memory  # noqa: E402
 from specpilot.memory.verify import verify  # noqa: E402
@@ -70,7 +71,7 @@ def build(repo: Path, n_files: int, n_entries: int) -> float:
             mine.setdefault(name, {})[(e * 4 + k) % LINES] = f"'entry{e}'"
         edits[e] = mine
         files: dict[str, dict[int, str]] = {}
-        for a in sorted(_closure(deps, e)) + [e]:
+        for a in sorted(ancestors(deps, e)) + [e]:
             for name, lines in edits[a].items():
                 files.setdefault(name, {}).update(lines)
         env = {"GIT_INDEX_FILE": str(repo.parent / "bench-index")}
@@ -88,17 +89,6 @@ def build(repo: Path, n_files: int, n_entries: int) -> float:
 def _stem(name: str) -> str:
     folder, mod = name.split("/")
     return f"{folder}{int(mod[3:6])}"
-
-
-def _closure(deps: dict[int, list[int]], e: int) -> set[int]:
-    out: set[int] = set()
-    stack = list(deps[e])
-    while stack:
-        d = stack.pop()
-        if d not in out:
-            out.add(d)
-            stack.extend(deps[d])
-    return out
 
 
 def main() -> None:
