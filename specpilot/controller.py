@@ -119,7 +119,11 @@ def _spawn(label: str, co: Checkout, options: dict, device: str, job: Job, cfg: 
     w = Worker(label, co, cfg.system_paths, job.model, dict(options), device,
                log_dir / f"{label}-{device.replace(':', '')}.log",
                None if job.drafter == "ar" else job.drafter, job.max_context)
-    w.start()
+    try:
+        w.start()
+    except BaseException:
+        w.stop()
+        raise
     return w
 
 

@@ -124,3 +124,16 @@ def noise_key_of(rep):
     job = Job([(r, None, None) for r in rep.requests], rep.max_new, rep.drafter, rep.devices,
               rep.rounds, rep.warmup_rounds, rep.model)
     return noise_key(job, rep.paired.hardware)
+
+
+@pytest.mark.slow
+def test_gates_run_in_workers_from_clean_checkouts(project):
+    from specpilot.forcing import ReferenceCache
+    from specpilot.gates_run import run_gate
+
+    ok = run_gate(project, "dev", {}, True, False, 1, 12)
+    assert ok.gate == "option-default" and ok.passed and ok.tokens_checked == 12
+    tree = GitStore(project).system_tree("HEAD", ["stock", "kernels"])
+    assert ReferenceCache(project).get("embedded", tree, ok.requests[0], 12) is not None
+    bad = run_gate(project, "dev", {"fault_logit_bias_after": "4"}, False, False, 1, 12)
+    assert not bad.passed and min(m.position for m in bad.mismatches) == 4
