@@ -108,8 +108,12 @@ def pick_requests(model: str, count: int, source: str = "dev") -> list[tuple]:
     from stock.requests import load_dev, load_jsonl, select
     from stock.sealed import ensure_sealed
 
-    reqs = load_dev() if source == "dev" else load_jsonl(ensure_sealed()) \
-        if source == "sealed" else load_jsonl(source)
+    if source == "dev":
+        reqs = load_dev()
+    elif source == "sealed":
+        reqs = load_jsonl(ensure_sealed())
+    else:
+        reqs = load_jsonl(source)
     chosen = select(reqs, None, max(1, -(-count // 5)))[:count]
     return [(r.id, r.prompt, None) for r in chosen]
 
