@@ -147,11 +147,14 @@ def paired_run(co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict, job: 
             measured = r >= job.warmup_rounds
             m = r - job.warmup_rounds
             progress(f"round {m + 1}/{job.rounds}" if measured else "warm-up")
-            row_a, row_b, where = run(workers, job, m if measured else 0, tokens)
-            if measured:
-                times_a.append(row_a)
-                times_b.append(row_b)
-                placement.append(where)
+            if not measured:  # warm every worker: both placements when side by side
+                for swap in range(len(job.devices)):
+                    run(workers, job, swap, tokens)
+                continue
+            row_a, row_b, where = run(workers, job, m, tokens)
+            times_a.append(row_a)
+            times_b.append(row_b)
+            placement.append(where)
         diverged = any(tokens[rid]["A"] != tokens[rid]["B"] for rid in tokens)
         paired = Paired(times_a=times_a, times_b=times_b, placement=placement,
                         diverged=diverged, hardware=hardware)
