@@ -108,8 +108,12 @@ def pick_requests(model: str, count: int, source: str = "dev") -> list[tuple]:
     from stock.requests import load_dev, load_jsonl, select
     from stock.sealed import ensure_sealed
 
-    reqs = load_dev() if source == "dev" else load_jsonl(ensure_sealed()) \
-        if source == "sealed" else load_jsonl(source)
+    if source == "dev":
+        reqs = load_dev()
+    elif source == "sealed":
+        reqs = load_jsonl(ensure_sealed())
+    else:
+        reqs = load_jsonl(source)
     chosen = select(reqs, None, max(1, -(-count // 5)))[:count]
     return [(r.id, r.prompt, None) for r in chosen]
 
@@ -119,7 +123,11 @@ def _spawn(label: str, co: Checkout, options: dict, device: str, job: Job, cfg: 
     w = Worker(label, co, cfg.system_paths, job.model, dict(options), device,
                log_dir / f"{label}-{device.replace(':', '')}.log",
                None if job.drafter == "ar" else job.drafter, job.max_context)
-    w.start()
+    try:
+        w.start()
+    except BaseException:
+        w.stop()
+        raise
     return w
 
 
@@ -139,11 +147,14 @@ def paired_run(co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict, job: 
             measured = r >= job.warmup_rounds
             m = r - job.warmup_rounds
             progress(f"round {m + 1}/{job.rounds}" if measured else "warm-up")
-            row_a, row_b, where = run(workers, job, m if measured else 0, tokens)
-            if measured:
-                times_a.append(row_a)
-                times_b.append(row_b)
-                placement.append(where)
+            if not measured:  # warm every worker: both placements when side by side
+                for swap in range(len(job.devices)):
+                    run(workers, job, swap, tokens)
+                continue
+            row_a, row_b, where = run(workers, job, m, tokens)
+            times_a.append(row_a)
+            times_b.append(row_b)
+            placement.append(where)
         diverged = any(tokens[rid]["A"] != tokens[rid]["B"] for rid in tokens)
         paired = Paired(times_a=times_a, times_b=times_b, placement=placement,
                         diverged=diverged, hardware=hardware)

@@ -12,8 +12,9 @@ First message: setup {checkout, system_paths, model, options, device, max_contex
 drafter}. The worker hashes the checkout's system paths as git would (before importing any
 of it), loads the system, and replies `ready` with the options in effect, the tree hash and
 where `stock` was imported from; the controller checks all three against what it asked.
-Then: {"cmd": "run", "id", "prompt" | "ids", "max_new"} -> {"event": "done", ...};
-{"cmd": "quit"} or end of input ends it.
+Then: {"cmd": "run", "id", "prompt" | "ids", "max_new"} -> {"event": "done", tokens, ...};
+"force" {ids, forced, chunk, digests} and "reference" {ids, length, draft_len, chunk} serve
+the correctness gates; "tokenize" {prompt}; {"cmd": "quit"} or end of input ends it.
 """
 
 from __future__ import annotations
@@ -138,9 +139,34 @@ class Server:
     def ready(self) -> dict:
         import torch
 
-        return {"event": "ready", "options": self.engine.options.as_dict(), "tree": self.tree,
+        return {"event": "ready", "options": self.engine.options.as_dict(),
+                "non_default": self.engine.options.non_default(), "tree": self.tree,
                 "stock_file": self.stock_file, "hardware": self.hardware,
                 "torch": torch.__version__, "pid": os.getpid()}
+
+    def force(self, msg: dict) -> dict:
+        fr = self.engine.force(list(msg["ids"]), list(msg["forced"]), chunk=msg.get("chunk"),
+                               digests=bool(msg.get("digests")))
+        return {"event": "done", "id": msg.get("id"), "argmax": fr.argmax, "margin": fr.margin,
+                "digests": fr.digests}
+
+    def reference(self, msg: dict) -> dict:
+        """Greedy output by lossless ngram speculation, then this engine's forced pass."""
+        from stock.engine import Engine
+        from stock.options import Options
+        from stock.system import make_drafter
+
+        eng = Engine(self.engine.model, Options({"draft_len": int(msg["draft_len"])}),
+                     self.engine.max_context, self.engine.stop_ids)
+        eng.cache = self.engine.cache
+        gen = eng.generate(list(msg["ids"]), int(msg["length"]), make_drafter("ngram", eng))
+        fr = self.engine.force(list(msg["ids"]), gen.tokens, chunk=msg.get("chunk"), digests=True)
+        return {"event": "done", "id": msg.get("id"), "tokens": gen.tokens,
+                "stop_reason": gen.stop_reason, "argmax": fr.argmax, "margin": fr.margin,
+                "digests": fr.digests}
+
+    def tokenize(self, msg: dict) -> dict:
+        return {"event": "done", "id": msg.get("id"), "ids": self.tokenizer.chat(msg["prompt"])}
 
     def run(self, msg: dict) -> dict:
         if "ids" in msg:
@@ -172,9 +198,9 @@ def main(argv: list[str]) -> int:
                 reply(server.ready())
             elif msg.get("cmd") == "quit":
                 break
-            elif msg.get("cmd") == "run":
+            elif msg.get("cmd") in ("run", "force", "reference", "tokenize"):
                 t0 = time.perf_counter()
-                result = server.run(msg)
+                result = getattr(server, msg["cmd"])(msg)
                 result["worker_s"] = time.perf_counter() - t0
                 reply(result)
             else:

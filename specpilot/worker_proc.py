@@ -158,6 +158,14 @@ class Worker:
             raise WorkerError(f"{self.label}: reply for {rep.get('id')!r}, sent {request_id!r}")
         return Reply(rep["tokens"], seconds, rep.get("worker_s", 0.0), rep.get("steps", 0))
 
+    def call(self, cmd: str, request_id: str, **fields) -> dict:
+        """Any other command of the worker (force, reference, tokenize); the raw reply."""
+        self._send({"cmd": cmd, "id": request_id, **fields})
+        rep = self._receive("done")
+        if rep.get("id") != request_id:
+            raise WorkerError(f"{self.label}: reply for {rep.get('id')!r}, sent {request_id!r}")
+        return rep
+
     def _send(self, msg: dict) -> None:
         try:
             self.proc.stdin.write(json.dumps(msg) + "\n")

@@ -124,3 +124,37 @@ def noise_key_of(rep):
     job = Job([(r, None, None) for r in rep.requests], rep.max_new, rep.drafter, rep.devices,
               rep.rounds, rep.warmup_rounds, rep.model)
     return noise_key(job, rep.paired.hardware)
+
+
+@pytest.mark.slow
+def test_gates_run_in_workers_from_clean_checkouts(project):
+    from specpilot.forcing import ReferenceCache
+    from specpilot.gates_run import run_gate
+
+    ok = run_gate(project, "dev", {}, True, False, 1, 12)
+    assert ok.gate == "option-default" and ok.passed and ok.tokens_checked == 12
+    tree = GitStore(project).system_tree("HEAD", ["stock", "kernels"])
+    assert ReferenceCache(project).get("embedded", tree, ok.requests[0], 12) is not None
+    bad = run_gate(project, "dev", {"fault_logit_bias_after": "4"}, False, False, 1, 12)
+    assert not bad.passed and min(m.position for m in bad.mismatches) == 4
+
+
+def test_compare_cli_prints_the_verdict_and_exits_3_when_not_adopted(project, monkeypatch):
+    import json
+
+    from click.testing import CliRunner
+
+    from specpilot.cli import cli
+
+    monkeypatch.chdir(project)
+    args = ["compare", "stock", "stock", "--model", "random:tiny-qwen3", "--rounds", "2",
+            "--max-new", "4", "--sigma", "0.01"]
+    res = CliRunner().invoke(cli, args)
+    assert res.exit_code == 3, res.output
+    for word in ("gain of B over A", "lower bound", "one-sided 95%", "noise sigma",
+                 "threshold", "verdict            not adopted"):
+        assert word in res.output
+    res = CliRunner().invoke(cli, args + ["--json", "--opt-b", "repeat_work=x"])
+    assert res.exit_code == 1 and "repeat_work" in res.output
+    res = CliRunner().invoke(cli, args + ["--json"])
+    assert json.loads(res.output)["decision"]["threshold"] == pytest.approx(0.03)

@@ -93,6 +93,7 @@ def test_cpu_ceilings_are_measured_once_and_cached(tmp_path):
     assert second == first  # read back, not measured again
 
 
+@pytest.mark.slow
 def test_analyze_reports_three_factors_and_the_largest(smol, tmp_path):
     from specpilot.analyze import analyze
     from stock.requests import load_dev, select

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 
 import click
@@ -106,14 +105,19 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
 @click.option("--exact", is_flag=True, help="demand bit-identical logits")
 @click.option("--requests", "n_requests", type=int, default=None, help="how many requests")
 @click.option("--length", type=int, default=None, help="forced new tokens (default: config)")
+@click.option("--candidate", default="HEAD", show_default=True, help="the candidate's commit")
+@click.option("--base", default="HEAD", show_default=True,
+              help="the commit whose stock computes the references")
+@click.option("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if present)")
 @click.option("--json", "as_json", is_flag=True)
-def gate_cmd(check, opts, default_gate, exact, n_requests, length, as_json):
-    """Correctness gates of this tree's system against stock's cached reference outputs.
-    Exit 0 if the gate passes, 4 if it fails."""
+def gate_cmd(check, opts, default_gate, exact, n_requests, length, candidate, base, device,
+             as_json):
+    """Correctness gates of a candidate commit against stock's cached reference outputs,
+    each run in its own worker from a clean checkout. Exit 0 if it passes, 4 if it fails."""
     from specpilot.gates_run import run_gate
 
     rep = run_gate(_root(), check, _pairs(opts, "--opt"), default_gate, exact, n_requests,
-                   length)
+                   length, candidate, base, device)
     if as_json:
         click.echo(rep.model_dump_json(indent=1))
     else:
