@@ -23,12 +23,44 @@ class RequestsSection(BaseModel):
     sealed: str = ""
 
 
+class ControllerSection(BaseModel):
+    """Thresholds and design of the paired benchmark (see specpilot/stats.py)."""
+    model_config = ConfigDict(extra="forbid")
+    min_gain: float = Field(0.01, ge=0)            # adopt only if lower bound > this + k·σ
+    sigma_multiple: float = Field(2.0, ge=0)       # k
+    divergent_min_gain: float = Field(0.03, ge=0)  # the bar when outputs diverge from best
+    confidence: float = Field(0.95, gt=0.5, lt=1)  # one-sided level of the lower bound
+    bootstrap_min_pairs: int = Field(15, ge=3)     # t-interval below, BCa bootstrap at/above
+    bootstrap_resamples: int = Field(4999, ge=99)
+    rounds: int = Field(4, ge=2)                   # measured rounds (A B B A ...)
+    warmup_rounds: int = Field(1, ge=0)            # run first, never counted
+    requests: int = Field(4, ge=1)                 # dev requests per round
+    max_new: int = Field(32, ge=1)                 # new tokens per request
+    drafter: str = "ngram"                         # "ar" for autoregressive
+
+
+class GatesSection(BaseModel):
+    """Correctness gates (see specpilot/forcing.py)."""
+    model_config = ConfigDict(extra="forbid")
+    near_tie_epsilon: float = Field(0.05, ge=0)    # reference margin counted as a near-tie
+    near_tie_rate: float = Field(0.002, ge=0, le=1)  # tolerated near-tie mismatches per token
+    dev_length: int = Field(2048, ge=1)            # forced new tokens, development check
+    sealed_length: int = Field(4096, ge=1)         # forced new tokens, sealed final check
+    dev_requests: int = Field(8, ge=1)            # dev requests a check forces
+    sealed_requests: int = Field(8, ge=1)
+    chunk: int = Field(9, ge=1)                   # tokens per forced step (stock: draft_len + 1)
+    default_tokens: int = Field(64, ge=1)         # generated tokens the option-default gate compares
+    reference_draft_len: int = Field(16, ge=1)    # lossless ngram drafting speeds references up
+
+
 class Config(BaseModel):
     model_config = ConfigDict(extra="allow")
     schema_version: int = 1
     system_paths: list[str] = Field(default_factory=lambda: ["stock", "kernels"])
     model: ModelSection = Field(default_factory=ModelSection)
     requests: RequestsSection = Field(default_factory=RequestsSection)
+    controller: ControllerSection = Field(default_factory=ControllerSection)
+    gates: GatesSection = Field(default_factory=GatesSection)
 
 
 def find_root(start: Path | None = None) -> Path | None:

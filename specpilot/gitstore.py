@@ -12,9 +12,11 @@ Two rules hold here and nowhere else needs to think about them:
 from __future__ import annotations
 
 import contextlib
+import io
 import hashlib
 import os
 import socket
+import tarfile
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,6 +206,22 @@ class GitStore:
             path = Path(tmp) / "listing"
             path.write_text(listing)
             return self.run("mktree", "-z", stdin=path).strip()
+
+    def export(self, treeish: str, paths: list[str], dest: Path) -> list[str]:
+        """Write the files of `paths` at `treeish` into the new folder `dest`: a clean
+        checkout with no index, no .git link and nothing from any worktree. Returns the
+        paths that exist at `treeish`."""
+        listing = self.run("ls-tree", "--name-only", treeish, "--", *paths)
+        present = [p for p in listing.splitlines() if p]
+        dest.mkdir(parents=True, exist_ok=False)
+        if not present:
+            return present
+        res = self.call("archive", "--format=tar", treeish, "--", *present)
+        if res.rc != 0:
+            raise GitError(f"git archive {treeish[:12]}: {res.err.strip()}")
+        with tarfile.open(fileobj=io.BytesIO(res.out)) as tar:
+            tar.extractall(dest, filter="tar")
+        return present
 
     def diff_names(self, a: str, b: str, paths: list[str]) -> list[str]:
         out = self.run("diff-tree", "-r", "--name-only", "--no-renames", a, b, "--", *paths)

@@ -8,6 +8,7 @@ step with an empty chain, so both modes share every line of the verification pat
 
 from __future__ import annotations
 
+import hashlib
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -25,6 +26,9 @@ from stock.profile import Profiler, profiling, region
 
 class EngineError(StockError):
     pass
+
+
+FAULT_BIAS = 50.0  # the test-only fault: added to one token's logit (see options.py)
 
 
 @dataclass
@@ -59,6 +63,7 @@ class ForcedResult:
     argmax: list[int]  # the engine's own choice at each forced position
     margin: list[float]  # reference logit margin: top-1 minus top-2 of the engine's logits
     forced: list[int]
+    digests: list[str] = field(default_factory=list)  # per position, when asked: logits' hash
 
     @property
     def mismatches(self) -> list[int]:
@@ -73,12 +78,26 @@ class Engine:
         self.max_context = max_context or model.cfg.max_position
         self.stop_ids = frozenset(stop_ids)
         self.cache = model.new_cache(self.max_context)
+        self._prompt_len = 0  # for the test-only fault: which new token a logit row predicts
 
     # -- one verification step -------------------------------------------------------------
     def _verify(self, pending: int, chain: list[int], start: int, hidden_layers=()):
         ids = torch.tensor([[pending] + chain], device=self.model.device)
         out = self.model(ids, self.cache, start, logits="all", hidden_layers=hidden_layers)
-        return out.logits[0], out.hidden
+        for _ in range(self.options["repeat_work"]):  # test-only: identical writes, same result
+            self.model(ids, self.cache, start, logits="all", hidden_layers=hidden_layers)
+        logits = out.logits[0]
+        if self.options["fault_logit_bias_after"] >= 0:
+            logits = self._fault(logits, start + 1 - self._prompt_len)
+        return logits, out.hidden
+
+    def _fault(self, logits: torch.Tensor, first: int) -> torch.Tensor:
+        """Test-only fault: bias one token's logit in rows predicting new token >= after."""
+        after = self.options["fault_logit_bias_after"]
+        rows = torch.arange(first, first + logits.shape[0], device=logits.device) >= after
+        logits = logits.clone()
+        logits[rows, logits.shape[-1] // 2] += FAULT_BIAS
+        return logits
 
     def _prefill(self, prompt: list[int]) -> int:
         if not prompt:
@@ -90,7 +109,11 @@ class Engine:
             ids = torch.tensor([prompt], device=self.model.device)
             out = self.model(ids, self.cache, 0, logits="last")
             self.cache.commit(len(prompt))
-            return int(out.logits[0, -1].argmax())
+            self._prompt_len = len(prompt)
+            last = out.logits[0, -1:]
+            if self.options["fault_logit_bias_after"] >= 0:
+                last = self._fault(last, 0)
+            return int(last.argmax())
 
     def generate(self, prompt: list[int], max_new: int, drafter: Drafter | None = None,
                  recorder: LatticeRecorder | None = None,
@@ -158,10 +181,12 @@ class Engine:
             torch.cuda.synchronize(self.model.device)
 
     # -- token forcing -----------------------------------------------------------------------
-    def force(self, prompt: list[int], forced: list[int], chunk: int | None = None) -> ForcedResult:
+    def force(self, prompt: list[int], forced: list[int], chunk: int | None = None,
+              digests: bool = False) -> ForcedResult:
         """Run with `forced` as the output; at every position record the engine's argmax and
         its top-1 minus top-2 logit margin. Steps verify `chunk` tokens at a time (default:
-        draft_len + 1, the speculative step's shape)."""
+        draft_len + 1, the speculative step's shape). `digests`: also a hash of each
+        position's fp32 logits, for bit-identity checks."""
         if not forced:
             raise EngineError("nothing to force")
         if len(prompt) + len(forced) > self.max_context:
@@ -169,6 +194,7 @@ class Engine:
                                   f"exceed the context of {self.max_context}")
         chunk = chunk or self.options["draft_len"] + 1
         self.cache.rollback(0)
+        self._prompt_len = len(prompt)
         ids = torch.tensor([prompt[:-1]], device=self.model.device)
         if len(prompt) > 1:
             self.model(ids, self.cache, 0, logits="none")
@@ -176,6 +202,7 @@ class Engine:
         seq = [prompt[-1]] + forced[:-1]  # position i's input predicts forced[i]
         argmax: list[int] = []
         margin: list[float] = []
+        hashes: list[str] = []
         for s in range(0, len(seq), chunk):
             part = seq[s:s + chunk]
             start = self.cache.length
@@ -183,5 +210,9 @@ class Engine:
             top2 = logits.topk(2, dim=-1)
             argmax += top2.indices[:, 0].tolist()
             margin += (top2.values[:, 0] - top2.values[:, 1]).tolist()
+            if digests:
+                rows = logits.float().cpu().numpy()
+                hashes += [hashlib.blake2b(row.tobytes(), digest_size=8).hexdigest()
+                           for row in rows]
             self.cache.commit(start + len(part))
-        return ForcedResult(argmax, margin, list(forced))
+        return ForcedResult(argmax, margin, list(forced), hashes)

@@ -142,3 +142,9 @@ register("lattice_topk", int, 4, "tokens kept per draft position in the lattice"
 register("ngram_max", int, 4, "longest n-gram the prompt-lookup drafter matches")
 register("ngram_min", int, 1, "shortest n-gram the prompt-lookup drafter matches")
 register("draft_layers", int, 4, "layers of the target reused by the truncated draft model")
+
+# Test-only options: they exist to prove the judges work. Defaults are stock exactly.
+register("repeat_work", int, 0, "test only: repeat each verification forward this many extra "
+         "times (a genuinely slower candidate for the controller's tests)")
+register("fault_logit_bias_after", int, -1, "test only: after this many new tokens, add a large "
+         "logit bias to one token (the fault the sealed forcing check must catch); -1 = off")

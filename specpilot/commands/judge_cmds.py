@@ -1,0 +1,137 @@
+"""`specpilot compare`, `specpilot gate` and `specpilot analyze`: the judges' doors."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from specpilot.config import find_root
+from specpilot.errors import SpecPilotError
+
+EXIT_NOT_ADOPTED = 3
+EXIT_GATE_FAILED = 4
+
+
+def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
+    out = {}
+    for item in values:
+        if "=" not in item:
+            raise SpecPilotError(f"{flag}: expected name=value, got {item!r}", code=2)
+        name, value = item.split("=", 1)
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _devices(text: str | None) -> list[str] | None:
+    if not text:
+        return None
+    items = [d.strip() for d in text.split(",") if d.strip()]
+    if all(d.isdigit() for d in items):
+        import torch
+
+        kind = "cuda" if torch.cuda.is_available() else "cpu"
+        if kind == "cpu" and len(items) == 1:
+            return ["cpu"]
+        return [f"{kind}:{d}" for d in items]
+    return items
+
+
+def _root():
+    root = find_root()
+    if root is None:
+        raise SpecPilotError("not in a SpecPilot project (no .specpilot/config.toml); "
+                             "run `specpilot init`", code=2)
+    return root
+
+
+@click.command("compare")
+@click.argument("a")
+@click.argument("b")
+@click.option("--opt-a", multiple=True, metavar="NAME=VALUE", help="option for A (repeatable)")
+@click.option("--opt-b", multiple=True, metavar="NAME=VALUE", help="option for B (repeatable)")
+@click.option("--devices", default=None,
+              help="one device, or two run side by side: 0,1 (cuda if present, else one CPU "
+                   "core each), or names such as cuda:0,cuda:1")
+@click.option("--rounds", type=int, default=None, help="measured rounds (config: controller.rounds)")
+@click.option("--requests", "n_requests", type=int, default=None, help="requests per round")
+@click.option("--max-new", type=int, default=None, help="new tokens per request")
+@click.option("--request-set", default="dev", show_default=True, help="dev, sealed or a JSONL file")
+@click.option("--sigma", type=float, default=None, help="noise σ to use instead of the cached A/A")
+@click.option("--model", default=None, help="model (default: config)")
+@click.option("--json", "as_json", is_flag=True)
+def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, request_set, sigma,
+                model, as_json):
+    """Paired benchmark of B against A (commits, or `stock` for HEAD). Exit 0 if B is
+    adopted, 3 if not."""
+    from specpilot.controller import compare
+
+    def progress(msg):
+        if not as_json:
+            click.echo(f"  {msg}", err=True)
+
+    rep = compare(_root(), a, b, _pairs(opt_a, "--opt-a"), _pairs(opt_b, "--opt-b"),
+                  _devices(devices), rounds, model, n_requests, max_new, sigma, request_set,
+                  progress)
+    if as_json:
+        click.echo(rep.model_dump_json(indent=1))
+    else:
+        est, dec = rep.estimate, rep.decision
+        method = {"t": "t-interval", "bca": "BCa bootstrap"}[est.method]
+        wil = "n/a" if est.wilcoxon_p is None else f"{est.wilcoxon_p:.3g}"
+        click.echo(f"A {rep.a.rev} ({rep.a.commit[:10]}, tree {rep.a.tree[:10]}) "
+                   f"options {rep.a.options or 'defaults'}")
+        click.echo(f"B {rep.b.rev} ({rep.b.commit[:10]}, tree {rep.b.tree[:10]}) "
+                   f"options {rep.b.options or 'defaults'}")
+        click.echo(f"{rep.mode} on {', '.join(rep.devices)} ({rep.paired.hardware}); "
+                   f"{rep.rounds} rounds x {len(rep.requests)} requests = {est.pairs} pairs, "
+                   f"{rep.warmup_rounds} warm-up round(s) excluded")
+        click.echo(f"gain of B over A   {est.gain:+.2%}")
+        click.echo(f"lower bound        {est.lower_bound:+.2%}  (one-sided {est.level:.0%}, {method})")
+        click.echo(f"Wilcoxon p         {wil}  (one-sided, B faster)")
+        click.echo(f"noise sigma        {rep.sigma:.2%}  ({rep.sigma_source})")
+        click.echo(f"threshold          {dec.threshold:.2%}"
+                   f"{'  (outputs diverge: raised bar)' if dec.diverged else ''}")
+        click.echo(f"verdict            {dec.verdict}; B is {dec.direction}")
+    sys.exit(0 if rep.decision.adopted else EXIT_NOT_ADOPTED)
+
+
+@click.command("gate")
+@click.option("--check", type=click.Choice(["dev", "sealed"]), default="dev", show_default=True,
+              help="dev: dev requests, gates.dev_length tokens; sealed: the final check")
+@click.option("--opt", "opts", multiple=True, metavar="NAME=VALUE", help="candidate option")
+@click.option("--default", "default_gate", is_flag=True,
+              help="the option-default gate (every option at its default) instead of forcing")
+@click.option("--exact", is_flag=True, help="demand bit-identical logits")
+@click.option("--requests", "n_requests", type=int, default=None, help="how many requests")
+@click.option("--length", type=int, default=None, help="forced new tokens (default: config)")
+@click.option("--json", "as_json", is_flag=True)
+def gate_cmd(check, opts, default_gate, exact, n_requests, length, as_json):
+    """Correctness gates of this tree's system against stock's cached reference outputs.
+    Exit 0 if the gate passes, 4 if it fails."""
+    from specpilot.gates_run import run_gate
+
+    rep = run_gate(_root(), check, _pairs(opts, "--opt"), default_gate, exact, n_requests,
+                   length)
+    if as_json:
+        click.echo(rep.model_dump_json(indent=1))
+    else:
+        click.echo(f"{rep.gate} gate, {rep.check} check: {len(rep.requests)} requests, "
+                   f"{rep.tokens_checked} forced tokens (up to {rep.length} each)"
+                   f"{', exact logits' if rep.exact else ''}")
+        for m in rep.mismatches[:20]:
+            click.echo(f"  mismatch {m.request_id} @{m.position}: {m.candidate_token} vs "
+                       f"{m.reference_token}, reference margin {m.reference_margin:.4f}"
+                       f"{' (near-tie)' if m.near_tie else ''}")
+        if len(rep.mismatches) > 20:
+            click.echo(f"  ... {len(rep.mismatches) - 20} more")
+        for reason in rep.reasons:
+            click.echo(f"  FAIL: {reason}")
+        click.echo("PASS" if rep.passed else "FAIL")
+    sys.exit(0 if rep.passed else EXIT_GATE_FAILED)
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(compare_cmd)
+    cli.add_command(gate_cmd)

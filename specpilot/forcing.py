@@ -1,0 +1,229 @@
+"""Correctness: reference outputs, the option-default gate and the token-forcing gate.
+
+Reference: stock's greedy output for a request at full precision (fp32 on CPU), computed
+with stock's lossless speculative decoding (ngram drafter; greedy speculative output equals
+greedy autoregressive output), then one forced pass of stock over it recording, per
+position, stock's argmax, its top-1 minus top-2 margin and a hash of its logits. Cached
+under .specpilot/cache/references/ keyed by model, stock tree hash, request id and length;
+a longer entry (or one that stopped early) serves any shorter length.
+
+Gates (each returns a GateReport; `passed` is the verdict):
+- option-default: a candidate with every option at its default must give stock's logits bit
+  for bit at every forced position and the reference's tokens when generating;
+- token forcing: the candidate runs with the reference tokens forced; every position where
+  its own choice differs is a mismatch, reported with the reference margin. Mismatches at
+  near-ties (margin <= epsilon) are tolerated up to a rate; any other mismatch fails.
+  `exact` demands bit-identical logits instead.
+Development checks force up to gates.dev_length new tokens, the sealed check sealed_length.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from specpilot.config import GatesSection
+from specpilot.errors import SpecPilotError
+
+SCHEMA_VERSION = 1
+REFS_DIR = Path(".specpilot") / "cache" / "references"
+
+
+class Reference(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    model: str
+    stock_tree: str
+    request_id: str
+    length: int                 # the budget asked for; tokens may be shorter (a stop)
+    prompt_ids: list[int]
+    tokens: list[int]
+    stop_reason: str
+    chunk: int                  # tokens per step of the forced pass below
+    argmax: list[int]           # stock's own choice at each forced position
+    margins: list[float]        # stock's top-1 minus top-2 logit at each position
+    digests: list[str]          # hash of stock's fp32 logits at each position
+
+    def cut(self, length: int) -> "Reference":
+        """The same reference for a smaller budget (a prefix of it)."""
+        if length >= self.length:
+            return self
+        n = min(length, len(self.tokens))
+        stop = "length" if n < len(self.tokens) or self.stop_reason == "length" else self.stop_reason
+        return self.model_copy(update=dict(
+            length=length, tokens=self.tokens[:n], argmax=self.argmax[:n],
+            margins=self.margins[:n], digests=self.digests[:n], stop_reason=stop))
+
+
+class Mismatch(BaseModel):
+    request_id: str
+    position: int               # index among the new tokens
+    candidate_token: int
+    reference_token: int
+    reference_margin: float
+    near_tie: bool
+
+
+class GateReport(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    gate: Literal["option-default", "forcing"]
+    check: str                  # dev | sealed | custom
+    length: int
+    exact: bool
+    requests: list[str]
+    tokens_checked: int
+    mismatches: list[Mismatch]
+    near_ties_allowed: int
+    logit_differences: dict[str, int]  # request -> first position whose logits differ
+    passed: bool
+    reasons: list[str]
+
+
+class ReferenceCache:
+    def __init__(self, root: Path):
+        self.folder = Path(root) / REFS_DIR
+
+    def _dir(self, model: str, stock_tree: str) -> Path:
+        slug = hashlib.sha256(model.encode()).hexdigest()[:12]
+        return self.folder / slug / stock_tree
+
+    def get(self, model: str, stock_tree: str, request_id: str, length: int) -> Reference | None:
+        folder = self._dir(model, stock_tree)
+        if not folder.is_dir():
+            return None
+        for path in sorted(folder.glob(f"{request_id}@*.json"),
+                           key=lambda p: int(p.stem.rsplit("@", 1)[1])):
+            try:
+                ref = Reference.model_validate_json(path.read_text())
+            except ValueError:
+                continue
+            if ref.schema_version != SCHEMA_VERSION or ref.request_id != request_id:
+                continue
+            if ref.length >= length or ref.stop_reason == "stop":
+                return ref.cut(length)
+        return None
+
+    def put(self, ref: Reference) -> None:
+        folder = self._dir(ref.model, ref.stock_tree)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{ref.request_id}@{ref.length}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(ref.model_dump_json())
+        tmp.replace(path)
+
+
+def stock_tree_of(package_root: Path | None = None, system_paths=("stock", "kernels")) -> str:
+    """Tree hash of the stock code this process runs (the reference's provenance)."""
+    import stock
+
+    from specpilot.controller_worker import tree_hash
+
+    root = package_root or Path(stock.__file__).resolve().parents[1]
+    return tree_hash(root, list(system_paths))
+
+
+def compute_reference(stock_engine, prompt_ids: list[int], request_id: str, length: int,
+                      model: str, stock_tree: str, cfg: GatesSection) -> Reference:
+    """Stock's greedy output (lossless ngram speculation) and stock's forced pass over it."""
+    from stock.engine import Engine
+    from stock.options import Options
+    from stock.system import make_drafter
+
+    base = stock_engine.options.non_default()
+    if base:
+        raise SpecPilotError(f"the reference engine must be stock at defaults, has {base}")
+    engine = Engine(stock_engine.model, Options({"draft_len": cfg.reference_draft_len}),
+                    stock_engine.max_context, stock_engine.stop_ids)
+    engine.cache = stock_engine.cache  # share the buffer: one cache's memory, not two
+    gen = engine.generate(prompt_ids, length, make_drafter("ngram", engine))
+    forced = stock_engine.force(prompt_ids, gen.tokens, chunk=cfg.chunk, digests=True)
+    return Reference(model=model, stock_tree=stock_tree, request_id=request_id, length=length,
+                     prompt_ids=list(prompt_ids), tokens=gen.tokens, stop_reason=gen.stop_reason,
+                     chunk=cfg.chunk, argmax=forced.argmax, margins=forced.margin,
+                     digests=forced.digests)
+
+
+def references(stock_system, requests, length: int, cache: ReferenceCache, model: str,
+               stock_tree: str, cfg: GatesSection) -> list[Reference]:
+    """The reference of each request for `length` new tokens, from the cache or computed."""
+    out = []
+    for req in requests:
+        ref = cache.get(model, stock_tree, req.id, length)
+        if ref is None:
+            ids = stock_system.tokenizer.chat(req.prompt)
+            ref = compute_reference(stock_system.engine, ids, req.id, length, model,
+                                    stock_tree, cfg)
+            cache.put(ref)
+        out.append(ref)
+    return out
+
+
+def forcing_gate(candidate_engine, refs: list[Reference], cfg: GatesSection,
+                 exact: bool = False, check: str = "custom") -> GateReport:
+    """Force each reference through the candidate; judge its mismatches (or its logits)."""
+    mismatches: list[Mismatch] = []
+    differ: dict[str, int] = {}
+    tokens = 0
+    for ref in refs:
+        if not ref.tokens:
+            continue
+        fr = candidate_engine.force(ref.prompt_ids, ref.tokens, chunk=ref.chunk, digests=exact)
+        tokens += len(ref.tokens)
+        for i in fr.mismatches:
+            margin = ref.margins[i]
+            mismatches.append(Mismatch(request_id=ref.request_id, position=i,
+                                       candidate_token=fr.argmax[i],
+                                       reference_token=ref.tokens[i], reference_margin=margin,
+                                       near_tie=margin <= cfg.near_tie_epsilon))
+        if exact:
+            first = next((i for i, (a, b) in enumerate(zip(fr.digests, ref.digests)) if a != b),
+                         None)
+            if first is not None:
+                differ[ref.request_id] = first
+    allowed = math.floor(cfg.near_tie_rate * tokens)
+    reasons = []
+    hard = [m for m in mismatches if not m.near_tie]
+    if exact:  # bit-identical logits is the whole criterion (it implies stock's choices)
+        if differ:
+            reasons.append(f"logits differ from stock on {len(differ)} request(s); first at "
+                           + ", ".join(f"{k} position {v}" for k, v in differ.items()))
+    elif hard:
+        m = hard[0]
+        reasons.append(f"{len(hard)} mismatch(es) beyond near-ties; first: {m.request_id} "
+                       f"position {m.position} (reference margin {m.reference_margin:.3f})")
+    ties = len(mismatches) - len(hard)
+    if not exact and ties > allowed:
+        reasons.append(f"{ties} near-tie mismatches exceed the {allowed} allowed "
+                       f"({cfg.near_tie_rate:g} of {tokens} tokens)")
+    return GateReport(gate="forcing", check=check, length=max((r.length for r in refs), default=0),
+                      exact=exact, requests=[r.request_id for r in refs], tokens_checked=tokens,
+                      mismatches=mismatches, near_ties_allowed=allowed, logit_differences=differ,
+                      passed=not reasons, reasons=reasons)
+
+
+def option_default_gate(candidate_engine, refs: list[Reference], cfg: GatesSection,
+                        drafter: str = "ngram", check: str = "dev") -> GateReport:
+    """All options at defaults: stock's logits bit for bit, and the reference's tokens."""
+    from stock.system import make_drafter
+
+    changed = candidate_engine.options.non_default()
+    if changed:
+        raise SpecPilotError(f"the option-default gate needs every option at its default; "
+                             f"set: {changed}")
+    report = forcing_gate(candidate_engine, refs, cfg, exact=True, check=check)
+    reasons = list(report.reasons)
+    for ref in refs:
+        n = min(cfg.default_tokens, len(ref.tokens))
+        if n == 0:
+            continue
+        got = candidate_engine.generate(ref.prompt_ids, n,
+                                        make_drafter(drafter, candidate_engine)).tokens
+        if got != ref.tokens[:n]:
+            at = next((i for i, (a, b) in enumerate(zip(got, ref.tokens)) if a != b),
+                      min(len(got), n))
+            reasons.append(f"{ref.request_id}: generated tokens differ from stock's at {at}")
+    return report.model_copy(update=dict(gate="option-default", reasons=reasons,
+                                         passed=not reasons))

@@ -1,0 +1,196 @@
+"""Clean checkouts of a commit's system paths, and a system served by a worker process.
+
+A checkout is exported from git objects (never from a live worktree) into
+`.specpilot/cache/checkouts/<system tree hash>/`, checked against that hash, and made
+read-only. A `Worker` runs `specpilot/controller_worker.py` with PYTHONPATH set to the
+checkout alone, an environment stripped of option variables, requests on its stdin and
+replies on a private pipe; it checks the worker's report of options and tree hash.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specpilot.controller_worker import tree_hash
+from specpilot.errors import SpecPilotError
+from specpilot.gitstore import GitStore
+
+WORKER = Path(__file__).with_name("controller_worker.py")
+CHECKOUTS = Path(".specpilot") / "cache" / "checkouts"
+SCRUB_ENV = ("SPECPILOT_OPTS", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE")
+
+
+class WorkerError(SpecPilotError):
+    pass
+
+
+@dataclass(frozen=True)
+class Checkout:
+    commit: str
+    tree: str  # git tree hash of the system paths
+    path: Path
+
+
+def clean_checkout(store: GitStore, rev: str, system_paths: list[str],
+                   cache_root: Path) -> Checkout:
+    commit = store.must_resolve(rev)
+    tree = store.system_tree(commit, system_paths)
+    dest = cache_root / CHECKOUTS / tree
+    if dest.is_dir() and tree_hash(dest, system_paths) == tree:
+        return Checkout(commit, tree, dest)
+    if dest.exists():  # damaged or half-written: rebuild
+        _make_writable(dest)
+        shutil.rmtree(dest)
+    tmp = dest.with_name(f"{tree}.tmp{os.getpid()}")
+    if tmp.exists():
+        _make_writable(tmp)
+        shutil.rmtree(tmp)
+    store.export(commit, system_paths, tmp)
+    got = tree_hash(tmp, system_paths)
+    if got != tree:
+        raise WorkerError(f"checkout of {commit[:12]} hashes to {got[:12]}, not {tree[:12]}")
+    _make_readonly(tmp)
+    os.replace(tmp, dest)
+    return Checkout(commit, tree, dest)
+
+
+def _make_readonly(root: Path) -> None:
+    for folder, dirs, files in os.walk(root):
+        for name in files:
+            p = Path(folder) / name
+            p.chmod(p.stat().st_mode & ~0o222)
+
+
+def _make_writable(root: Path) -> None:
+    for folder, dirs, files in os.walk(root):
+        for name in files + dirs:
+            p = Path(folder) / name
+            if not p.is_symlink():
+                p.chmod(p.stat().st_mode | 0o200)
+
+
+def _same(effective, asked) -> bool:
+    """Does the worker's parsed option value match what was asked (text or typed)?"""
+    if isinstance(effective, bool):
+        text = str(asked).strip().lower()
+        return text in (("1", "true", "yes", "on") if effective else ("0", "false", "no", "off"))
+    if isinstance(effective, (int, float)) and not isinstance(asked, bool):
+        try:
+            return type(effective)(str(asked).strip()) == effective
+        except ValueError:
+            return False
+    return str(effective) == str(asked)
+
+
+@dataclass
+class Reply:
+    tokens: list[int]
+    seconds: float  # measured by the controller around the channel
+    worker_s: float
+    steps: int
+
+
+@dataclass
+class Worker:
+    """One system on one device, served from a clean checkout by a separate process."""
+
+    label: str
+    checkout: Checkout
+    system_paths: list[str]
+    model: str
+    options: dict
+    device: str
+    log_path: Path
+    drafter: str | None = None
+    max_context: int | None = None
+    ready: dict = field(default_factory=dict)
+
+    def start(self, timeout: float = 600.0) -> dict:
+        env = {k: v for k, v in os.environ.items() if k not in SCRUB_ENV}
+        env.update(PYTHONPATH=str(self.checkout.path), PYTHONDONTWRITEBYTECODE="1",
+                   PYTHONNOUSERSITE="1")
+        read_fd, write_fd = os.pipe()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-P", "-B", "-s", str(WORKER), str(write_fd)],
+            stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT,
+            pass_fds=(write_fd,), cwd=self.checkout.path, env=env, text=True,
+            start_new_session=True)
+        os.close(write_fd)
+        self._replies = os.fdopen(read_fd, "r")
+        self._send({"checkout": str(self.checkout.path), "system_paths": self.system_paths,
+                    "model": self.model, "options": self.options, "device": self.device,
+                    "drafter": self.drafter, "max_context": self.max_context})
+        self.ready = self._receive("ready")
+        self._check_ready()
+        return self.ready
+
+    def _check_ready(self) -> None:
+        if self.ready.get("tree") != self.checkout.tree:
+            raise WorkerError(f"{self.label}: worker reports tree {self.ready.get('tree')}, "
+                              f"asked for {self.checkout.tree}")
+        effective = self.ready.get("options", {})
+        for name, value in self.options.items():
+            if name not in effective or not _same(effective[name], value):
+                raise WorkerError(f"{self.label}: option {name} in effect is "
+                                  f"{effective.get(name)!r}, asked for {value!r}")
+        if Path(self.ready.get("stock_file", "/")).resolve().parents[1] != \
+                self.checkout.path.resolve():
+            raise WorkerError(f"{self.label}: stock ran from {self.ready.get('stock_file')}")
+
+    def run(self, request_id: str, max_new: int, prompt: str | None = None,
+            ids: list[int] | None = None) -> Reply:
+        msg = {"cmd": "run", "id": request_id, "max_new": max_new}
+        msg.update({"ids": ids} if ids is not None else {"prompt": prompt})
+        t0 = time.perf_counter()
+        self._send(msg)
+        rep = self._receive("done")
+        seconds = time.perf_counter() - t0
+        if rep.get("id") != request_id:
+            raise WorkerError(f"{self.label}: reply for {rep.get('id')!r}, sent {request_id!r}")
+        return Reply(rep["tokens"], seconds, rep.get("worker_s", 0.0), rep.get("steps", 0))
+
+    def _send(self, msg: dict) -> None:
+        try:
+            self.proc.stdin.write(json.dumps(msg) + "\n")
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            raise WorkerError(f"{self.label}: worker exited; see {self.log_path}") from None
+
+    def _receive(self, event: str) -> dict:
+        line = self._replies.readline()
+        if not line:
+            self.proc.wait(timeout=30)
+            raise WorkerError(f"{self.label}: worker exited with {self.proc.returncode}; "
+                              f"see {self.log_path}")
+        msg = json.loads(line)
+        if msg.get("event") == "error":
+            raise WorkerError(f"{self.label}: {msg.get('message')} (log: {self.log_path})")
+        if msg.get("event") != event:
+            raise WorkerError(f"{self.label}: expected {event}, got {msg.get('event')}")
+        return msg
+
+    def stop(self) -> None:
+        proc = getattr(self, "proc", None)
+        if proc is None:
+            return
+        try:
+            if proc.poll() is None:
+                self._send({"cmd": "quit"})
+                proc.stdin.close()
+                proc.wait(timeout=30)
+        except (WorkerError, subprocess.TimeoutExpired, OSError):
+            proc.kill()
+            proc.wait()
+        finally:
+            self._replies.close()
+            self._log.close()
+            self.proc = None
