@@ -47,24 +47,62 @@ def _tree_accepts(steps) -> tuple[float, float]:
     return actual / len(steps), optimal / len(steps)
 
 
+class Base:
+    """The project's own stock at default options, with dev prompts as token ids. Supports
+    `random:<preset>` models (tests) with random token prompts."""
+
+    def __init__(self, model: str, max_context: int = 2048):
+        from stock.engine import Engine
+        from stock.options import Options
+
+        if model.startswith("random:"):
+            import random
+
+            from stock.config import PRESETS
+            from stock.model import Transformer
+
+            rng = random.Random(0)
+            self.engine = Engine(Transformer.random(PRESETS[model[7:]]), Options(),
+                                 max_context, set())
+            self.prompts = [("rand-%d" % i, [rng.randrange(1, 256) for _ in range(16)])
+                            for i in range(8)]
+            self.device = torch.device("cpu")
+        else:
+            from stock.requests import load_dev, select
+            from stock.system import load_system
+
+            system = load_system(model, Options(), None, max_context)
+            self.engine, self.device = system.engine, system.device
+            self.prompts = [(r.id, system.tokenizer.chat(r.prompt)[-1024:])
+                            for r in select(load_dev(), None, 1)]
+
+    def engine_with(self, options: dict):
+        from stock.engine import Engine
+        from stock.options import Options
+
+        e = self.engine
+        return Engine(e.model, Options(options), e.max_context, e.stop_ids)
+
+    def drafter(self, name: str, engine):
+        from stock.system import make_drafter
+
+        return make_drafter(name, engine)
+
+
 def analyze(model: str, requests: int = 2, max_new: int = 32, drafter: str = "ngram") -> dict:
     """The Phase 0 report of the project's own stock at default options."""
     from stock.lattice_log import LatticeRecorder
-    from stock.options import Options
     from stock.profile import Profiler
-    from stock.requests import load_dev, select
-    from stock.system import load_system
 
     t0 = time.perf_counter()
-    system = load_system(model, Options(), None, 2048)
-    engine = system.engine
-    reqs = select(load_dev(), None, 1)[:requests]
+    base = Base(model)
+    engine = base.engine
     recorder = LatticeRecorder(engine.options["lattice_topk"])
-    profiler = Profiler(system.device)
+    profiler = Profiler(base.device)
     steps = decode_s = 0.0
-    for req in reqs:
-        ids = system.tokenizer.chat(req.prompt)[-1500:]
-        res = engine.generate(ids, max_new, system.drafter(drafter), recorder, profiler)
+    reqs = base.prompts[:requests]
+    for _rid, ids in reqs:
+        res = engine.generate(ids, max_new, base.drafter(drafter, engine), recorder, profiler)
         steps += res.steps
         decode_s += res.decode_s
     prof = profiler.report()
@@ -72,7 +110,7 @@ def analyze(model: str, requests: int = 2, max_new: int = 32, drafter: str = "ng
     step_ms = 1e3 * decode_s / max(steps, 1)
     kernel_ms = sum(v for k, v in prof["per_step_ms"].items() if k != "other")
     params = sum(p.numel() * p.element_size() for p in engine.model.parameters())
-    bw = _bandwidth_gbs(system.device)
+    bw = _bandwidth_gbs(base.device)
     bound_ms = params / (bw * 1e9) * 1e3
     factors = {"tau": round(optimal / actual, 3),
                "kernel": round(max(kernel_ms, 1e-9) / bound_ms, 3),
@@ -80,8 +118,8 @@ def analyze(model: str, requests: int = 2, max_new: int = 32, drafter: str = "ng
     return {
         "schema_version": 1,
         "source": "cycle/phase0 (stock profile + lattices; costmodel.py not available)",
-        "model": model, "device": str(system.device), "drafter": drafter,
-        "requests": [r.id for r in reqs], "max_new": max_new,
+        "model": model, "device": str(base.device), "drafter": drafter,
+        "requests": [r[0] for r in reqs], "max_new": max_new,
         "accepted_per_step": round(actual, 3), "tree_bound_per_step": round(optimal, 3),
         "step_ms": round(step_ms, 3), "profile_per_step_ms": prof["per_step_ms"],
         "weight_bytes": params, "copy_bandwidth_gbs": round(bw, 2),
