@@ -30,6 +30,52 @@ def entry_patch(root: Path, entry_id: str) -> tuple[bytes, object]:
     raise SpecPilotError(f"no memory entry {entry_id!r}")
 
 
+def _resolve_additions(wt: GitStore, folder: Path) -> bool:
+    """Resolve conflicts where both sides only added lines at the same place (e.g. two
+    option registrations appended to stock/options.py): keep ours, then theirs. Any other
+    conflict is left alone and reported (False)."""
+    unmerged = sorted({line.split("\t", 1)[1] for line in
+                       wt.run("ls-files", "-u").splitlines() if "\t" in line})
+    if not unmerged:
+        return False
+    merged: dict[str, bytes] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in unmerged:
+            files = []
+            for stage in (2, 1, 3):
+                res = wt.call("show", f":{stage}:{path}")
+                if res.rc != 0:
+                    return False
+                f = Path(tmp) / f"{stage}"
+                f.write_bytes(res.out)
+                files.append(str(f))
+            diff3 = wt.call("merge-file", "-p", "--diff3", *files).out.decode(errors="replace")
+            if not _only_additions(diff3):
+                return False
+            merged[path] = wt.call("merge-file", "-p", "--union", *files).out
+    for path, data in merged.items():
+        (folder / path).write_bytes(data)
+        wt.run("add", "--", path)
+    return True
+
+
+def _only_additions(diff3: str) -> bool:
+    """True if every conflict block of a diff3 merge has an empty base section."""
+    state = None
+    for line in diff3.splitlines():
+        if line.startswith("<<<<<<< "):
+            state = "ours"
+        elif line.startswith("||||||| ") and state == "ours":
+            state = "base"
+        elif line.startswith("=======") and state == "base":
+            state = "theirs"
+        elif line.startswith(">>>>>>> "):
+            state = None
+        elif state == "base":
+            return False
+    return True
+
+
 def produce(ctx: AgentContext) -> Candidate:
     entry_id = ctx.direction.entry or ""
     patch, meta = entry_patch(ctx.root, entry_id)
@@ -40,7 +86,9 @@ def produce(ctx: AgentContext) -> Candidate:
         res = wt.call("apply", "--3way", "--whitespace=nowarn", fh.name)
     finally:
         Path(fh.name).unlink(missing_ok=True)
-    if res.rc != 0:
+    if res.rc != 0 and _resolve_additions(wt, ctx.worktree):
+        ctx.progress(f"{entry_id}: 3-way conflicts were pure additions on both sides; kept both")
+    elif res.rc != 0:
         raise SpecPilotError(f"entry {entry_id} does not apply onto {ctx.base.commit[:12]}: "
                              f"{res.err.strip()[:300]}")
     commit = commit_worktree(ctx, f"reuse {entry_id}: {meta.title}")
