@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -29,6 +30,8 @@ class AgentContext:
     device_env: dict = field(default_factory=dict)   # CUDA_VISIBLE_DEVICES for this agent
     progress: Callable[[str], None] = lambda s: None
     client: object | None = None                      # an Anthropic client (or scripted one)
+    spent: dict = field(default_factory=dict)         # the cycle's API spend, shared
+    sleep: Callable[[float], None] = time.sleep       # backoff sleeps (tests shorten them)
 
 
 def commit_worktree(ctx: AgentContext, message: str) -> str | None:

@@ -25,6 +25,7 @@ class Submission:
     option: str
     summary: str
     predicted_gain: float
+    value: str = "true"
 
 
 @dataclass

@@ -40,6 +40,8 @@ class Cycle:
         self._progress = progress
         self._refs: dict[str, list] = {}
         self.client = client
+        self.spent: dict = {}         # the cycle's API spend, shared by its agents
+        self.sleep = time.sleep       # backoff sleeps (tests shorten them)
         self._t0 = time.time()
         self._wall0 = state.wall_s
 
@@ -87,7 +89,8 @@ class Cycle:
         return AgentContext(self.root, self.cfg, self.ex, self.state.base, ds.direction, wt,
                             self.runs.transcript(ds.direction.id),
                             self.runs.log_dir(ds.direction.id), device_env,
-                            lambda m: self.progress(ds.direction.id, m), self.client)
+                            lambda m: self.progress(ds.direction.id, m), self.client,
+                            self.spent, self.sleep)
 
     def record_entry(self, ds: DirectionState) -> str:
         from specpilot.cycle.entries import record_adopted
