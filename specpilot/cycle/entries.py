@@ -11,18 +11,27 @@ from specpilot.memory.record import record
 from specpilot.memory.store import Memory
 
 
-def _option_specs(names: dict) -> list[dict]:
-    from stock.options import REGISTRY
-
+def _option_specs(names: dict, known: dict) -> list[dict]:
+    """Option registrations as the candidate's own code defines them (from the gate run)."""
     specs = []
     for name, value in names.items():
-        opt = REGISTRY.get(name)
-        typ = opt.type.__name__ if opt else "str"
-        default = opt.default if opt else ""
-        specs.append({"name": name, "type": typ if typ in ("bool", "int", "float", "str")
-                      else "str", "default": default, "tuned": value,
-                      "help": opt.help if opt else ""})
+        opt = known.get(name, {"type": "str", "default": "", "help": ""})
+        typ = opt["type"] if opt["type"] in ("bool", "int", "float", "str") else "str"
+        specs.append({"name": name, "type": typ, "default": opt["default"],
+                      "tuned": _typed(typ, value), "help": opt["help"]})
     return specs
+
+
+def _typed(typ: str, value: str):
+    text = str(value).strip()
+    if typ == "bool":
+        return text.lower() in ("1", "true", "yes", "on")
+    if typ in ("int", "float"):
+        try:
+            return int(text) if typ == "int" else float(text)
+        except ValueError:
+            return text
+    return text
 
 
 def record_adopted(cycle, ds) -> str:
@@ -38,7 +47,9 @@ def record_adopted(cycle, ds) -> str:
                        "detail": f"specpilot explore {state.run_id}, direction {d.id}, "
                                  f"backend {d.backend}"},
         "options": _option_specs({k: v2 for k, v2 in cand.options.items()
-                                  if state.base.options.get(k) != v2}),
+                                  if state.base.options.get(k) != v2},
+                                 next((g["option_specs"] for g in ds.gates
+                                       if "option_specs" in g), {})),
         "constraints": [{"kind": "token_forcing",
                          "detail": f"dev token forcing gate passed "
                                    f"({cycle.gates_cfg.dev_length} tokens, "

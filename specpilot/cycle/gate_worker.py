@@ -53,7 +53,14 @@ def main(argv: list[str]) -> int:
     if job.get("forcing_gate"):
         engine = Engine(net, Options(job["options"]), ctx, stops)
         reports.append(forcing_gate(engine, refs, cfg, exact=False, check=job["check"]))
-    Path(argv[2]).write_text(json.dumps([r.model_dump(mode="json") for r in reports]))
+    out = [r.model_dump(mode="json") for r in reports]
+    from stock.options import REGISTRY   # the candidate's own option definitions
+
+    specs = {n: {"type": o.type.__name__, "default": o.default, "help": o.help}
+             for n, o in REGISTRY.items() if n in job["options"]}
+    for r in out:
+        r["option_specs"] = specs
+    Path(argv[2]).write_text(json.dumps(out))
     return 0
 
 
