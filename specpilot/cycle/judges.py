@@ -16,6 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 import specpilot
 from specpilot import controller, stats
 from specpilot.config import Config, GatesSection
@@ -121,8 +123,9 @@ def prescreen(root: Path, cfg: Config, base: System, cand: System, requests: int
                          cfg.model.path)
     paired, _, _ = controller.paired_run(co_a, base.options, co_b, cand.options, job, cfg,
                                          log_dir)
-    est = stats.estimate(*paired.flat(), cfg.controller)
-    return {"gain": est.gain, "pairs": est.pairs, "diverged": paired.diverged,
+    ratios = stats.log_ratios(*paired.flat())
+    gain = float(np.expm1(np.mean(ratios)))
+    return {"gain": gain, "pairs": len(ratios), "diverged": paired.diverged,
             "times_a": paired.times_a, "times_b": paired.times_b}
 
 
