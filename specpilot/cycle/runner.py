@@ -14,7 +14,8 @@ from specpilot import worktrees
 from specpilot.agents import sandbox
 from specpilot.config import load_config
 from specpilot.cycle import judges
-from specpilot.cycle.settings import controller_for_cycle, explore_settings, gates_for_cycle
+from specpilot.cycle.settings import (controller_for_cycle, explore_settings, gates_for_cycle,
+                                      validate_length)
 from specpilot.cycle.state import (FINAL, PHASES, DirectionState, RunState, RunStore, System,
                                    list_runs, new_run_id)
 from specpilot.errors import SpecPilotError
@@ -70,7 +71,7 @@ class Cycle:
             return self._refs[check]
 
     def validate_length(self) -> int:
-        return self.ex.validate_length
+        return validate_length(self.cfg, self.ex)
 
     def agent_context(self, ds: DirectionState, device_env: dict):
         from specpilot.agents.context import AgentContext

@@ -23,19 +23,20 @@ class ExploreSection(BaseModel):
     parallel_cpu: int = Field(1, ge=1)  # sub-agents at once without CUDA
     devices: list[str] = Field(default_factory=list)  # empty: all CUDA devices, else CPU
     # pre-screen: cheapest evidence, one short paired round
-    prescreen_requests: int = Field(2, ge=1)
-    prescreen_max_new: int = Field(24, ge=1)
+    prescreen_requests: int = Field(1, ge=1)
+    prescreen_max_new: int = Field(16, ge=1)
     prescreen_min_gain: float = 0.03
-    tune_values: int = Field(3, ge=1)  # candidate values per option the tuner tries
+    tune_values: int = Field(2, ge=1)  # candidate values per option the tuner tries
     # gates (dev token forcing) and controller, scaled down for the CPU
     gate_requests: int = Field(2, ge=1)
-    gate_length: int = Field(48, ge=1)
-    controller_rounds: int = Field(3, ge=2)
+    gate_length: int = Field(32, ge=1)
+    controller_rounds: int = Field(2, ge=2)
     controller_requests: int = Field(2, ge=1)
-    controller_max_new: int = Field(24, ge=1)
+    controller_max_new: int = Field(16, ge=1)
+    controller_warmup: int | None = Field(0, ge=0)  # None: [controller] warmup_rounds
     # final validation on sealed requests
     validate_requests: int = Field(2, ge=1)
-    validate_length: int = Field(4096, ge=1)
+    validate_length: int = Field(0, ge=0)   # 0: [gates] sealed_length on CUDA, 64 on CPU
     # agent limits
     agent_steps: int = Field(40, ge=1)
     agent_tokens: int = Field(400_000, ge=1000)
@@ -55,6 +56,17 @@ def gates_for_cycle(cfg: Config, ex: ExploreSection) -> GatesSection:
 
 
 def controller_for_cycle(cfg: Config, ex: ExploreSection) -> ControllerSection:
-    return cfg.controller.model_copy(update={"rounds": ex.controller_rounds,
-                                             "requests": ex.controller_requests,
-                                             "max_new": ex.controller_max_new})
+    update = {"rounds": ex.controller_rounds, "requests": ex.controller_requests,
+              "max_new": ex.controller_max_new}
+    if ex.controller_warmup is not None:
+        update["warmup_rounds"] = ex.controller_warmup
+    return cfg.controller.model_copy(update=update)
+
+
+def validate_length(cfg: Config, ex: ExploreSection) -> int:
+    """Sealed forcing length: as configured, else the full length on CUDA and 64 on CPU."""
+    if ex.validate_length:
+        return ex.validate_length
+    import torch
+
+    return cfg.gates.sealed_length if torch.cuda.is_available() else 64
