@@ -183,6 +183,11 @@ def start(root: Path, progress=lambda who, msg: None, client=None) -> Cycle:
     """A new cycle from the previous validated best (refs/specpilot/best), else stock HEAD."""
     store = GitStore(root)
     head = store.must_resolve("HEAD")
+    paths = load_config(root).system_paths
+    dirty = store.run("status", "--porcelain", "--", *paths).strip()
+    if dirty:   # Phase 0, the tuner and the references run the working tree's stock
+        raise SpecPilotError(f"uncommitted changes in the system paths ({', '.join(paths)}); "
+                             f"commit or stash them before a cycle:\n{dirty}", code=2)
     base = System(commit=head)
     best = store.resolve(BEST_REF)
     if best:
