@@ -43,11 +43,12 @@ def integrate(cycle) -> None:
     wt = Path(worktrees.new(cycle.store, name, state.base.commit).path)
     g = GitStore(wt)
     options = dict(state.base.options)
+    changed: dict[str, str] = {}      # option values the stack sets away from the base
     stacked = []
     for d in adopted:
         c = d.candidate
-        clash = [k for k, v in c.options.items() if k in options and options[k] != v
-                 and state.base.options.get(k) != c.options[k] and k not in state.base.options]
+        mine = {k: v for k, v in c.options.items() if state.base.options.get(k) != v}
+        clash = [k for k, v in mine.items() if k in changed and changed[k] != v]
         if clash:
             rec["dropped"].append({"direction": d.direction.id, "reason": f"option clash {clash}"})
             continue
@@ -64,7 +65,8 @@ def integrate(cycle) -> None:
                 continue
             g.run("commit", "-q", "--no-verify", "-m", f"integrate {d.direction.id}",
                   env=_identity())
-        options.update(c.options)
+        changed.update(mine)
+        options.update(mine)
         stacked.append(d)
     commit = g.run("rev-parse", "HEAD").strip()
     stack = System(commit=commit, options=options)
