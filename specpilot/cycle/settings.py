@@ -33,7 +33,6 @@ class ExploreSection(BaseModel):
     controller_rounds: int = Field(2, ge=2)
     controller_requests: int = Field(2, ge=1)
     controller_max_new: int = Field(16, ge=1)
-    controller_warmup: int | None = Field(0, ge=0)  # None: [controller] warmup_rounds
     # final validation on sealed requests
     validate_requests: int = Field(2, ge=1)
     validate_length: int = Field(0, ge=0)   # 0: [gates] sealed_length on CUDA, 64 on CPU
@@ -56,11 +55,10 @@ def gates_for_cycle(cfg: Config, ex: ExploreSection) -> GatesSection:
 
 
 def controller_for_cycle(cfg: Config, ex: ExploreSection) -> ControllerSection:
-    update = {"rounds": ex.controller_rounds, "requests": ex.controller_requests,
-              "max_new": ex.controller_max_new}
-    if ex.controller_warmup is not None:
-        update["warmup_rounds"] = ex.controller_warmup
-    return cfg.controller.model_copy(update=update)
+    # Warm-up rounds stay [controller] warmup_rounds: controller.compare reads them itself.
+    return cfg.controller.model_copy(update={"rounds": ex.controller_rounds,
+                                             "requests": ex.controller_requests,
+                                             "max_new": ex.controller_max_new})
 
 
 def validate_length(cfg: Config, ex: ExploreSection) -> int:
