@@ -14,7 +14,7 @@ from specpilot.memory.verify import verify
 pytestmark = pytest.mark.slow
 
 LOOP = 'for _ in range(self.options["repeat_work"]):'
-BASE_OPTIONS = {"repeat_work": "6"}   # a deliberately slow base: the patch removes real work
+BASE_OPTIONS = {"repeat_work": "10"}   # a deliberately slow base: the patch removes real work
 
 
 def direction(did: str, option: str) -> Direction:
