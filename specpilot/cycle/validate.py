@@ -56,7 +56,8 @@ def validate(cycle) -> dict:
                                   f"(lower bound {v['lower_bound']:+.1%})")
     rec["passed"] = ok
     if ok:
-        cycle.store.update_ref(BEST_REF, best.commit, None, f"specpilot validate {state.run_id}")
+        old = cycle.store.resolve(BEST_REF)
+        cycle.store.update_ref(BEST_REF, best.commit, old, f"specpilot validate {state.run_id}")
         (cycle.root / BEST_FILE).write_text(json.dumps(
             {"run": state.run_id, "commit": best.commit, "options": best.options,
              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1))
