@@ -42,7 +42,7 @@ def validate(cycle) -> dict:
                                     cycle.runs.log_dir("validate"))
     ok, reasons = judges.gates_passed(rec["gates"])
     rec["reasons"] += reasons
-    if best == stock:
+    if not code_changed and not best.options:
         rec["controller"] = None
         rec["reasons"].append("best system is stock: nothing to measure against stock")
     elif ok:
