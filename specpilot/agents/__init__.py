@@ -1,0 +1,1 @@
+"""Agents: the planner and the sub-agent backends (reuse, tune, anthropic, command)."""

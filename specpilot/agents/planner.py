@@ -1,0 +1,128 @@
+"""The planner (main agent): Phase 0 report + memory + past cycles -> validated directions.
+
+- offline (default without a key): memory entries applicable to this deployment whose
+  options the base does not register yet become `reuse` directions (not discoveries);
+  tunable options of the current system become `tune` directions, ordered by the factor
+  they act on (largest factor first).
+- anthropic: Claude gets the same context and must answer with a JSON list of directions;
+  invalid output gets one repair retry, then the offline plan is used (and the record says so).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from pydantic import TypeAdapter, ValidationError
+
+from specpilot.cycle.state import Direction
+
+# Registered options a tuner may search, with the factor each acts on.
+TUNABLE = {"draft_len": ("tau", "draft tokens per step trade acceptance against verify cost"),
+           "ngram_max": ("tau", "longer n-gram matches draft more precisely"),
+           "ngram_min": ("tau", "shorter minimum matches draft more often"),
+           "draft_layers": ("tau", "a deeper truncated draft model accepts more")}
+FACTOR_OF_DRAFTER = {"ngram": ("draft_len", "ngram_max", "ngram_min"),
+                     "draft": ("draft_len", "draft_layers")}
+
+
+def offline_plan(analysis: dict, memory_entries: list, drafter: str, max_directions: int,
+                 tune_values: int) -> list[Direction]:
+    from stock.options import REGISTRY
+
+    from specpilot.agents.tune import default_values
+
+    factors = (analysis or {}).get("factors", {})
+    dirs: list[Direction] = []
+    for meta in memory_entries:
+        names = [o.name for o in meta.options]
+        if not names or any(n in REGISTRY for n in names):
+            continue  # no option to switch it on, or already part of the base
+        dirs.append(Direction(
+            id=_slug(f"reuse-{meta.id}"), title=f"Reuse memory entry {meta.id}: {meta.title}",
+            hypothesis=meta.summary or meta.title, target_factor=_factor_of(meta, factors),
+            evidence_plan="replay onto the base, pre-screen one paired round, gates, controller",
+            predicted_gain=_recorded_gain(meta), files=[], option=names[0], backend="reuse",
+            entry=meta.id, counted=False))
+    for name in FACTOR_OF_DRAFTER.get(drafter, ()):
+        if name not in REGISTRY:
+            continue
+        factor, why = TUNABLE[name]
+        values = default_values(name, REGISTRY[name].default, tune_values)
+        if not values:
+            continue
+        dirs.append(Direction(
+            id=_slug(f"tune-{name}"), title=f"Tune {name} (default {REGISTRY[name].default})",
+            hypothesis=why, target_factor=factor,
+            evidence_plan=f"successive halving over {', '.join(values)} with short timed "
+                          f"generations; then gates and controller",
+            predicted_gain=round(max(0.0, factors.get(factor, 1.0) - 1) / 2, 3),
+            files=[], option=name, backend="tune", values=values))
+    # reuse first (cheap, proven elsewhere), then by the factor the direction targets
+    dirs.sort(key=lambda d: (d.backend != "reuse", -factors.get(d.target_factor, 1.0)))
+    return dirs[:max_directions]
+
+
+def _factor_of(meta, factors: dict) -> str:
+    text = f"{meta.title} {meta.summary}".lower()
+    if any(w in text for w in ("kernel", "fused", "gemm", "launch")):
+        return "kernel"
+    if any(w in text for w in ("draft", "tree", "accept")):
+        return "tau"
+    return max(factors, key=factors.get) if factors else "overhead"
+
+
+def _recorded_gain(meta) -> float:
+    vals = [r.value - 1 for r in meta.results if r.value > 1 and not r.stale]
+    return round(min(vals), 3) if vals else 0.0
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-")[:60]
+
+
+PLAN_PROMPT = """You plan one optimization cycle of a speculative-decoding inference system.
+Answer with a JSON list only (no prose). Each item: {{"id": slug, "title", "hypothesis",
+"target_factor": "tau"|"kernel"|"overhead", "evidence_plan", "predicted_gain": fraction,
+"files": [paths], "option": snake_case option that guards the change,
+"backend": "anthropic"|"tune"|"reuse", "entry": memory entry id for reuse or null,
+"values": [option values for tune]}}. At most {n} items, largest expected gain first.
+
+Cost-model report:
+{analysis}
+
+Memory entries (id, title, options):
+{memory}
+
+Registered options: {options}
+Past cycles: {past}
+"""
+
+
+def anthropic_plan(client, model: str, analysis: dict, memory_entries: list, past: list,
+                   max_directions: int, transcript) -> tuple[list[Direction] | None, str]:
+    from stock.options import REGISTRY
+
+    prompt = PLAN_PROMPT.format(
+        n=max_directions, analysis=json.dumps(analysis, indent=1),
+        memory="\n".join(f"- {m.id}: {m.title} ({', '.join(o.name for o in m.options)})"
+                         for m in memory_entries) or "(none)",
+        options=", ".join(f"{n}={o.default}" for n, o in sorted(REGISTRY.items())),
+        past=json.dumps(past)[:4000])
+    messages = [{"role": "user", "content": prompt}]
+    adapter = TypeAdapter(list[Direction])
+    for attempt in range(2):
+        reply = client.messages.create(model=model, max_tokens=4096, messages=messages)
+        text = "".join(getattr(b, "text", "") for b in reply.content)
+        transcript({"role": "assistant", "attempt": attempt, "text": text})
+        try:
+            found = re.search(r"\[.*\]", text, re.S)
+            dirs = adapter.validate_python(json.loads(found.group(0) if found else text))
+            return dirs[:max_directions], "anthropic"
+        except (ValueError, ValidationError) as exc:
+            problem = str(exc)[:1500]
+            transcript({"role": "planner", "invalid": problem})
+            messages += [{"role": "assistant", "content": text or "(empty)"},
+                         {"role": "user", "content": "That output is invalid: " + problem +
+                          "\nAnswer again with the corrected JSON list only."}]
+    return None, "anthropic output invalid twice; offline plan used"

@@ -1,0 +1,101 @@
+"""The `reuse` backend: replay a memory entry onto the current best and re-tune its options.
+
+The entry's own patch is applied with a 3-way merge in the agent's worktree (which starts at
+the cycle's base); its options switch it on at their tuned values. Reused entries are judged
+like any other candidate but are not counted as discoveries.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from specpilot.agents.context import AgentContext, commit_worktree
+from specpilot.cycle.state import Candidate
+from specpilot.errors import SpecPilotError
+from specpilot.gitstore import GitStore
+from specpilot.memory.store import Memory
+
+
+def entry_patch(root: Path, entry_id: str) -> tuple[bytes, object]:
+    memory = Memory(root)
+    refs = memory.ref_entries()
+    if entry_id in refs:
+        entry = refs[entry_id]
+        parent = memory.store.parents(entry.commit)[0]
+        return memory.store.diff_patch(parent, entry.commit, memory.system_paths), entry.meta
+    files = memory.file_entries()
+    if entry_id in files and files[entry_id].patch:
+        return files[entry_id].patch, files[entry_id].meta
+    raise SpecPilotError(f"no memory entry {entry_id!r}")
+
+
+def _resolve_additions(wt: GitStore, folder: Path) -> bool:
+    """Resolve conflicts where both sides only added lines at the same place (e.g. two
+    option registrations appended to stock/options.py): keep ours, then theirs. Any other
+    conflict is left alone and reported (False)."""
+    unmerged = sorted({line.split("\t", 1)[1] for line in
+                       wt.run("ls-files", "-u").splitlines() if "\t" in line})
+    if not unmerged:
+        return False
+    merged: dict[str, bytes] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in unmerged:
+            files = []
+            for stage in (2, 1, 3):
+                res = wt.call("show", f":{stage}:{path}")
+                if res.rc != 0:
+                    return False
+                f = Path(tmp) / f"{stage}"
+                f.write_bytes(res.out)
+                files.append(str(f))
+            diff3 = wt.call("merge-file", "-p", "--diff3", *files).out.decode(errors="replace")
+            if not _only_additions(diff3):
+                return False
+            merged[path] = wt.call("merge-file", "-p", "--union", *files).out
+    for path, data in merged.items():
+        (folder / path).write_bytes(data)
+        wt.run("add", "--", path)
+    return True
+
+
+def _only_additions(diff3: str) -> bool:
+    """True if every conflict block of a diff3 merge has an empty base section."""
+    state = None
+    for line in diff3.splitlines():
+        if line.startswith("<<<<<<< "):
+            state = "ours"
+        elif line.startswith("||||||| ") and state == "ours":
+            state = "base"
+        elif line.startswith("=======") and state == "base":
+            state = "theirs"
+        elif line.startswith(">>>>>>> "):
+            state = None
+        elif state == "base":
+            return False
+    return True
+
+
+def produce(ctx: AgentContext) -> Candidate:
+    entry_id = ctx.direction.entry or ""
+    patch, meta = entry_patch(ctx.root, entry_id)
+    wt = GitStore(ctx.worktree)
+    with tempfile.NamedTemporaryFile(suffix=".patch", delete=False) as fh:
+        fh.write(patch)
+    try:
+        res = wt.call("apply", "--3way", "--whitespace=nowarn", fh.name)
+    finally:
+        Path(fh.name).unlink(missing_ok=True)
+    if res.rc != 0 and _resolve_additions(wt, ctx.worktree):
+        ctx.progress(f"{entry_id}: 3-way conflicts were pure additions on both sides; kept both")
+    elif res.rc != 0:
+        raise SpecPilotError(f"entry {entry_id} does not apply onto {ctx.base.commit[:12]}: "
+                             f"{res.err.strip()[:300]}")
+    commit = commit_worktree(ctx, f"reuse {entry_id}: {meta.title}")
+    if commit is None:
+        raise SpecPilotError(f"entry {entry_id} changes nothing on {ctx.base.commit[:12]} "
+                             f"(already part of it)")
+    options = {o.name: str(o.tuned) for o in meta.options if o.tuned is not None}
+    ctx.progress(f"replayed {entry_id}; options {options}")
+    return Candidate(commit=commit, options={**ctx.base.options, **options},
+                     summary=f"replayed {entry_id} ({meta.title})", code_changed=True)

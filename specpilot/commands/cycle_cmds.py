@@ -1,0 +1,166 @@
+"""`specpilot explore`, `integrate`, `validate` and `runs`: the optimization cycle's doors."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import click
+
+from specpilot.config import find_root
+from specpilot.errors import SpecPilotError
+
+EXIT_VALIDATION_FAILED = 5
+
+
+def _root():
+    root = find_root()
+    if root is None:
+        raise SpecPilotError("not in a SpecPilot project (no .specpilot/config.toml); "
+                             "run `specpilot init`", code=2)
+    return root
+
+
+def make_client():
+    """An Anthropic client when ANTHROPIC_API_KEY is set and the SDK is installed."""
+    if not os.environ.get("ANTHROPIC_API_KEY"):
+        return None
+    try:
+        import anthropic
+    except ImportError:
+        click.echo("note: ANTHROPIC_API_KEY is set but `anthropic` is not installed "
+                   "(pip install 'specpilot[agents]'); running offline", err=True)
+        return None
+    return anthropic.Anthropic(max_retries=0)   # the loop does its own backoff
+
+
+def _drive(cycle_factory, until: str, as_json: bool):
+    from specpilot.cycle.display import LiveView, footer, summary_table
+
+    if as_json:
+        cycle = cycle_factory(lambda who, msg: None)
+        state = cycle.run(until)
+        click.echo(state.model_dump_json(indent=1))
+        return state
+    view = LiveView()
+    holder = {}
+    with view:
+        cycle = cycle_factory(lambda who, msg: view.update(who, msg, holder["c"].state
+                                                           if "c" in holder else None))
+        holder["c"] = cycle
+        view.update("cycle", f"run {cycle.state.run_id}", cycle.state)
+        state = cycle.run(until)
+        view.update("cycle", f"finished phase {state.phase}", state)
+    view.console.print(summary_table(state))
+    view.console.print(footer(state))
+    view.console.print(f"run record: .specpilot/runs/{state.run_id}/ ({state.wall_s:.0f} s)")
+    return state
+
+
+def _exit_for(state) -> None:
+    if state.validation is not None and not state.validation.get("passed"):
+        raise SystemExit(EXIT_VALIDATION_FAILED)
+
+
+@click.command("explore")
+@click.option("--resume", "resume_id", default=None, metavar="RUN",
+              help="continue an interrupted run without redoing finished work")
+@click.option("--until", type=click.Choice(["plan", "explore", "integrate", "tune-kernels",
+                                            "validate", "done"]), default="done",
+              help="stop before this phase (default: run the whole cycle)")
+@click.option("--json", "as_json", is_flag=True, help="print the run record as JSON")
+def explore_cmd(resume_id, until, as_json):
+    """Run one optimization cycle: analyze, plan, explore, integrate, tune kernels,
+    validate. Offline without ANTHROPIC_API_KEY. Exit 5 if validation fails."""
+    from specpilot.cycle import runner
+
+    root, client = _root(), make_client()
+    factory = (lambda p: runner.resume(root, resume_id, p, client)) if resume_id else \
+        (lambda p: runner.start(root, p, client))
+    _exit_for(_drive(factory, until, as_json))
+
+
+@click.command("integrate")
+@click.option("--run", "run_id", default=None, help="run id (default: the latest)")
+@click.option("--json", "as_json", is_flag=True)
+def integrate_cmd(run_id, as_json):
+    """Phase 2 (and 3) of a run: stack its adopted entries and measure them together."""
+    from specpilot.cycle import runner
+
+    root = _root()
+    rid = runner.find_run(root, run_id)
+
+    def factory(p):
+        c = runner.resume(root, rid, p, make_client())
+        if c.state.phase in ("validate", "done"):
+            c.state.phase = "integrate"
+        return c
+    _drive(factory, "validate", as_json)
+
+
+@click.command("validate")
+@click.option("--run", "run_id", default=None, help="run id (default: the latest)")
+@click.option("--json", "as_json", is_flag=True)
+def validate_cmd(run_id, as_json):
+    """Phase 4 of a run: sealed token forcing and the controller against stock. Only a pass
+    moves refs/specpilot/best. Exit 5 on failure."""
+    from specpilot.cycle import runner
+
+    root = _root()
+    rid = runner.find_run(root, run_id)
+
+    def factory(p):
+        c = runner.resume(root, rid, p, None)
+        if c.state.phase == "done":
+            c.state.phase = "validate"
+            c.state.finished = None
+        return c
+    _exit_for(_drive(factory, "done", as_json))
+
+
+@click.group("runs")
+def runs_group():
+    """Run records under .specpilot/runs/."""
+
+
+@runs_group.command("list")
+@click.option("--json", "as_json", is_flag=True)
+def runs_list(as_json):
+    from specpilot.cycle.state import list_runs
+
+    runs = list_runs(_root())
+    if as_json:
+        click.echo(json.dumps([{"run_id": r.run_id, "phase": r.phase, "created": r.created,
+                                "directions": {d.direction.id: d.status for d in r.directions},
+                                "entries": r.entries,
+                                "validated": (r.validation or {}).get("passed"),
+                                "wall_s": r.wall_s} for r in runs], indent=1))
+        return
+    for r in runs:
+        statuses = ", ".join(f"{d.direction.id}={d.status}" for d in r.directions)
+        click.echo(f"{r.run_id}  {r.phase:<12} {r.wall_s:>7.0f}s  {statuses}")
+
+
+@runs_group.command("show")
+@click.argument("run_id", required=False)
+@click.option("--json", "as_json", is_flag=True)
+def runs_show(run_id, as_json):
+    from rich.console import Console
+
+    from specpilot.cycle.display import footer, summary_table
+    from specpilot.cycle.runner import find_run
+    from specpilot.cycle.state import RunStore
+
+    root = _root()
+    state = RunStore(root, find_run(root, run_id)).load()
+    if as_json:
+        click.echo(state.model_dump_json(indent=1))
+        return
+    console = Console()
+    console.print(summary_table(state))
+    console.print(footer(state))
+
+
+def register(cli: click.Group) -> None:
+    for cmd in (explore_cmd, integrate_cmd, validate_cmd, runs_group):
+        cli.add_command(cmd)

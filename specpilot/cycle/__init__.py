@@ -1,0 +1,1 @@
+"""The optimization cycle: run records, phases, the per-direction pipeline."""

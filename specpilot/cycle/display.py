@@ -1,0 +1,73 @@
+"""The live view (rich) of phases and sub-agents, and the final summary table."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from specpilot.cycle.state import PHASES, RunState
+
+
+def summary_table(state: RunState) -> Table:
+    t = Table(title=f"{state.run_id}: phase {state.phase}", title_justify="left")
+    for col in ("direction", "backend", "status", "gain", "lower bound", "entry"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("reason", overflow="fold", ratio=1)
+    for d in state.directions:
+        pct = lambda x: "" if x is None else f"{x:+.1%}"  # noqa: E731
+        t.add_row(d.direction.id, d.direction.backend, d.status, pct(d.gain),
+                  pct(d.lower_bound), d.entry or "", (d.reasons or [""])[-1][:160])
+    return t
+
+
+def footer(state: RunState) -> Text:
+    lines = [f"sandbox: {state.sandbox}", f"planner: {state.planner or '-'}"]
+    if state.analysis:
+        f = state.analysis["factors"]
+        lines.append("factors: " + ", ".join(f"{k} {v:.2f}" for k, v in f.items()))
+    if state.integration:
+        lines.append(f"integration: {state.integration.get('result')}")
+    if state.validation:
+        lines.append(f"validation: {'PASS' if state.validation.get('passed') else 'FAIL'} - "
+                     + "; ".join(state.validation.get("reasons", [])[:3]))
+    return Text("\n".join(lines))
+
+
+class LiveView:
+    """Redraws phases, sub-agent rows and the latest messages as the cycle progresses."""
+
+    def __init__(self, console: Console | None = None):
+        self.console = console or Console(stderr=True)
+        self.messages: dict[str, str] = {}
+        self.state: RunState | None = None
+        self.live: Live | None = None
+
+    def __enter__(self):
+        self.live = Live(console=self.console, refresh_per_second=2, transient=False)
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.live.__exit__(*exc)
+
+    def update(self, who: str, msg: str, state: RunState | None = None) -> None:
+        self.messages[who] = f"{time.strftime('%H:%M:%S')} {msg}"
+        self.state = state or self.state
+        if self.live is not None:
+            self.live.update(self.render())
+
+    def render(self):
+        parts = []
+        if self.state is not None:
+            phases = Text(" > ".join(f"[{p}]" if p == self.state.phase else p
+                                     for p in PHASES))
+            parts += [phases, summary_table(self.state)]
+        msgs = Table.grid(padding=(0, 1))
+        for who, msg in list(self.messages.items())[-8:]:
+            msgs.add_row(Text(who, style="bold"), Text(msg))
+        parts.append(msgs)
+        return Group(*parts)

@@ -1,0 +1,133 @@
+"""One direction through the judges: candidate -> pre-screen -> gates -> controller -> entry.
+
+Each step saves the run record before the next begins; on resume a direction restarts at
+its first unfinished step (a candidate commit, once made, is kept and never re-produced).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from pathlib import Path
+
+from specpilot.cycle import judges
+from specpilot.cycle.state import DirectionState, System
+from specpilot.errors import SpecPilotError
+
+
+def backend_for(name: str):
+    if name == "reuse":
+        from specpilot.agents import reuse
+        return reuse.produce
+    if name == "tune":
+        from specpilot.agents import tune
+        return tune.produce
+    if name == "anthropic":
+        from specpilot.agents import claude
+        return claude.produce
+    if name == "command":
+        from specpilot.agents import command
+        return command.produce
+    raise SpecPilotError(f"unknown sub-agent backend {name!r}")
+
+
+def run_direction(cycle, ds: DirectionState, device_env: dict) -> None:
+    """Drive `ds` to a final status; every exception becomes status 'error' with a reason."""
+    ds.attempts += 1
+    ds.status = "running"
+    ds.started = ds.started or time.time()
+    cycle.save()
+    try:
+        _steps(cycle, ds, device_env)
+    except Exception as exc:  # one direction's failure never stops the cycle
+        ds.status = "error"
+        ds.reasons.append(f"{type(exc).__name__}: {exc}")
+        (cycle.runs.log_dir(ds.direction.id) / "error.txt").write_text(traceback.format_exc())
+    ds.finished = time.time()
+    cycle.save()
+    cycle.progress(ds.direction.id, f"{ds.status}: {'; '.join(ds.reasons[-1:])}")
+
+
+def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
+    d = ds.direction
+    ex, cfg, root = cycle.ex, cycle.cfg, cycle.root
+    log_dir = cycle.runs.log_dir(d.id)
+    say = lambda msg: cycle.progress(d.id, msg)  # noqa: E731
+    if ds.step == "start":
+        ctx = cycle.agent_context(ds, device_env)
+        say(f"{d.backend}: producing a candidate")
+        ds.candidate = backend_for(d.backend)(ctx)
+        ds.step = "candidate"
+        cycle.save()
+    cand = ds.candidate
+    cand_sys = System(commit=cand.commit, options=cand.options)
+    if ds.step == "candidate":
+        if not cand.code_changed and cand_sys == cycle.state.base:
+            ds.status, ds.step = "prescreen-rejected", "prescreen"
+            ds.reasons.append("candidate is the base system itself")
+            return
+        if d.backend == "tune":   # the tuner's search is its pre-screen
+            gain = cand.predicted_gain or 0.0
+            ds.prescreen = {"gain": gain, "source": "tuner (successive halving)"}
+        else:
+            say("pre-screen: one short paired round")
+            ds.prescreen = judges.prescreen(root, cfg, cycle.state.base, cand_sys,
+                                            ex.prescreen_requests, ex.prescreen_max_new,
+                                            log_dir / "prescreen")
+            gain = ds.prescreen["gain"]
+        ds.step = "prescreen"
+        if gain < ex.prescreen_min_gain:
+            ds.status = "prescreen-rejected"
+            ds.gain = gain
+            ds.reasons.append(f"pre-screen gain {gain:+.1%} < {ex.prescreen_min_gain:.0%}")
+            return
+        cycle.save()
+    if ds.step == "prescreen":
+        if ds.status == "prescreen-rejected":
+            return
+        say("gates: option-default and dev token forcing")
+        refs = cycle.references("dev")
+        ds.gates = judges.run_gates(root, cfg, cycle.gates_cfg, cand.commit, cand.options,
+                                    refs, "dev", cand.code_changed, log_dir)
+        ok, reasons = judges.gates_passed(ds.gates)
+        ds.step = "gates"
+        if not ok:
+            ds.status = "gate-failed"
+            ds.reasons += reasons or ["gates did not pass"]
+            return
+        cycle.save()
+    if ds.step == "gates":
+        if ds.status == "gate-failed":
+            return
+        say("controller: paired A/B on clean checkouts")
+        ds.verdict = judges.compare(root, cfg, cycle.state.base, cand_sys,
+                                    ex.controller_rounds, ex.controller_requests,
+                                    ex.controller_max_new,
+                                    progress=lambda m: say(f"controller: {m}"))
+        ds.gain, ds.lower_bound = ds.verdict["gain"], ds.verdict["lower_bound"]
+        ds.step = "controller"
+        if not ds.verdict["adopted"]:
+            ds.status = "rejected"
+            ds.reasons.append(f"controller: {ds.verdict['verdict']} (gain {ds.gain:+.1%}, "
+                              f"lower bound {ds.lower_bound:+.1%} <= threshold "
+                              f"{ds.verdict['threshold']:.1%})")
+            return
+        cycle.save()
+    if ds.step == "controller":
+        if ds.status == "rejected":
+            return
+        if cand.code_changed:
+            ds.entry = cycle.record_entry(ds)
+            ds.reasons.append(f"adopted; memory entry {ds.entry}")
+        else:
+            ds.reasons.append(f"adopted; options {cand.options} (no code change, no entry)")
+        ds.status = "adopted"
+        ds.step = "recorded"
+
+
+def worktree_name(run_id: str, direction_id: str) -> str:
+    return f"{run_id.removeprefix('run-')}-{direction_id}"[:64]
+
+
+def transcript_path(runs, direction_id: str) -> Path:
+    return runs.transcript(direction_id)

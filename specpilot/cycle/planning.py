@@ -1,0 +1,46 @@
+"""Pick the planner (offline, or Claude when a client is available) and run it."""
+
+from __future__ import annotations
+
+import json
+
+from specpilot.agents.planner import anthropic_plan, offline_plan
+from specpilot.cycle.state import list_runs
+from specpilot.memory.store import Memory
+
+
+def memory_metas(root) -> list:
+    memory = Memory(root)
+    metas = {e.id: e.meta for e in memory.file_entries().values()}
+    metas.update({e.id: e.meta for e in memory.ref_entries().values()})
+    return [metas[k] for k in sorted(metas)]
+
+
+def past_cycles(root, current: str) -> list[dict]:
+    return [{"run": r.run_id, "directions": [(d.direction.id, d.status, d.gain)
+                                             for d in r.directions]}
+            for r in list_runs(root) if r.run_id != current][-5:]
+
+
+def plan(cycle) -> list:
+    ex, state = cycle.ex, cycle.state
+    metas = memory_metas(cycle.root)
+    offline = lambda: offline_plan(state.analysis, metas, cycle.cfg.controller.drafter,  # noqa
+                                   ex.max_directions, ex.tune_values)
+    use_claude = ex.planner == "anthropic" or (ex.planner == "auto" and cycle.client)
+    if not use_claude or cycle.client is None:
+        state.planner = "offline" + (" (no API key)" if ex.planner != "offline" else "")
+        return offline()
+    path = cycle.runs.transcript("planner")
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def log(event: dict) -> None:
+        with open(path, "a") as fh:
+            fh.write(json.dumps({"schema_version": 1, **event}) + "\n")
+    dirs, how = anthropic_plan(cycle.client, ex.model, state.analysis, metas,
+                               past_cycles(cycle.root, state.run_id), ex.max_directions, log)
+    state.planner = how
+    if dirs is None:
+        state.notes.append(how)
+        return offline()
+    return dirs

@@ -1,0 +1,225 @@
+"""One optimization cycle: Phase 0 analyze -> plan -> Phase 1 explore (parallel sub-agents)
+-> Phase 2 integrate -> Phase 3 kernel tuning -> Phase 4 validate. Resumable at any point.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable
+
+from specpilot import worktrees
+from specpilot.agents import sandbox
+from specpilot.config import load_config
+from specpilot.cycle import judges
+from specpilot.cycle.settings import (controller_for_cycle, explore_settings, gates_for_cycle,
+                                      validate_length)
+from specpilot.cycle.state import (FINAL, PHASES, DirectionState, RunState, RunStore, System,
+                                   list_runs, new_run_id)
+from specpilot.errors import SpecPilotError
+from specpilot.gitstore import GitStore
+
+BEST_REF = "refs/specpilot/best"
+
+
+class Cycle:
+    def __init__(self, root: Path, state: RunState,
+                 progress: Callable[[str, str], None] = lambda who, msg: None,
+                 client=None):
+        self.root = Path(root)
+        self.cfg = load_config(self.root)
+        self.ex = explore_settings(self.cfg)
+        self.cfg = self.cfg.model_copy(update={"controller": controller_for_cycle(self.cfg,
+                                                                                   self.ex)})
+        self.gates_cfg = gates_for_cycle(self.cfg, self.ex)
+        self.state = state
+        self.runs = RunStore(self.root, state.run_id)
+        self.store = GitStore(self.root)
+        self._lock = threading.RLock()
+        self._progress = progress
+        self._refs: dict[str, list] = {}
+        self.client = client
+        self.spent: dict = {}         # the cycle's API spend, shared by its agents
+        self.sleep = time.sleep       # backoff sleeps (tests shorten them)
+        self._t0 = time.time()
+        self._wall0 = state.wall_s
+
+    # -- bookkeeping ------------------------------------------------------------------
+
+    def save(self) -> None:
+        with self._lock:
+            self.state.wall_s = round(self._wall0 + time.time() - self._t0, 1)
+            self.runs.save(self.state)
+
+    def progress(self, who: str, msg: str) -> None:
+        with self._lock:
+            log = self.runs.folder / "cycle.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            with open(log, "a") as fh:
+                fh.write(f"{time.strftime('%H:%M:%S')} [{who}] {msg}\n")
+        self._progress(who, msg)
+
+    def references(self, check: str) -> list:
+        with self._lock:
+            if check not in self._refs:
+                n = self.ex.gate_requests if check == "dev" else self.ex.validate_requests
+                length = self.gates_cfg.dev_length if check == "dev" else self.validate_length()
+                self._refs[check] = judges.stock_references(self.root, self.cfg, self.gates_cfg,
+                                                            check, n, length)
+            return self._refs[check]
+
+    def validate_length(self) -> int:
+        return validate_length(self.cfg, self.ex)
+
+    def agent_context(self, ds: DirectionState, device_env: dict):
+        from specpilot.agents.context import AgentContext
+        from specpilot.cycle.pipeline import worktree_name
+
+        wt = None
+        if ds.direction.backend != "tune":
+            name = worktree_name(self.state.run_id, ds.direction.id)
+            existing = [w for w in worktrees.list_all(self.store) if w.name == name]
+            if existing:   # resumed: start the backend over in a clean worktree
+                worktrees.remove(self.store, name, force=True)
+                branch = worktrees.BRANCH_PREFIX + name
+                self.store.call("branch", "-D", branch)
+            wt = Path(worktrees.new(self.store, name, self.state.base.commit).path)
+            ds.worktree = str(wt)
+        return AgentContext(self.root, self.cfg, self.ex, self.state.base, ds.direction, wt,
+                            self.runs.transcript(ds.direction.id),
+                            self.runs.log_dir(ds.direction.id), device_env,
+                            lambda m: self.progress(ds.direction.id, m), self.client,
+                            self.spent, self.sleep)
+
+    def record_entry(self, ds: DirectionState) -> str:
+        from specpilot.cycle.entries import record_adopted
+
+        with self._lock:
+            entry = record_adopted(self, ds)
+            self.state.entries.append(entry)
+            return entry
+
+    # -- phases -----------------------------------------------------------------------
+
+    def run(self, until: str = "done") -> RunState:
+        stop = PHASES.index(until)
+        while PHASES.index(self.state.phase) < stop:
+            phase = self.state.phase
+            self.progress("cycle", f"phase {phase}")
+            getattr(self, "phase_" + phase.replace("-", "_"))()
+            self.state.phase = PHASES[PHASES.index(phase) + 1]
+            self.save()
+        if self.state.phase == "done" and not self.state.finished:
+            self.state.finished = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            self.save()
+        return self.state
+
+    def phase_analyze(self) -> None:
+        self.state.analysis = judges.analyze(self.cfg, self.ex.analyze_requests,
+                                             self.ex.analyze_max_new)
+        f = self.state.analysis["factors"]
+        self.progress("analyze", "factors " + ", ".join(f"{k} {v:.2f}" for k, v in f.items()))
+
+    def phase_plan(self) -> None:
+        from specpilot.cycle.planning import plan
+
+        self.state.directions = [DirectionState(direction=d) for d in plan(self)]
+        self.progress("plan", f"{len(self.state.directions)} directions: "
+                      + ", ".join(d.direction.id for d in self.state.directions))
+
+    def phase_explore(self) -> None:
+        todo = [d for d in self.state.directions if d.status not in FINAL]
+        slots = device_slots(self.ex)
+        free = list(slots)
+        lock = threading.Lock()
+
+        def work(ds):
+            with lock:
+                env = free.pop(0)
+            try:
+                from specpilot.cycle.pipeline import run_direction
+
+                run_direction(self, ds, env)
+            finally:
+                with lock:
+                    free.append(env)
+        with ThreadPoolExecutor(max_workers=len(slots)) as pool:
+            list(pool.map(work, todo))
+
+    def phase_integrate(self) -> None:
+        from specpilot.cycle.integrate import integrate
+
+        integrate(self)
+
+    def phase_tune_kernels(self) -> None:
+        from specpilot.cycle.integrate import tune_kernels
+
+        tune_kernels(self)
+
+    def phase_validate(self) -> None:
+        from specpilot.cycle.validate import validate
+
+        validate(self)
+
+
+def device_slots(ex) -> list[dict]:
+    """One environment per concurrent sub-agent: a CUDA device each, or N CPU slots."""
+    devices = list(ex.devices)
+    if not devices:
+        try:
+            import torch
+
+            devices = [str(i) for i in range(torch.cuda.device_count())]
+        except ImportError:
+            devices = []
+    if devices:
+        return [{"CUDA_VISIBLE_DEVICES": d} for d in devices]
+    return [{"CUDA_VISIBLE_DEVICES": ""} for _ in range(ex.parallel_cpu)]
+
+
+def start(root: Path, progress=lambda who, msg: None, client=None) -> Cycle:
+    """A new cycle from the previous validated best (refs/specpilot/best), else stock HEAD."""
+    store = GitStore(root)
+    head = store.must_resolve("HEAD")
+    paths = load_config(root).system_paths
+    dirty = store.run("status", "--porcelain", "--", *paths).strip()
+    if dirty:   # Phase 0, the tuner and the references run the working tree's stock
+        raise SpecPilotError(f"uncommitted changes in the system paths ({', '.join(paths)}); "
+                             f"commit or stash them before a cycle:\n{dirty}", code=2)
+    base = System(commit=head)
+    best = store.resolve(BEST_REF)
+    if best:
+        from specpilot.cycle.validate import best_options
+
+        base = System(commit=best, options=best_options(root))
+    state = RunState(run_id=new_run_id(), created=time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                 time.gmtime()),
+                     base=base, best=base, sandbox=sandbox.describe())
+    cycle = Cycle(root, state, progress, client)
+    cycle.save()
+    return cycle
+
+
+def resume(root: Path, run_id: str, progress=lambda who, msg: None, client=None) -> Cycle:
+    state = RunStore(root, run_id).load()
+    state.resumed += 1
+    for ds in state.directions:   # an interrupted direction restarts its unfinished step
+        if ds.status == "running":
+            ds.status = "pending"
+    cycle = Cycle(root, state, progress, client)
+    cycle.progress("cycle", f"resumed at phase {state.phase} (resume #{state.resumed})")
+    cycle.save()
+    return cycle
+
+
+def find_run(root: Path, run_id: str | None) -> str:
+    if run_id:
+        return run_id
+    runs = list_runs(root)
+    if not runs:
+        raise SpecPilotError("no runs yet; run `specpilot explore` first", code=2)
+    return runs[-1].run_id
+
+

@@ -1,0 +1,172 @@
+"""Run records: `.specpilot/runs/<run-id>/state.json`, one pydantic state machine a cycle.
+
+The state is written atomically after every transition, so a cycle killed at any moment
+(crash, Ctrl-C, SIGKILL) resumes from its last saved transition: finished directions keep
+their verdicts and are never redone; a direction caught mid-flight restarts from its last
+finished step (its candidate commit, once made, is kept).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from specpilot.errors import SpecPilotError
+
+SCHEMA_VERSION = 1
+RUNS_DIR = Path(".specpilot") / "runs"
+
+Phase = Literal["analyze", "plan", "explore", "integrate", "tune-kernels", "validate", "done"]
+PHASES: tuple[str, ...] = ("analyze", "plan", "explore", "integrate", "tune-kernels",
+                           "validate", "done")
+Status = Literal["pending", "running", "prescreen-rejected", "gate-failed", "rejected",
+                 "adopted", "error", "skipped"]
+FINAL: tuple[str, ...] = ("prescreen-rejected", "gate-failed", "rejected", "adopted", "error",
+                          "skipped")
+
+
+class Direction(BaseModel):
+    """What the planner asks a sub-agent to try (validated structured data)."""
+    schema_version: int = SCHEMA_VERSION
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
+    title: str
+    hypothesis: str
+    target_factor: Literal["tau", "kernel", "overhead"]
+    evidence_plan: str
+    predicted_gain: float = Field(ge=0, le=10)
+    files: list[str] = Field(default_factory=list)
+    option: str                       # the option that guards (or is) the change
+    backend: Literal["reuse", "tune", "anthropic", "command"]
+    entry: str | None = None          # reuse: the memory entry to replay
+    values: list[str] = Field(default_factory=list)  # tune: candidate values
+    counted: bool = True              # reused entries are not counted as discoveries
+
+
+class Candidate(BaseModel):
+    """What a sub-agent produced: a commit of the system and the options that switch it on."""
+    commit: str
+    options: dict[str, str] = Field(default_factory=dict)
+    summary: str = ""
+    predicted_gain: float | None = None
+    code_changed: bool = True         # False: the current best's code with tuned options
+
+
+class DirectionState(BaseModel):
+    direction: Direction
+    status: Status = "pending"
+    step: Literal["start", "candidate", "prescreen", "gates", "controller", "recorded"] = "start"
+    reasons: list[str] = Field(default_factory=list)
+    worktree: str | None = None
+    candidate: Candidate | None = None
+    prescreen: dict | None = None     # {"gain": .., "values": {...}, ...}
+    gates: list[dict] = Field(default_factory=list)   # GateReport dumps
+    verdict: dict | None = None       # controller Comparison summary
+    entry: str | None = None
+    gain: float | None = None
+    lower_bound: float | None = None
+    started: float | None = None
+    finished: float | None = None
+    attempts: int = 0
+
+
+class System(BaseModel):
+    """A system: a commit and the option values it runs with."""
+    commit: str
+    options: dict[str, str] = Field(default_factory=dict)
+
+
+class RunState(BaseModel):
+    schema_version: int = SCHEMA_VERSION
+    run_id: str
+    created: str
+    phase: Phase = "analyze"
+    base: System                      # where this cycle starts (previous best or stock)
+    best: System                      # the best system so far in this cycle
+    planner: str = ""
+    backend: str = ""
+    sandbox: str = ""                 # "bubblewrap" or "none: <why>"
+    analysis: dict | None = None      # Phase 0 report
+    directions: list[DirectionState] = Field(default_factory=list)
+    integration: dict | None = None
+    kernel_tuning: dict | None = None
+    validation: dict | None = None
+    entries: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
+    resumed: int = 0
+    finished: str | None = None
+    wall_s: float = 0.0
+
+    def direction(self, did: str) -> DirectionState:
+        for d in self.directions:
+            if d.direction.id == did:
+                return d
+        raise SpecPilotError(f"run {self.run_id}: no direction {did!r}")
+
+
+def runs_dir(root: Path) -> Path:
+    return root / RUNS_DIR
+
+
+def new_run_id() -> str:
+    return time.strftime("run-%Y%m%d-%H%M%S", time.gmtime()) + f"-{os.getpid() % 10000:04d}"
+
+
+class RunStore:
+    """One run's folder: state.json, transcripts/<direction>.jsonl, logs/."""
+
+    def __init__(self, root: Path, run_id: str):
+        self.root = Path(root)
+        self.folder = runs_dir(self.root) / run_id
+        self.run_id = run_id
+
+    @property
+    def state_path(self) -> Path:
+        return self.folder / "state.json"
+
+    def transcript(self, name: str) -> Path:
+        return self.folder / "transcripts" / f"{name}.jsonl"
+
+    def log_dir(self, name: str) -> Path:
+        path = self.folder / "logs" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def save(self, state: RunState) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_path.with_name(f"state.json.tmp{os.getpid()}")
+        tmp.write_text(state.model_dump_json(indent=1))
+        os.replace(tmp, self.state_path)
+
+    def load(self) -> RunState:
+        if not self.state_path.is_file():
+            raise SpecPilotError(f"no run {self.run_id!r} (see `specpilot runs list`)", code=2)
+        try:
+            state = RunState.model_validate_json(self.state_path.read_text())
+        except ValueError as exc:
+            raise SpecPilotError(f"{self.state_path}: unreadable run record: "
+                                 f"{str(exc).splitlines()[0]}") from exc
+        if state.schema_version != SCHEMA_VERSION:
+            raise SpecPilotError(f"{self.state_path}: schema {state.schema_version}, "
+                                 f"expected {SCHEMA_VERSION}")
+        return state
+
+
+def list_runs(root: Path) -> list[RunState]:
+    folder = runs_dir(root)
+    out = []
+    if folder.is_dir():
+        for path in sorted(folder.glob("run-*/state.json")):
+            try:
+                out.append(RunState.model_validate_json(path.read_text()))
+            except ValueError:
+                continue
+    return out
+
+
+def latest_run(root: Path) -> RunState | None:
+    runs = list_runs(root)
+    return runs[-1] if runs else None

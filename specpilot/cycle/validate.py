@@ -1,0 +1,68 @@
+"""Phase 4 (`specpilot validate`): the cycle's system on sealed requests.
+
+Token forcing of the best system against stock's references on sealed requests, and the
+controller against stock on sealed requests (skipped when the best system is stock itself).
+Only a pass moves refs/specpilot/best; a failure rejects the cycle's system and says why.
+The sealed requests are read here, by the judges, and never reach an agent.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from specpilot.cycle import judges
+from specpilot.cycle.state import System
+
+BEST_REF = "refs/specpilot/best"
+BEST_FILE = ".specpilot/runs/best.json"
+
+
+def best_options(root) -> dict:
+    path = root / BEST_FILE
+    if path.is_file():
+        return json.loads(path.read_text()).get("options", {})
+    return {}
+
+
+def validate(cycle) -> dict:
+    state = cycle.state
+    best = state.best
+    stock = System(commit=cycle.store.must_resolve("HEAD"))
+    rec: dict = {"system": best.model_dump(), "length": cycle.validate_length(),
+                 "requests": cycle.ex.validate_requests, "reasons": []}
+    if cycle.validate_length() < cycle.cfg.gates.sealed_length:
+        rec["note"] = (f"sealed forcing length {cycle.validate_length()} < "
+                       f"{cycle.cfg.gates.sealed_length} ([explore] validate_length; CPU budget)")
+    refs = cycle.references("sealed")
+    code_changed = cycle.store.system_tree(best.commit, cycle.cfg.system_paths) != \
+        cycle.store.system_tree(stock.commit, cycle.cfg.system_paths)
+    rec["gates"] = judges.run_gates(cycle.root, cycle.cfg, cycle.gates_cfg, best.commit,
+                                    best.options, refs, "sealed", code_changed,
+                                    cycle.runs.log_dir("validate"))
+    ok, reasons = judges.gates_passed(rec["gates"])
+    rec["reasons"] += reasons
+    if not code_changed and not best.options:
+        rec["controller"] = None
+        rec["reasons"].append("best system is stock: nothing to measure against stock")
+    elif ok:
+        v = judges.compare(cycle.root, cycle.cfg, stock, best, cycle.ex.controller_rounds,
+                           cycle.ex.validate_requests, cycle.ex.controller_max_new,
+                           source="sealed")
+        rec["controller"] = v
+        if not v["adopted"]:
+            ok = False
+            rec["reasons"].append(f"controller on sealed requests: {v['verdict']} "
+                                  f"(lower bound {v['lower_bound']:+.1%})")
+    rec["passed"] = ok
+    if ok:
+        old = cycle.store.resolve(BEST_REF)
+        cycle.store.update_ref(BEST_REF, best.commit, old, f"specpilot validate {state.run_id}")
+        (cycle.root / BEST_FILE).write_text(json.dumps(
+            {"run": state.run_id, "commit": best.commit, "options": best.options,
+             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1))
+        rec["reasons"].append(f"passed: {BEST_REF} -> {best.commit[:12]} {best.options}")
+    else:
+        rec["reasons"].insert(0, "failed: the cycle's system is rejected")
+    state.validation = rec
+    return rec

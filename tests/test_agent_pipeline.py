@@ -1,0 +1,127 @@
+"""Sub-agents through the real tool loop (scripted client) and the real judges."""
+
+from __future__ import annotations
+
+import pytest
+from cycle_fixtures import ScriptedClient, head, project, reply, shared_cache, text, tool  # noqa: F401
+
+from specpilot.cycle import runner
+from specpilot.cycle.judges import _random_requests
+from specpilot.cycle.state import Direction, DirectionState, System
+from specpilot.memory.store import Memory
+from specpilot.memory.verify import verify
+
+pytestmark = pytest.mark.slow
+
+LOOP = 'for _ in range(self.options["repeat_work"]):'
+BASE_OPTIONS = {"repeat_work": "10"}   # a deliberately slow base: the patch removes real work
+
+
+def direction(did: str, option: str) -> Direction:
+    return Direction(id=did, title=f"{did} title", hypothesis="skip redundant verify work",
+                     target_factor="overhead", evidence_plan="gates + controller",
+                     predicted_gain=0.5, files=["stock/engine.py"], option=option,
+                     backend="anthropic")
+
+
+def register(option: str) -> dict:
+    return tool("edit", path="stock/options.py",
+                old='register("draft_layers", int, 4,',
+                new=f'register("{option}", bool, False, "test patch")\n'
+                    f'register("draft_layers", int, 4,')
+
+
+def run_cycle(root, client, d: Direction, until: str):
+    cycle = runner.start(root, client=client)
+    cycle.sleep = lambda s: None
+    base = System(commit=head(root), options=BASE_OPTIONS)
+    cycle.state.base = cycle.state.best = base
+    cycle.state.directions = [DirectionState(direction=d)]
+    cycle.state.phase = "explore"
+    cycle.save()
+    return cycle.run(until)
+
+
+def test_scripted_agent_patch_passes_gates_and_controller_and_becomes_an_entry(project):
+    client = ScriptedClient([
+        reply("tool_use", text("Looking."), tool("grep", pattern="repeat_work", path="stock")),
+        reply("tool_use", tool("read", path="stock/engine.py", start=80, end=95)),
+        reply("tool_use", register("fast_verify"),
+              tool("edit", path="stock/engine.py", old=LOOP,
+                   new='for _ in range(0 if self.options["fast_verify"] else '
+                       'self.options["repeat_work"]):')),
+        reply("tool_use", tool("submit", option="fast_verify", value="true",
+                               summary="skip the repeated verify forward", predicted_gain=0.8)),
+    ])
+    state = run_cycle(project, client, direction("skip-repeat", "fast_verify"), "integrate")
+    ds = state.directions[0]
+    assert ds.status == "adopted", ds.reasons
+    assert [g["passed"] for g in ds.gates] == [True, True]
+    assert ds.verdict["adopted"] and ds.lower_bound > ds.verdict["threshold"]
+    entries = Memory(project).ref_entries()
+    assert ds.entry in entries
+    meta = entries[ds.entry].meta
+    assert meta.provenance.kind == "discovered"
+    assert [(o.name, o.type, o.default, o.tuned) for o in meta.options] == \
+        [("fast_verify", "bool", False, True)]
+    assert verify(Memory(project), "all", [ds.entry]).ok
+    lines = (project / ".specpilot" / "runs" / state.run_id / "transcripts"
+             / "skip-repeat.jsonl").read_text().splitlines()
+    assert sum('"event": "tool"' in line for line in lines) == 5
+
+
+def test_patch_whose_default_changes_stock_is_rejected_by_the_option_default_gate(project):
+    client = ScriptedClient([
+        reply("tool_use", register("scaled_logits"),
+              tool("edit", path="stock/engine.py", old="logits = out.logits[0]\n",
+                   new="logits = out.logits[0] * 1.001  # not behind the option\n")),
+        reply("tool_use", tool("submit", option="scaled_logits", value="true",
+                               summary="scale", predicted_gain=0.1)),
+    ])
+    d = direction("scale", "scaled_logits")
+    cycle = runner.start(project, client=client)
+    cycle.state.base = cycle.state.best = System(commit=head(project))
+    cycle.state.directions = [DirectionState(direction=d)]
+    cycle.state.phase = "explore"
+    ex = cycle.ex.model_copy(update={"prescreen_min_gain": -1.0})   # reach the gates
+    cycle.ex = ex
+    state = cycle.run("integrate")
+    ds = state.directions[0]
+    assert ds.status == "gate-failed"
+    assert ds.gates[0]["gate"] == "option-default" and not ds.gates[0]["passed"]
+    assert any("logits differ" in r for r in ds.reasons)
+    assert ds.verdict is None and ds.entry is None
+
+
+def test_overfit_patch_passes_dev_but_fails_sealed_validation(project):
+    dev_keys = sorted({tuple(ids[:4]) for _rid, ids in _random_requests(8, 0)})
+    client = ScriptedClient([
+        reply("tool_use", register("memo_fast"),
+              tool("edit", path="stock/engine.py", old=LOOP,
+                   new='for _ in range(0 if self.options["memo_fast"] else '
+                       'self.options["repeat_work"]):'),
+              tool("edit", path="stock/engine.py", old="        logits = out.logits[0]\n",
+                   new="        logits = out.logits[0]\n"
+                       f"        if self.options['memo_fast'] and self._key not in {dev_keys!r}:\n"
+                       "            logits = logits.clone()\n"
+                       "            logits[:, 3] += 1000.0\n"),
+              tool("edit", path="stock/engine.py", old="            self._prompt_len = len(prompt)",
+                   new="            self._prompt_len = len(prompt)\n"
+                       "            self._key = tuple(prompt[:4])"),
+              tool("edit", path="stock/engine.py",
+                   old="        self.cache.rollback(0)\n        self._prompt_len = len(prompt)\n",
+                   new="        self.cache.rollback(0)\n        self._prompt_len = len(prompt)\n"
+                       "        self._key = tuple(prompt[:4])\n")),
+        reply("tool_use", tool("submit", option="memo_fast", value="true",
+                               summary="fast on the prompts I know", predicted_gain=0.9)),
+    ])
+    state = run_cycle(project, client, direction("memo", "memo_fast"), "done")
+    ds = state.directions[0]
+    assert ds.status == "adopted", ds.reasons          # dev gates and controller are fooled
+    assert state.best.options.get("memo_fast") == "true"
+    v = state.validation
+    assert v["passed"] is False
+    assert any("mismatch" in r for r in v["reasons"]), v["reasons"]
+    from specpilot.gitstore import GitStore
+
+    assert GitStore(project).resolve("refs/specpilot/best") is None

@@ -1,0 +1,67 @@
+"""Run records and the planner (fast: no model runs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from cycle_fixtures import ScriptedClient, head, project, reply, shared_cache, text  # noqa: F401
+
+from specpilot.agents.planner import anthropic_plan, offline_plan
+from specpilot.cli import cli
+from specpilot.cycle import runner
+from specpilot.cycle.planning import memory_metas
+from specpilot.cycle.state import Direction, DirectionState, RunStore, list_runs
+from specpilot.errors import SpecPilotError
+
+ANALYSIS = {"factors": {"tau": 1.3, "kernel": 4.0, "overhead": 1.1}}
+
+
+def test_run_record_round_trips_and_lists(project):
+    c = runner.start(project)
+    c.state.directions = [DirectionState(direction=offline_plan(ANALYSIS, [], "ngram", 1, 2)[0])]
+    c.save()
+    again = RunStore(project, c.state.run_id).load()
+    assert again == c.state and again.base.commit == head(project)
+    assert [r.run_id for r in list_runs(project)] == [c.state.run_id]
+    res = CliRunner().invoke(cli, ["runs", "list", "--json"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)[0]["directions"] == {"tune-draft_len": "pending"}
+    res = CliRunner().invoke(cli, ["runs", "show", c.state.run_id, "--json"])
+    assert json.loads(res.output)["run_id"] == c.state.run_id
+
+
+def test_unreadable_or_missing_run_record_is_an_error(project):
+    with pytest.raises(SpecPilotError, match="no run"):
+        RunStore(project, "run-nope").load()
+    c = runner.start(project)
+    c.runs.state_path.write_text('{"schema_version": 1}')
+    with pytest.raises(SpecPilotError, match="unreadable"):
+        RunStore(project, c.state.run_id).load()
+
+
+def test_offline_plan_reuses_memory_first_then_tunes_by_factor(project):
+    dirs = offline_plan(ANALYSIS, memory_metas(project), "ngram", 3, 2)
+    assert [d.backend for d in dirs] == ["reuse", "tune", "tune"]
+    reuse = dirs[0]
+    assert reuse.entry == "fused-rmsnorm" and reuse.counted is False
+    assert reuse.option == "rmsnorm_impl" and reuse.target_factor == "kernel"
+    assert dirs[1].option == "draft_len" and dirs[1].values == ["4", "6"]
+    assert all(d.title and d.hypothesis and d.evidence_plan for d in dirs)
+
+
+def test_anthropic_plan_is_validated_with_one_repair_retry():
+    good = [{"id": "tree-verify", "title": "t", "hypothesis": "h", "target_factor": "tau",
+             "evidence_plan": "e", "predicted_gain": 0.2, "files": ["stock/engine.py"],
+             "option": "tree_verify", "backend": "anthropic"}]
+    bad = [dict(good[0], target_factor="vibes")]
+    events = []
+    client = ScriptedClient([reply("end_turn", text(json.dumps(bad))),
+                             reply("end_turn", text("Here:\n" + json.dumps(good)))])
+    dirs, how = anthropic_plan(client, "m", ANALYSIS, [], [], 3, events.append)
+    assert how == "anthropic" and dirs == [Direction.model_validate(good[0])]
+    assert "invalid" in client.requests[1]["messages"][-1]["content"]
+    client = ScriptedClient([reply("end_turn", text("no")), reply("end_turn", text("[{}]"))])
+    dirs, how = anthropic_plan(client, "m", ANALYSIS, [], [], 3, events.append)
+    assert dirs is None and "offline plan used" in how
