@@ -41,5 +41,5 @@ def test_bad_toml_and_missing_file(tmp_path):
         resolve([], tmp_path / "missing.toml", {})
     wrong = tmp_path / "wrong.toml"
     wrong.write_text("draft_len = 'x'\n")
-    with pytest.raises(OptionError, match="expected int"):
+    with pytest.raises(OptionError, match="not a valid int"):
         resolve([], wrong, {})
