@@ -122,6 +122,8 @@ def convert(gguf_path: Path, out_dir: Path) -> Path:
 
     reader = _open(gguf_path)
     cfg = read_config(reader)
+    print(f"converting {gguf_path.name} once into {out_dir} (about 20 s on a CPU)...",
+          file=sys.stderr, flush=True)
     tensors = {}
     for t in reader.tensors:
         try:
@@ -168,6 +170,4 @@ def ensure_converted(gguf_path: Path) -> Path:
     if (out / "model.safetensors").is_file():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    print(f"converting {gguf_path.name} once into {out} (about 20 s on a CPU)...",
-          file=sys.stderr, flush=True)
     return convert(gguf_path, out)
