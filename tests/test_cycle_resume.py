@@ -26,7 +26,7 @@ def _state(project):
 
 
 def test_killed_cycle_resumes_without_redoing_finished_directions(project):
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SPECPILOT_HOLD_AFTER_DIRECTIONS": "1"}
     env.pop("ANTHROPIC_API_KEY", None)
     proc = subprocess.Popen([sys.executable, "-m", "specpilot", "explore", "--json"],
                             cwd=project, env=env, stdout=subprocess.DEVNULL,

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -134,6 +135,10 @@ class Cycle:
         slots = device_slots(self.ex)
         free = list(slots)
         lock = threading.Lock()
+        # Crash tests: hold (never return) once this many directions have finished, so a
+        # test can kill the cycle at a known point instead of racing it.
+        hold_after = int(os.environ.get("SPECPILOT_HOLD_AFTER_DIRECTIONS", "0") or 0)
+        finished = [0]
 
         def work(ds):
             with lock:
@@ -144,7 +149,10 @@ class Cycle:
                 run_direction(self, ds, env)
             finally:
                 with lock:
+                    finished[0] += 1
                     free.append(env)
+            if hold_after and finished[0] >= hold_after:
+                threading.Event().wait()
         with ThreadPoolExecutor(max_workers=len(slots)) as pool:
             list(pool.map(work, todo))
 
