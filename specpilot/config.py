@@ -72,6 +72,15 @@ def find_root(start: Path | None = None) -> Path | None:
     return None
 
 
+def require_root() -> Path:
+    """The project root found from the cwd, or a usage error that says to run init."""
+    root = find_root()
+    if root is None:
+        raise SpecPilotError("not in a SpecPilot project (no .specpilot/config.toml); "
+                             "run `specpilot init`", code=2)
+    return root
+
+
 def load_config(root: Path | None = None) -> Config:
     """The config of the project at `root` (or found from the cwd); defaults if none."""
     root = root or find_root()

@@ -24,7 +24,7 @@ from specpilot.git_cli import git_cli
 from specpilot.memory.record import record
 from specpilot.memory.store import Memory
 
-__all__ = ["hermetic", "project", "Project", "DATE", "REPO", "snapshot"]
+__all__ = ["hermetic", "project", "chain_ab", "Project", "DATE", "REPO", "snapshot"]
 
 DATE = "1700000000 +0000"
 _BUILT: dict[str, tuple[Path, dict]] = {}
@@ -175,6 +175,15 @@ def project(tmp_path, monkeypatch) -> Project:
     proj.base = proj.commit_all("stock")
     monkeypatch.chdir(path)
     return proj
+
+
+@pytest.fixture
+def chain_ab(project) -> Project:
+    """A project with entries a and b, b depending on a."""
+    def steps(project):
+        project.entry("a", {1: "'a'"})
+        project.entry("b", {10: "'b'"}, ["a"])
+    return project.build("chain-ab", steps)
 
 
 def snapshot(root: Path) -> dict[str, str]:

@@ -7,18 +7,12 @@ import os
 
 import click
 
-from specpilot.config import find_root
-from specpilot.errors import SpecPilotError
+from specpilot.config import require_root
 
 EXIT_VALIDATION_FAILED = 5
 
 
-def _root():
-    root = find_root()
-    if root is None:
-        raise SpecPilotError("not in a SpecPilot project (no .specpilot/config.toml); "
-                             "run `specpilot init`", code=2)
-    return root
+_root = require_root
 
 
 def make_client():

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from specpilot.config import find_root
+from specpilot.config import find_root, require_root
 from specpilot.errors import SpecPilotError
 
 EXIT_NOT_ADOPTED = 3
@@ -37,12 +37,7 @@ def _devices(text: str | None) -> list[str] | None:
     return items
 
 
-def _root():
-    root = find_root()
-    if root is None:
-        raise SpecPilotError("not in a SpecPilot project (no .specpilot/config.toml); "
-                             "run `specpilot init`", code=2)
-    return root
+_root = require_root
 
 
 @click.command("compare")
