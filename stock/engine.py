@@ -91,7 +91,9 @@ class Engine:
         self._capture = capture
         self.runner: GraphRunner | None = None
         self._static = static
-        self.cache = model.new_cache(self.max_context + (BUCKETS[-1] if static else 0))
+        # slack for padding, rounded to 64 slots (aligned rows for the attention kernels)
+        slots = -(-(self.max_context + BUCKETS[-1]) // 64) * 64 if static else self.max_context
+        self.cache = model.new_cache(slots)
 
     @property
     def cache(self) -> KVCache:

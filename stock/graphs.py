@@ -182,6 +182,18 @@ class GraphRunner:
         for t in self.buckets:
             self.slot(t, self.kv_bucket(start + t), hidden_layers)
 
+    def capture_upto(self, end: int, hidden_layers: tuple[int, ...] = ()) -> int:
+        """Make every slot a step ending at or before `end` can use (so that no capture
+        happens inside a timed run); returns how many slots exist."""
+        last = self.kv_bucket(min(end, self.cache.max_len))
+        for kv in self.kv_buckets:
+            if kv > last:
+                break
+            for t in self.buckets:
+                if t <= kv:
+                    self.slot(t, kv, hidden_layers)
+        return len(self.slots)
+
     def reset(self) -> None:
         """Drop every graph and static buffer (capture again on next use)."""
         self.slots.clear()
