@@ -9,7 +9,9 @@ On CUDA (option `cuda_graphs`, on by default) a step of up to 64 tokens runs thr
 `GraphRunner`: the static-shape forward replayed from a CUDA graph, the chain padded to a
 bucket, acceptance computed on the device, and one host read per step (the accepted count
 with the target's tokens). Prefill and longer steps use the dynamic forward. `static=True`
-runs the static forward eagerly on any device (CPU tests of the graph path's logic).
+runs the static forward eagerly on any device (CPU tests of the graph path's logic). While a
+profiler is active the static forward runs eagerly too: a graph hides its kernels from the
+profile's regions.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from stock.graphs import BUCKETS, GraphRunner
 from stock.lattice_log import LatticeRecorder
 from stock.model import Transformer
 from stock.options import Options
-from stock.profile import Profiler, profiling, region
+from stock.profile import Profiler, profile_active, profiling, region
 
 
 class EngineError(StockError):
@@ -107,6 +109,7 @@ class Engine:
         fits = cache.max_len >= self.max_context + BUCKETS[-1]
         self.runner = (GraphRunner(self.model, cache, self.max_context, capture=self._capture)
                        if self._static and fits else None)
+        self._eager_runner: GraphRunner | None = None
         self._prompt_len = 0  # for the test-only fault: which new token a logit row predicts
 
     @property
@@ -120,8 +123,16 @@ class Engine:
         path, `packed` (accepted count, then the target's tokens) computed on the device."""
         t = len(chain) + 1
         if self.runner is not None and t <= self.runner.buckets[-1]:
+            runner = self.runner
+            if runner.capture and profile_active():
+                # a graph hides its kernels from the profile's regions: profile the same
+                # static forward, run eagerly
+                if self._eager_runner is None:
+                    self._eager_runner = GraphRunner(self.model, self.cache, self.max_context,
+                                                     capture=False)
+                runner = self._eager_runner
             for _ in range(1 + self.options["repeat_work"]):  # repeats: identical writes
-                out = self.runner.step([pending] + chain, start, tuple(hidden_layers))
+                out = runner.step([pending] + chain, start, tuple(hidden_layers))
             logits = out.logits[:t]
             hidden = {layer: h[:, :t] for layer, h in out.hidden.items()}
             if self.options["fault_logit_bias_after"] >= 0:

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from stock.cache import KVCache
 from stock.layers import apply_rope
 from stock.model import Output, Transformer
+from stock.profile import region
 
 
 def step_mask(positions: torch.Tensor, kv_len: int, dtype: torch.dtype) -> torch.Tensor:
@@ -43,22 +44,25 @@ def step_mask(positions: torch.Tensor, kv_len: int, dtype: torch.dtype) -> torch
 def _attention(attn, x, cos, sin, cache: KVCache, positions, kv_len: int, mask_g):
     """One attention block over the static cache; grouped queries share their K/V head."""
     b, t, _ = x.shape
-    q = attn.q_proj(x).view(b, t, attn.h, attn.d)
-    k = attn.k_proj(x).view(b, t, attn.hkv, attn.d)
-    v = attn.v_proj(x).view(b, t, attn.hkv, attn.d)
-    if attn.qk_norm:
-        q, k = attn.q_norm(q), attn.k_norm(k)
-    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    k_all, v_all = cache.write_at(attn.layer, positions, k, v)
-    g = attn.h // attn.hkv
-    # [B, H, T, D] -> [B, Hkv, G*T, D]: query head h uses K/V head h // G (as enable_gqa),
-    # without materialising repeated K/V over the whole cache.
-    qg = q.reshape(b, attn.hkv, g * t, attn.d)
-    out = F.scaled_dot_product_attention(qg, k_all[:, :, :kv_len], v_all[:, :, :kv_len],
-                                         attn_mask=mask_g)
-    out = out.view(b, attn.h, t, attn.d).transpose(1, 2).reshape(b, t, attn.h * attn.d)
-    return attn.o_proj(out)
+    with region("gemm"):
+        q = attn.q_proj(x).view(b, t, attn.h, attn.d)
+        k = attn.k_proj(x).view(b, t, attn.hkv, attn.d)
+        v = attn.v_proj(x).view(b, t, attn.hkv, attn.d)
+    with region("attention"):
+        if attn.qk_norm:
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        k_all, v_all = cache.write_at(attn.layer, positions, k, v)
+        g = attn.h // attn.hkv
+        # [B, H, T, D] -> [B, Hkv, G*T, D]: query head h uses K/V head h // G (as enable_gqa),
+        # without materialising repeated K/V over the whole cache.
+        qg = q.reshape(b, attn.hkv, g * t, attn.d)
+        out = F.scaled_dot_product_attention(qg, k_all[:, :, :kv_len], v_all[:, :, :kv_len],
+                                             attn_mask=mask_g)
+        out = out.view(b, attn.h, t, attn.d).transpose(1, 2).reshape(b, t, attn.h * attn.d)
+    with region("gemm"):
+        return attn.o_proj(out)
 
 
 @torch.inference_mode()

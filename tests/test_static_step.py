@@ -11,6 +11,7 @@ from stock.engine import Engine
 from stock.graphs import GraphError, GraphRunner, kv_buckets
 from stock.model import Transformer
 from stock.options import Options
+from stock.profile import Profiler
 from stock.static_step import static_forward
 
 
@@ -121,6 +122,11 @@ def test_engine_static_path_equals_dynamic_path(tiny):
     # the test-only fault still reaches the static path's logits
     faulty = Engine(tiny, Options({"fault_logit_bias_after": 5}), 256, static=True)
     assert faulty.generate(prompt, 20).tokens[5:] != ar[5:20]
+    # the static forward reports its kernels to the profiler
+    prof = Profiler("cpu")
+    assert static.generate(prompt, 8, profiler=prof).tokens == ar[:8]
+    per_step = prof.report()["per_step_ms"]
+    assert per_step["gemm"] > 0 and per_step["attention"] > 0
     # a shared cache without padding slack drops to the dynamic path
     static.cache = dynamic.cache
     assert static.runner is None and static.generate(prompt, 20).tokens == ar[:20]
