@@ -47,6 +47,22 @@ from stock.model import Transformer  # noqa: E402
 
 GiB = 1 << 30
 T0 = time.perf_counter()
+DEV = "cuda"  # --cpu-smoke: "cpu" (the script's logic on a tiny preset; timings meaningless)
+DTYPE = torch.bfloat16
+
+
+def sync() -> None:
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+
+
+def empty_cache() -> None:
+    if DEV == "cuda":
+        torch.cuda.empty_cache()
+
+
+def mem_info() -> tuple[int, int]:
+    return torch.cuda.mem_get_info() if DEV == "cuda" else (1 << 50, 1 << 50)
 
 
 def log(msg: str) -> None:
@@ -65,11 +81,11 @@ def param_count(cfg: ModelConfig) -> dict[str, int]:
 
 
 def free_bytes() -> int:
-    return torch.cuda.mem_get_info()[0]
+    return mem_info()[0]
 
 
 def need(nbytes: int, what: str) -> None:
-    free, total = torch.cuda.mem_get_info()
+    free, total = mem_info()
     if free < nbytes:
         raise MemoryError(f"{what} needs {nbytes / GiB:.1f} GiB but only {free / GiB:.1f} of "
                           f"{total / GiB:.1f} GiB are free")
@@ -79,26 +95,37 @@ def timed(fn, iters: int, warmup: int = 3) -> dict:
     """Per-call device time from CUDA events: median, p10, p90 (ms)."""
     for _ in range(warmup):
         fn()
-    torch.cuda.synchronize()
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-    for s, e in zip(starts, ends):
-        s.record()
-        fn()
-        e.record()
-    torch.cuda.synchronize()
-    ms = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
-    q = statistics.quantiles(ms, n=10) if len(ms) >= 2 else [ms[0]] * 9
-    return {"median_ms": statistics.median(ms), "p10_ms": q[0], "p90_ms": q[-1], "n": len(ms)}
+    sync()
+    if DEV == "cuda":
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        for s, e in zip(starts, ends):
+            s.record()
+            fn()
+            e.record()
+        torch.cuda.synchronize()
+        ms = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    else:
+        ms = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            ms.append(1e3 * (time.perf_counter() - t0))
+        ms.sort()
+    def pct(p: float) -> float:  # nearest rank on the sorted times
+        return ms[min(len(ms) - 1, max(0, round(p * (len(ms) - 1))))]
+
+    return {"median_ms": statistics.median(ms), "p10_ms": pct(0.1), "p90_ms": pct(0.9),
+            "n": len(ms)}
 
 
 def copy_bandwidth(size: int, iters: int = 10) -> dict:
     need(2 * size + GiB, "the copy-bandwidth test")
-    bufs = [torch.empty(size, dtype=torch.uint8, device="cuda") for _ in range(2)]
+    bufs = [torch.empty(size, dtype=torch.uint8, device=DEV) for _ in range(2)]
     bufs[0].random_(0, 255)
     t = timed(lambda: bufs[1].copy_(bufs[0]), iters)
     bufs.clear()
-    torch.cuda.empty_cache()
+    empty_cache()
     bw = 2 * size / (t["median_ms"] / 1e3)
     return {"bytes": size, **t, "read_plus_write_bytes_per_s": bw}
 
@@ -123,14 +150,15 @@ class Bench:
 
     # -- parts ---------------------------------------------------------------------------------
     def env(self):
-        free, total = torch.cuda.mem_get_info()
-        self.report["env"] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+        free, total = mem_info()
+        name = torch.cuda.get_device_name() if DEV == "cuda" else "cpu (smoke run)"
+        self.report["env"] = {"device": name, "torch": torch.__version__,
                               "cuda": torch.version.cuda, "free_gib": round(free / GiB, 2),
                               "total_gib": round(total / GiB, 2)}
         log(f"{self.report['env']}")
 
     def bandwidth(self):
-        res = copy_bandwidth(self.args.copy_gib * GiB)
+        res = copy_bandwidth(int(self.args.copy_gib * GiB))
         self.report["copy"] = res
         log(f"copy {res['bytes'] / GiB:.0f} GiB: {res['median_ms']:.3f} ms median -> "
             f"{res['read_plus_write_bytes_per_s'] / 1e12:.3f} TB/s (read + write)")
@@ -138,29 +166,30 @@ class Bench:
     def build(self):
         cfg = PRESETS[self.args.preset]
         counts = param_count(cfg)
-        expect = 2 * sum(counts.values())  # bf16
-        need(expect + 6 * GiB, f"{self.args.preset} in bf16 plus working memory")
-        torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
+        expect = DTYPE.itemsize * sum(counts.values())
+        need(expect + 6 * GiB, f"{self.args.preset} in {DTYPE} plus working memory")
+        if DEV == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated() if DEV == "cuda" else 0
         t0 = time.perf_counter()
-        model = Transformer.random(cfg, "cuda", torch.bfloat16, seed=0)
-        torch.cuda.synchronize()
+        model = Transformer.random(cfg, DEV, DTYPE, seed=0)
+        sync()
         build_s = time.perf_counter() - t0
         params = list(model.named_parameters())
         devices = {p.device.type for _, p in params}
         dtypes = {str(p.dtype) for _, p in params}
         nbytes = sum(p.numel() * p.element_size() for _, p in params)
-        peak = torch.cuda.max_memory_allocated() - base
-        direct = devices == {"cuda"} and dtypes == {"torch.bfloat16"} and peak <= 1.05 * nbytes
+        peak = torch.cuda.max_memory_allocated() - base if DEV == "cuda" else nbytes
+        direct = devices == {DEV} and dtypes == {str(DTYPE)} and peak <= 1.05 * nbytes
         self.report["model"] = {
             "preset": self.args.preset, "build_s": round(build_s, 2), "param_bytes": nbytes,
             "param_bytes_expected": expect, "peak_alloc_bytes": peak, "devices": sorted(devices),
-            "dtypes": sorted(dtypes), "created_directly_on_gpu_in_bf16": direct,
+            "dtypes": sorted(dtypes), "created_directly_on_device_in_dtype": direct,
             "params_by_role": counts}
         log(f"model: {nbytes / 1e9:.2f} GB of parameters ({dtypes}, {devices}), peak "
-            f"{peak / 1e9:.2f} GB, built in {build_s:.1f} s; direct bf16 on GPU: {direct}")
+            f"{peak / 1e9:.2f} GB, built in {build_s:.1f} s; allocated directly on {DEV} in {DTYPE}: {direct}")
         if not direct:
-            raise RuntimeError("the model was not allocated directly on the GPU in bf16")
+            raise RuntimeError(f"the model was not allocated directly on {DEV} in {DTYPE}")
         self.model = model
 
     def weight_bytes(self, model=None) -> dict:
@@ -186,14 +215,14 @@ class Bench:
         slots = -(-(max_context + 64) // 64) * 64
         need(2 * m.cfg.num_layers * m.cfg.num_kv_heads * m.cfg.head_dim * slots * 2 + 2 * GiB,
              "the KV cache")
-        self.cache = KVCache(m.cfg, slots, 1, "cuda", m.dtype)
-        ids = torch.randint(0, m.cfg.vocab_size, (1, ctx), device="cuda",
-                            generator=torch.Generator("cuda").manual_seed(1))
+        self.cache = KVCache(m.cfg, slots, 1, DEV, m.dtype)
+        ids = torch.randint(0, m.cfg.vocab_size, (1, ctx), device=DEV,
+                            generator=torch.Generator(device=DEV).manual_seed(1))
         m(ids, self.cache, 0, logits="none")  # prefill: a real context to attend over
         self.cache.commit(ctx)
         self.runner = GraphRunner(m, self.cache, max_context)
         self.eager = GraphRunner(m, self.cache, max_context, capture=False)
-        torch.cuda.synchronize()
+        sync()
 
     def step_ids(self, t: int) -> list[int]:
         g = torch.Generator().manual_seed(100 + t)
@@ -207,7 +236,7 @@ class Bench:
             ids = self.step_ids(t)
             want = self.eager.step(ids, ctx).logits[:t].clone()
             got = self.runner.step(ids, ctx).logits[:t].clone()
-            dyn = self.model(torch.tensor([ids], device="cuda"), self.cache, ctx).logits[0]
+            dyn = self.model(torch.tensor([ids], device=DEV), self.cache, ctx).logits[0]
             rel = ((want - dyn).norm() / dyn.norm()).item()
             out[t] = {"graph_equals_eager_bitwise": bool(torch.equal(got, want)),
                       "max_abs_graph_vs_eager": (got - want).abs().max().item(),
@@ -222,7 +251,7 @@ class Bench:
     def time_steps(self, tag: str) -> dict:
         ctx, iters, res = self.args.context, self.args.iters, {}
         if tag == "bf16":
-            ids = torch.tensor([self.step_ids(1)], device="cuda")
+            ids = torch.tensor([self.step_ids(1)], device=DEV)
             with torch.inference_mode():
                 res["ar_eager"] = timed(lambda: self.model(ids, self.cache, ctx), iters)
             log(f"[{tag}] AR eager (dynamic forward): {res['ar_eager']['median_ms']:.3f} ms")
@@ -243,12 +272,12 @@ class Bench:
         ref = {t: self.eager.step(self.step_ids(t), ctx).logits[:t].float().cpu()
                for t in (1, 16)}
         self.runner.reset()
-        torch.cuda.empty_cache()
+        empty_cache()
         log(f"free before W12 conversion: {free_bytes() / GiB:.1f} GiB")
         t0 = time.perf_counter()
         stats = w12.convert_model(self.model)
-        torch.cuda.synchronize()
-        torch.cuda.empty_cache()
+        sync()
+        empty_cache()
         conv_s = time.perf_counter() - t0
         wb = self.weight_bytes()
         self.report["w12"] = {"convert_s": round(conv_s, 2), "stats": _jsonable(stats), **wb}
@@ -345,13 +374,18 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=512)
     ap.add_argument("--ts", default="1,8,16,32,64")
     ap.add_argument("--iters", type=int, default=30)
-    ap.add_argument("--copy-gib", type=int, default=1)
+    ap.add_argument("--copy-gib", type=float, default=1.0)
     ap.add_argument("--w12", action="store_true", help="also time kernels.w12.linear")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--cpu-smoke", action="store_true",
+                    help="run the script's logic on CPU in fp32 (use a tiny --preset)")
     args = ap.parse_args()
     args.ts = [int(t) for t in args.ts.split(",")]
-    if not torch.cuda.is_available():
-        sys.exit("gpu_27b: needs a CUDA device")
+    global DEV, DTYPE
+    if args.cpu_smoke:
+        DEV, DTYPE = "cpu", torch.float32
+    elif not torch.cuda.is_available():
+        sys.exit("gpu_27b: needs a CUDA device (or --cpu-smoke)")
     b = Bench(args)
     b.part("env", b.env)
     b.part("bandwidth", b.bandwidth)

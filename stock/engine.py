@@ -89,13 +89,13 @@ class Engine:
         self.stop_ids = frozenset(stop_ids)
         if static is None:
             static = model.device.type == "cuda" and self.options["cuda_graphs"]
-        # the static path pads steps to a bucket: its cache has the largest bucket as slack
-        self._capture = capture
+        self._static, self._capture = static, capture
         self.runner: GraphRunner | None = None
-        self._static = static
-        # slack for padding, rounded to 64 slots (aligned rows for the attention kernels)
+        # the static path pads steps to a bucket: the largest bucket as slack, rounded up to
+        # 64 slots (aligned rows for the attention kernels)
         slots = -(-(self.max_context + BUCKETS[-1]) // 64) * 64 if static else self.max_context
         self.cache = model.new_cache(slots)
+        self._prompt_len = 0  # for the test-only fault: which new token a logit row predicts
 
     @property
     def cache(self) -> KVCache:
@@ -110,7 +110,6 @@ class Engine:
         self.runner = (GraphRunner(self.model, cache, self.max_context, capture=self._capture)
                        if self._static and fits else None)
         self._eager_runner: GraphRunner | None = None
-        self._prompt_len = 0  # for the test-only fault: which new token a logit row predicts
 
     @property
     def uses_graphs(self) -> bool:

@@ -66,6 +66,7 @@ class Slot:
     kv_len: int
     hidden_layers: tuple[int, ...]
     inp: torch.Tensor  # [t + 2] int64: ids, start, k
+    host: torch.Tensor | None = None  # pinned staging copy of inp (CUDA)
     out: StepOut | None = None
     graph: "torch.cuda.CUDAGraph | None" = None
     replays: int = field(default=0)
@@ -109,6 +110,8 @@ class GraphRunner:
             with torch.inference_mode():
                 inp = torch.zeros(t + 2, dtype=torch.long, device=self.device)
             s = Slot(t, kv_len, tuple(hidden_layers), inp)
+            if self.device.type == "cuda":
+                s.host = torch.empty(t + 2, dtype=torch.long, pin_memory=True)
             if self.capture:
                 self._capture(s)
             self.slots[key] = s
@@ -159,7 +162,12 @@ class GraphRunner:
         k = len(ids) - 1 if k is None else k
         host = torch.tensor(ids + [ids[-1]] * (s.t - len(ids)) + [start, k], dtype=torch.long)
         with torch.inference_mode():
-            s.inp.copy_(host)
+            if s.host is None:
+                s.inp.copy_(host)
+            else:  # no host sync: an async copy from pinned memory. The staging buffer is
+                # rewritten only after the step's result was read, so its copy is done.
+                s.host.copy_(host)
+                s.inp.copy_(s.host, non_blocking=True)
 
     def launch(self, s: Slot) -> StepOut:
         s.replays += 1
