@@ -28,7 +28,8 @@ def footer(state: RunState) -> Text:
     lines = [f"sandbox: {state.sandbox}", f"planner: {state.planner or '-'}"]
     if state.analysis:
         f = state.analysis["factors"]
-        lines.append("factors: " + ", ".join(f"{k} {v:.2f}" for k, v in f.items()))
+        lines.append("factors: " + ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} n/a"
+                                             for k, v in f.items()))
     if state.integration:
         lines.append(f"integration: {state.integration.get('result')}")
     if state.validation:

@@ -118,10 +118,12 @@ class Cycle:
         return self.state
 
     def phase_analyze(self) -> None:
-        self.state.analysis = judges.analyze(self.cfg, self.ex.analyze_requests,
-                                             self.ex.analyze_max_new)
+        self.state.analysis = judges.analyze(self.root, self.cfg, self.state.base,
+                                             self.ex.analyze_requests, self.ex.analyze_max_new,
+                                             self.runs.log_dir("analyze"))
         f = self.state.analysis["factors"]
-        self.progress("analyze", "factors " + ", ".join(f"{k} {v:.2f}" for k, v in f.items()))
+        self.progress("analyze", "factors " + ", ".join(
+            f"{k} {v:.2f}" if v is not None else f"{k} n/a" for k, v in f.items()))
 
     def phase_plan(self) -> None:
         from specpilot.cycle.planning import plan
