@@ -37,6 +37,7 @@ def _typed(typ: str, value: str):
 def record_adopted(cycle, ds) -> str:
     d, cand, v = ds.direction, ds.candidate, ds.verdict
     state = cycle.state
+    base = ds.base or state.base
     run_short = state.run_id.removeprefix("run-")
     entry_id = f"{d.id}-{run_short}"[:64].rstrip("-.")
     reused = d.backend == "reuse"
@@ -47,7 +48,7 @@ def record_adopted(cycle, ds) -> str:
                        "detail": f"specpilot explore {state.run_id}, direction {d.id}, "
                                  f"backend {d.backend}"},
         "options": _option_specs({k: v2 for k, v2 in cand.options.items()
-                                  if state.base.options.get(k) != v2},
+                                  if base.options.get(k) != v2},
                                  next((g["option_specs"] for g in ds.gates
                                        if "option_specs" in g), {})),
         "constraints": [{"kind": "token_forcing",
@@ -65,7 +66,7 @@ def record_adopted(cycle, ds) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "meta.toml"
         path.write_text(tomli_w.dumps(meta))
-        rec = record(Memory(cycle.root), cand.commit, entry_id, [], path,
+        rec = record(Memory(cycle.root), cand.commit, entry_id, list(ds.deps), path,
                      base=state.base.commit)
     return rec.id
 

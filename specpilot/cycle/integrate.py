@@ -145,21 +145,3 @@ def _identity() -> dict:
     from specpilot.agents.context import AGENT_IDENTITY
 
     return AGENT_IDENTITY
-
-
-def tune_kernels(cycle) -> None:
-    """Rank kernel categories by distance from the byte lower bound; autotune needs CUDA."""
-    import torch
-
-    a = cycle.state.analysis or {}
-    per = {k: v for k, v in (a.get("profile_per_step_ms") or {}).items() if k != "other" and v}
-    bound = a.get("weight_bound_ms") or 0
-    ranking = sorted(per.items(), key=lambda kv: -kv[1])
-    rec = {"ranking": [{"category": k, "ms_per_step": v,
-                        "over_weight_bound": round(v / bound, 2) if bound else None}
-                       for k, v in ranking]}
-    if not torch.cuda.is_available():
-        rec["result"] = "skipped: no CUDA device (Triton autotune configurations need one)"
-    else:
-        rec["result"] = "skipped: no kernels with autotune configurations registered yet"
-    cycle.state.kernel_tuning = rec

@@ -86,9 +86,10 @@ class Cycle:
                 worktrees.remove(self.store, name, force=True)
                 branch = worktrees.BRANCH_PREFIX + name
                 self.store.call("branch", "-D", branch)
-            wt = Path(worktrees.new(self.store, name, self.state.base.commit).path)
+            wt = Path(worktrees.new(self.store, name, (ds.base or self.state.base).commit).path)
             ds.worktree = str(wt)
-        return AgentContext(self.root, self.cfg, self.ex, self.state.base, ds.direction, wt,
+        return AgentContext(self.root, self.cfg, self.ex, ds.base or self.state.base,
+                            ds.direction, wt,
                             self.runs.transcript(ds.direction.id),
                             self.runs.log_dir(ds.direction.id), device_env,
                             lambda m: self.progress(ds.direction.id, m), self.client,
@@ -164,7 +165,7 @@ class Cycle:
         integrate(self)
 
     def phase_tune_kernels(self) -> None:
-        from specpilot.cycle.integrate import tune_kernels
+        from specpilot.cycle.kernel_tuning import tune_kernels
 
         tune_kernels(self)
 

@@ -57,7 +57,18 @@ def run_analyze(job: dict) -> dict:
     system, prompts = _load(job)
     rep = analyze(Path(job["cache_root"]), job["model"], None, len(prompts), job["max_new"],
                   job["drafter"], system=system, prompts=prompts)
-    return _finite(rep.model_dump(mode="python"))
+    out = _finite(rep.model_dump(mode="python"))
+    out["registered_options"] = registered_options()
+    return out
+
+
+def registered_options() -> dict:
+    """The system's own option registry (names, types, defaults, choices, help)."""
+    from stock.options import REGISTRY
+
+    return {n: {"type": o.type.__name__, "default": o.default, "help": o.help,
+                "choices": list(o.choices) if getattr(o, "choices", None) else None}
+            for n, o in REGISTRY.items()}
 
 
 def run_tune(job: dict) -> dict:
