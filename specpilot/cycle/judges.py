@@ -1,9 +1,9 @@
 """The one adapter between the cycle and the judges (gates, controller, stats, cost model).
 
-Every call the cycle makes into specpilot/forcing.py, controller.py, worker_proc.py and
-stats.py and analyze.py goes through here, so a change of their API touches this file only. The judges
-always run the project's own code (this process's `specpilot`); candidates are served from
-clean checkouts of their commits, never from an agent's worktree.
+Every call the cycle makes into specpilot/forcing.py, controller.py, worker_proc.py,
+stats.py and analyze.py goes through here, so a change of their API touches this file only.
+The judges always run the project's own code (this process's `specpilot`); systems are served
+from clean checkouts of their commits, never from an agent's worktree.
 """
 
 from __future__ import annotations
