@@ -196,7 +196,7 @@ def start(root: Path, progress=lambda who, msg: None, client=None) -> Cycle:
     head = store.must_resolve("HEAD")
     paths = load_config(root).system_paths
     dirty = store.run("status", "--porcelain", "--", *paths).strip()
-    if dirty:   # Phase 0, the tuner and the references run the working tree's stock
+    if dirty:   # the dev and sealed references run the working tree's stock
         raise SpecPilotError(f"uncommitted changes in the system paths ({', '.join(paths)}); "
                              f"commit or stash them before a cycle:\n{dirty}", code=2)
     base = System(commit=head)
