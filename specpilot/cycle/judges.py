@@ -39,7 +39,8 @@ def _system_job(root: Path, cfg: Config, system: System, task: str, job: dict, l
     co = clean_checkout(GitStore(root), system.commit, cfg.system_paths, root)
     job = {"task": task, "checkout": str(co.path), "cache_root": str(root),
            "model": cfg.model.path, "options": dict(system.options),
-           "drafter": cfg.controller.drafter, "max_context": 2048, **job}
+           "drafter": cfg.controller.drafter,
+           "max_context": max(2048, 1024 + job.get("max_new", 0) + 64), **job}
     log.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "out.json"
