@@ -2,29 +2,27 @@
 
 A weight matrix W [N, K] (N output channels, K inputs, nn.Linear layout) is stored as:
 
-- ``base``  uint8 [N]: per output channel a base exponent b (0..240), chosen so that the
+- ``base``  uint8 [N]: per output channel a base exponent b in 1..239, chosen so that the
   16-value window of bf16 exponent fields [b, b+15] holds the most weights of the row
   (ties go to the highest b, so the largest weights stay in the window).
 - a 12-bit code per weight: ``sign(1) | exponent offset e-b (4) | mantissa (7)``, stored in
   two planes:
-  - ``hi`` uint8 [N, Kp]: the top 8 bits, ``sign | offset | mantissa[6:4]``. Read alone it
-    is the *nested 8-bit view* (the weight with its low 4 mantissa bits zeroed).
+  - ``hi`` uint8 [N, Kp]: the top 8 bits, ``sign | offset | mantissa[6:4]`` (sign in bit 7).
+    Read alone it is the *nested 8-bit view*: the weight with its low 4 mantissa bits zeroed.
   - ``lo`` uint8 [N, Kp/2]: the low 4 mantissa bits, two weights per byte; weight k sits in
     byte k//2, in the low nibble when k is even and the high nibble when k is odd.
   Kp is K rounded up to even; a padded column holds code 0.
 - exceptions: ``exc_idx`` (int32, or int64 when N*K >= 2**31) flat indices n*K + k (the
   original K), ascending, and ``exc_val`` int16: the raw bf16 bits of each exception.
 
-Decoding code c of row n: code 0 is reserved and decodes to +0.0 (bits 0x0000); any other
-code decodes to bits ``(c >> 11) << 15 | (b + ((c >> 7) & 15)) << 7 | (c & 127)``.
-
-A weight is encoded in the planes when its bits are 0x0000 (+0.0, code 0) or its exponent
-field lies in [b, b+15] and its code is not 0. Everything else is an exception: exponents
-outside the window (which covers subnormals and -0.0 only if b = 0, and inf/NaN only if
-b + 15 >= 255) and the one value whose code would be 0 (sign 0, exponent b, mantissa 0).
-An exception's slot in the planes holds code 0, so the planes decode it to +0.0 and a GEMM
-adds the exception's exact contribution x[:, k] * w_exc on top; `decode` writes the raw
-bits back, so the round trip is bit-exact for every bf16 bit pattern.
+Every code is a value: code c of row n decodes to the bf16 bits
+``(c >> 11) << 15 | (b + ((c >> 7) & 15)) << 7 | (c & 127)`` (so the window holds only
+normal numbers: b >= 1 and b + 15 <= 254). A weight is an exception when its exponent field
+is outside [b, b+15]; that includes every +-0.0, subnormal, +-inf and NaN (the window never
+covers exponent fields 0 or 255). An exception's slot in the planes holds code 0, which
+decodes to w0 = +2**(b-127) (bits b << 7); `decode` writes the raw bits back, so the round
+trip is bit-exact for every bf16 bit pattern, and a GEMM that multiplies by the planes adds
+x[:, k] * w_exc - x[:, k] * w0 for each exception (see kernels/w12/reference.py).
 
 The code is vectorised torch and device-agnostic: on a CUDA tensor the same functions are
 the fast GPU encoder/decoder.
@@ -37,7 +35,8 @@ from dataclasses import dataclass, field
 import torch
 
 WINDOW = 16          # exponent values per window (4-bit offset)
-MAX_BASE = 256 - WINDOW
+MIN_BASE = 1                # exponent field 0: zeros and subnormals
+MAX_BASE = 255 - WINDOW    # exponent field 255: inf and NaN
 FORMAT = "w12"
 VERSION = 1
 _CHUNK = 1 << 24     # elements encoded at once (bounds the int32 temporaries)
@@ -116,16 +115,17 @@ def _bits(w: torch.Tensor) -> torch.Tensor:
 
 
 def choose_base(bits: torch.Tensor) -> torch.Tensor:
-    """int64 [N]: per row the window start b that holds the most nonzero-bit weights."""
+    """int64 [N]: per row the window start b in 1..239 that holds the most weights."""
     n = bits.shape[0]
     exp = (bits >> 7) & 0xFF
-    counts = torch.zeros(n, 256, dtype=torch.int32, device=bits.device)
-    ones = (bits != 0).to(torch.int32)  # +0.0 is code 0 whatever the window
-    counts.scatter_add_(1, exp.long(), ones)
+    rows = torch.arange(n, dtype=torch.int64, device=bits.device).unsqueeze(1)
+    counts = torch.bincount((rows * 256 + exp).view(-1), minlength=n * 256).view(n, 256)
+    counts[:, 0] = 0
+    counts[:, 255] = 0
     cs = torch.zeros(n, 257, dtype=torch.int64, device=bits.device)
     cs[:, 1:] = torch.cumsum(counts, 1)
-    starts = torch.arange(MAX_BASE + 1, device=bits.device)
-    win = cs[:, starts + WINDOW] - cs[:, starts]  # [N, 241]
+    starts = torch.arange(MIN_BASE, MAX_BASE + 1, device=bits.device)
+    win = cs[:, starts + WINDOW] - cs[:, starts]  # [N, 239]
     # argmax returns the first maximum; flip so ties pick the highest base
     return MAX_BASE - torch.argmax(win.flip(1), dim=1)
 
@@ -137,10 +137,9 @@ def _encode_rows(bits: torch.Tensor, base: torch.Tensor):
     man = bits & 0x7F
     off = exp - base.to(torch.int32).unsqueeze(1)
     code = (sign << 11) | ((off & 0xF) << 7) | man
-    in_window = (off >= 0) & (off < WINDOW) & (code != 0)
-    ok = (bits == 0) | in_window
-    code = torch.where(in_window, code, torch.zeros_like(code))  # +0.0 and exceptions: 0
-    return code, ~ok
+    in_window = (off >= 0) & (off < WINDOW)
+    code = torch.where(in_window, code, torch.zeros_like(code))  # exception slots: code 0
+    return code, ~in_window
 
 
 def encode(w: torch.Tensor) -> W12Tensor:
@@ -152,8 +151,7 @@ def encode(w: torch.Tensor) -> W12Tensor:
     n, k = w.shape
     kp = k + (k % 2)
     dev = w.device
-    bits_all = _bits(w)
-    base = choose_base(bits_all) if n else torch.zeros(0, dtype=torch.int64, device=dev)
+    base = torch.zeros(n, dtype=torch.uint8, device=dev)
     hi = torch.zeros(n, kp, dtype=torch.uint8, device=dev)
     lo = torch.zeros(n, kp // 2, dtype=torch.uint8, device=dev)
     idx_dtype = torch.int64 if n * k >= 2**31 else torch.int32
@@ -161,8 +159,10 @@ def encode(w: torch.Tensor) -> W12Tensor:
     rows = max(1, _CHUNK // max(1, k))
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
-        bits = bits_all[r0:r1]
-        code, exc = _encode_rows(bits, base[r0:r1])
+        bits = _bits(w[r0:r1])
+        rbase = choose_base(bits)
+        base[r0:r1] = rbase.to(torch.uint8)
+        code, exc = _encode_rows(bits, rbase)
         if kp != k:
             code = torch.nn.functional.pad(code, (0, 1))
         hi[r0:r1] = (code >> 4).to(torch.uint8)
@@ -174,7 +174,7 @@ def encode(w: torch.Tensor) -> W12Tensor:
             exc_idx.append((flat + r0 * k).to(idx_dtype))
     idx = torch.cat(exc_idx) if exc_idx else torch.zeros(0, dtype=idx_dtype, device=dev)
     val = torch.cat(exc_val) if exc_val else torch.zeros(0, dtype=torch.int16, device=dev)
-    return W12Tensor(hi, lo, base.to(torch.uint8), idx, val, (n, k))
+    return W12Tensor(hi, lo, base, idx, val, (n, k))
 
 
 def codes(t: W12Tensor) -> torch.Tensor:
@@ -187,8 +187,7 @@ def codes(t: W12Tensor) -> torch.Tensor:
 def code_to_bits(code: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
     """Decode 12-bit codes [N, K] (int32) with per-row base [N] to bf16 bits (int32)."""
     b = base.to(torch.int32).unsqueeze(1)
-    bits = ((code >> 11) << 15) | ((b + ((code >> 7) & 0xF)) << 7) | (code & 0x7F)
-    return torch.where(code == 0, torch.zeros_like(bits), bits)
+    return ((code >> 11) << 15) | ((b + ((code >> 7) & 0xF)) << 7) | (code & 0x7F)
 
 
 def _to_i16(bits: torch.Tensor) -> torch.Tensor:
@@ -217,8 +216,7 @@ def decode(t: W12Tensor) -> torch.Tensor:
 def decode_w8(t: W12Tensor) -> torch.Tensor:
     """The nested 8-bit view as bf16 [N, K]: what the 8-bit GEMM multiplies by.
 
-    Each in-window weight is decoded from its code with the low 4 bits zeroed (its low 4
-    mantissa bits dropped, i.e. truncated toward zero; a code whose top 8 bits are all zero
-    decodes to +0.0). Exceptions keep their exact values, as in the W12 GEMM.
+    Each in-window weight is its bf16 bits with the low 4 mantissa bits zeroed (``bits &
+    0xFFF0``: truncated toward zero); exceptions keep their exact values, as in the GEMM.
     """
     return _finish(t, t.hi.to(torch.int32) << 4)
