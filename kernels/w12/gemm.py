@@ -8,13 +8,16 @@ byte j, decodes both weights of the pair in registers (a few integer ops, no sel
 tensor-core dots (even and odd k) with fp32 accumulation. Exceptions are applied exactly in
 the weights: their slots decode to w0 = 2**(b-127) (code 0), and the program that owns
 split 0 of a tile adds x[:, k] * w_exc - x[:, k] * w0 for each exception of its rows
-(exceptions sorted by row, found through a row pointer) before the single store.
+(exceptions sorted by row, found through a row pointer; one scalar step each) before
+the single store.
 
 ``view="w8"`` compiles the same kernel without the ``lo`` plane (the nested 8-bit view:
 half the bytes of bf16). References: kernels/w12/reference.py.
 
-Configurations: a small list (<= 6), timed once per (M bucket, N, K, view, dtype) on CUDA
-(`tune`); under TRITON_INTERPRET=1 or during CUDA graph capture the default is used.
+Configurations: a small list (<= 6), timed once per (N, K, view, dtype) on CUDA by `tune`
+at the first call (M buckets 16/32/64 reuse the M <= 16 choice unless tuned themselves);
+under TRITON_INTERPRET=1 or during CUDA graph capture an untuned shape uses DEFAULT, so
+run one call per shape before capturing.
 """
 
 from __future__ import annotations
@@ -48,16 +51,15 @@ CONFIGS = (
     Config(64, 128, 4, 4, split=1),
 )
 DEFAULT = CONFIGS[0]
-BLOCK_E = 16
 _TUNED: dict[tuple, Config] = {}
 _SMS: dict[int, int] = {}
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["M", "k_split"])
 def _w12_gemm_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval_ptr, y_ptr,
                      M, N, K, stride_xm, stride_h, stride_l, stride_ym, stride_ys, k_split,
                      USE_LO: tl.constexpr, F32_DOT: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr):
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     HALF: tl.constexpr = BLOCK_K // 2
@@ -96,24 +98,20 @@ def _w12_gemm_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
         else:
             acc += tl.dot(xe, tl.trans(we))
             acc += tl.dot(xo, tl.trans(wo))
-    if pid_k == 0:
+    if pid_k == 0:  # exceptions of this tile's rows, one at a time (they are rare)
         n0 = pid_n * BLOCK_N
         e_start = tl.load(rowptr_ptr + n0)
         e_end = tl.load(rowptr_ptr + tl.minimum(n0 + BLOCK_N, N))
-        for es in range(e_start, e_end, BLOCK_E):
-            offs_e = es + tl.arange(0, BLOCK_E)
-            me = offs_e < e_end
-            idx = tl.load(eidx_ptr + offs_e, mask=me, other=0).to(tl.int64)
+        for e in range(e_start, e_end):
+            idx = tl.load(eidx_ptr + e).to(tl.int64)
             en = (idx // K).to(tl.int32)
             ek = idx - en.to(tl.int64) * K
-            wv = tl.load(eval_ptr + offs_e, mask=me, other=0).to(tl.bfloat16, bitcast=True)
-            w0 = (tl.load(base_ptr + en, mask=me, other=1).to(tl.int32) << 7).to(tl.int16)
+            wv = tl.load(eval_ptr + e).to(tl.bfloat16, bitcast=True).to(tl.float32)
+            w0 = (tl.load(base_ptr + en).to(tl.int32) << 7).to(tl.int16)
             w0 = w0.to(tl.bfloat16, bitcast=True).to(tl.float32)
-            xv = tl.load(x_ptr + offs_m[:, None] * stride_xm + ek[None, :],
-                         mask=mask_m[:, None] & me[None, :], other=0.0).to(tl.float32)
-            corr = xv * wv.to(tl.float32)[None, :] - xv * w0[None, :]        # [BM, BE]
-            hit = (en[:, None] == offs_n[None, :]) & me[:, None]              # [BE, BN]
-            acc += tl.sum(tl.where(hit[None, :, :], corr[:, :, None], 0.0), axis=1)
+            xv = tl.load(x_ptr + offs_m * stride_xm + ek, mask=mask_m, other=0.0).to(tl.float32)
+            corr = xv * wv - xv * w0                                          # [BM]
+            acc += tl.where((offs_n == en)[None, :], corr[:, None], 0.0)
     out = y_ptr + pid_k * stride_ys + offs_m[:, None] * stride_ym + offs_n[None, :]
     tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
@@ -156,7 +154,7 @@ def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, use_lo: bool, cfg: C
         x, hi16, t.lo, t.base, t.row_ptr(), t.exc_idx, t.exc_val, target,
         m, n, k, x.stride(0), hi16.stride(0), t.lo.stride(0), target.stride(-2), stride_ys,
         k_split, USE_LO=use_lo, F32_DOT=x.dtype != torch.bfloat16, BLOCK_M=_block_m(m),
-        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, BLOCK_E=BLOCK_E,
+        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split > 1:
         y.copy_(target.sum(0))
@@ -208,6 +206,8 @@ def w12_matmul(x: torch.Tensor, t: W12Tensor, view: str = "w12",
         if cfg is None:
             key = _key(xs.shape[0], t, view, x.dtype)
             capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
-            cfg = _TUNED.get(key) or (DEFAULT if capturing else tune(xs, t, view))
+            cfg = _TUNED.get(key) or _TUNED.get(_key(1, t, view, x.dtype))
+            if cfg is None:
+                cfg = DEFAULT if capturing else tune(xs, t, view)
         _launch(xs, t, y[m0:m0 + MAX_M], view == "w12", cfg)
     return y.reshape(*lead, n)
