@@ -29,10 +29,11 @@ class W12Linear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
         self.dtype = dtype      # the compute dtype of the dense path (the source layer's)
         self.view = "w12"
-        self._row_ptr = None
+        self._t = None          # the W12Tensor over the buffers (cached; rebuilt after .to())
         self._dense = dense     # the source weight (keep_dense) or the CPU decode
         if self._dense is None and self.hi.device.type != "cuda":
             self._dense = self.decode().to(dtype)
+        self.w12.row_ptr()      # derive it now: never inside a CUDA graph capture
 
     @classmethod
     def from_linear(cls, lin: nn.Linear, keep_dense: bool = False) -> "W12Linear":
@@ -42,11 +43,10 @@ class W12Linear(nn.Module):
 
     @property
     def w12(self) -> W12Tensor:
-        t = W12Tensor(*(getattr(self, n) for n in PLANES),
-                      shape=(self.out_features, self.in_features))
-        if self._row_ptr is None or self._row_ptr.device != t.device:
-            self._row_ptr = t.row_ptr()
-        t._row_ptr = self._row_ptr
+        t = self._t
+        if t is None or t.hi.data_ptr() != self.hi.data_ptr() or t.device != self.hi.device:
+            t = self._t = W12Tensor(*(getattr(self, n) for n in PLANES),
+                                    shape=(self.out_features, self.in_features))
         return t
 
     def decode(self) -> torch.Tensor:
