@@ -44,3 +44,20 @@ def test_converted_tiny_transformer_gives_identical_logits(include_lm_head):
     assert torch.equal(got, want)
     # tied embeddings stay intact
     assert torch.equal(net.model.embed_tokens.weight, ref.model.embed_tokens.weight)
+
+
+def test_engine_option_weights_w12_when_the_entry_is_applied():
+    """Memory entry w12-weights: option weights=w12 converts the target at engine build."""
+    from stock.engine import Engine
+    from stock.options import REGISTRY, Options
+
+    if "weights" not in REGISTRY:
+        pytest.skip("option weights comes with the memory entry w12-weights")
+    cfg = PRESETS["tiny-qwen3"]
+    stock_engine = Engine(Transformer.random(cfg, "cpu", torch.bfloat16, seed=4), Options(), 128)
+    w12_engine = Engine(Transformer.random(cfg, "cpu", torch.bfloat16, seed=4),
+                        Options({"weights": "w12"}), 128)
+    assert not any(isinstance(m, W12Linear) for m in stock_engine.model.modules())
+    assert w12_engine.w12_stats["linears"] == 7 * cfg.num_layers + 1
+    prompt = list(range(3, 23))
+    assert w12_engine.generate(prompt, 12).tokens == stock_engine.generate(prompt, 12).tokens
