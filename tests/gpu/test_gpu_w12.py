@@ -36,3 +36,21 @@ def test_fused_gemm_bf16(m, view):
     t = encode(w)
     x = torch.randn(m, 1024, device="cuda", generator=g).to(torch.bfloat16)
     _close(w12_matmul(x, t, view), w12_matmul_ref(x, t, view))
+
+
+def test_converted_model_on_cuda_runs_the_fused_kernel_close_to_bf16():
+    from kernels.w12.linear import W12Linear, convert_model
+    from stock.config import PRESETS
+    from stock.model import Transformer
+
+    cfg = PRESETS["tiny-qwen3"]
+    ref = Transformer.random(cfg, "cuda", torch.bfloat16, seed=5)
+    net = Transformer.random(cfg, "cuda", torch.bfloat16, seed=5)
+    stats = convert_model(net)
+    assert stats["linears"] == 7 * cfg.num_layers + 1
+    lin = next(m for m in net.modules() if isinstance(m, W12Linear))
+    assert lin._dense is None and lin.hi.is_cuda  # the fused path, no dense copy
+    ids = torch.randint(0, cfg.vocab_size, (1, 40), device="cuda")
+    want = ref(ids, ref.new_cache(64), 0).logits
+    got = net(ids, net.new_cache(64), 0).logits
+    _close(got, want)
