@@ -87,25 +87,27 @@ def convert_model(model: nn.Module, include_lm_head: bool = True,
     """Replace the nn.Linear modules of `model` (a stock.model.Transformer) by W12Linear in
     place, encoding on the weights' device (CUDA: the GPU encoder). The bf16 weight is freed
     unless keep_dense (a weight tied to the embedding stays alive through the embedding).
-    Weights that are not bf16 are rounded to bf16 first (their params counted in `cast_to_bf16`). Returns
-    stats: linears, params, bytes_before, bytes_after, exceptions, bits_per_param,
-    exception_rate, cast_to_bf16."""
-    targets = [(name, mod) for name, mod in model.named_modules()
-               if isinstance(mod, nn.Linear) and (include_lm_head or name != "lm_head")]
+    Weights that are not bf16 are rounded to bf16 first (their params are counted in
+    `cast_to_bf16`). Returns stats: linears, params, bytes_before, bytes_after, exceptions,
+    bits_per_param, exception_rate, cast_to_bf16."""
+    names = [name for name, mod in model.named_modules()
+             if isinstance(mod, nn.Linear) and (include_lm_head or name != "lm_head")]
     stats = {"linears": 0, "params": 0, "bytes_before": 0, "bytes_after": 0,
              "exceptions": 0, "cast_to_bf16": 0}
-    for name, lin in targets:
-        parent = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
-        w = lin.weight
+    for name in names:  # one layer at a time: each bf16 weight is freed once replaced
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        lin = getattr(parent, child)
+        numel, size, dtype = lin.weight.numel(), lin.weight.element_size(), lin.weight.dtype
         new = W12Linear.from_linear(lin, keep_dense=keep_dense)
-        setattr(parent, name.rpartition(".")[2], new)
+        setattr(parent, child, new)
+        del lin
         stats["linears"] += 1
-        stats["params"] += w.numel()
-        stats["bytes_before"] += w.numel() * w.element_size()
+        stats["params"] += numel
+        stats["bytes_before"] += numel * size
         stats["bytes_after"] += new.nbytes
         stats["exceptions"] += int(new.exc_idx.numel())
-        stats["cast_to_bf16"] += int(w.dtype != torch.bfloat16) * w.numel()
-        del lin, w
+        stats["cast_to_bf16"] += int(dtype != torch.bfloat16) * numel
     stats["bits_per_param"] = 8.0 * stats["bytes_after"] / max(1, stats["params"])
     stats["exception_rate"] = stats["exceptions"] / max(1, stats["params"])
     if any(p.is_cuda for p in model.parameters()):
