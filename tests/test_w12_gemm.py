@@ -45,7 +45,8 @@ def test_gaussian_fp32(view, cfg):
 def test_adversarial_fp32_exceptions_exact(view):
     """Zeros, subnormals, +-inf, NaN payloads, max normals: exceptions across tiles/splits."""
     t = encode(adversarial(40, 70, seed=1))
-    assert t.num_exceptions > 40
+    ptr = t.row_ptr()
+    assert int(ptr[16] - ptr[0]) > 2 * gemm.BLOCK_E  # several exception chunks in one tile
     x = torch.randn(3, 70, generator=torch.Generator().manual_seed(1))
     check(gemm.w12_matmul(x, t, view, Config(16, 32, split=2)), w12_matmul_ref(x, t, view))
 

@@ -8,8 +8,9 @@ byte j, decodes both weights of the pair in registers (a few integer ops, no sel
 tensor-core dots (even and odd k) with fp32 accumulation. Exceptions are applied exactly in
 the weights: their slots decode to w0 = 2**(b-127) (code 0), and the program that owns
 split 0 of a tile adds x[:, k] * w_exc - x[:, k] * w0 for each exception of its rows
-(exceptions sorted by row, found through a row pointer; one scalar step each) before
-the single store.
+before the single store. Exceptions are sorted by row and found through a row pointer;
+the first BLOCK_E of a tile are loaded in parallel before the main loop (their latency
+hides behind it) and added after it, further ones in chunks of BLOCK_E.
 
 ``view="w8"`` compiles the same kernel without the ``lo`` plane (the nested 8-bit view:
 half the bytes of bf16). References: kernels/w12/reference.py.
@@ -51,15 +52,48 @@ CONFIGS = (
     Config(64, 128, 4, 4, split=1),
 )
 DEFAULT = CONFIGS[0]
+BLOCK_E = 32          # exceptions loaded at once (per tile, in parallel)
 _TUNED: dict[tuple, Config] = {}
 _SMS: dict[int, int] = {}
+
+
+@triton.jit
+def _exceptions(x_ptr, eidx_ptr, eval_ptr, base_ptr, e0, e_end, K, stride_xm, offs_m, mask_m,
+                BLOCK_E: tl.constexpr):
+    """Exceptions e0 .. min(e0 + BLOCK_E, e_end): their rows (-1 where masked) and the
+    corrections x[:, k] * w_exc - x[:, k] * w0 [BLOCK_M, BLOCK_E] in fp32."""
+    offs_e = e0 + tl.arange(0, BLOCK_E)
+    me = offs_e < e_end
+    idx = tl.load(eidx_ptr + offs_e, mask=me, other=0).to(tl.int64)
+    en = (idx // K).to(tl.int32)
+    ek = idx - en.to(tl.int64) * K
+    wv = tl.load(eval_ptr + offs_e, mask=me, other=0).to(tl.bfloat16, bitcast=True)
+    w0 = (tl.load(base_ptr + en, mask=me, other=1).to(tl.int32) << 7).to(tl.int16)
+    w0 = w0.to(tl.bfloat16, bitcast=True).to(tl.float32)
+    xv = tl.load(x_ptr + offs_m[:, None] * stride_xm + ek[None, :],
+                 mask=mask_m[:, None] & me[None, :], other=0.0).to(tl.float32)
+    corr = xv * wv.to(tl.float32)[None, :] - xv * w0[None, :]
+    return tl.where(me, en, -1), corr
+
+
+@triton.jit
+def _apply(acc, en, corr, offs_n, BLOCK_E: tl.constexpr):
+    """acc[:, en[j] - n0] += corr[:, j] for each exception j (selects, never multiplies by
+    0, so an inf or NaN correction touches only its own column)."""
+    lanes = tl.arange(0, BLOCK_E)
+    for j in tl.static_range(BLOCK_E):
+        n_j = tl.sum(tl.where(lanes == j, en, 0), axis=0)
+        c_j = tl.sum(tl.where((lanes == j)[None, :], corr, 0.0), axis=1)
+        acc += tl.where((offs_n == n_j)[None, :], c_j[:, None], 0.0)
+    return acc
 
 
 @triton.jit(do_not_specialize=["M", "k_split"])
 def _w12_gemm_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval_ptr, y_ptr,
                      M, N, K, stride_xm, stride_h, stride_l, stride_ym, stride_ys, k_split,
                      USE_LO: tl.constexpr, F32_DOT: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     BLOCK_E: tl.constexpr):
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     HALF: tl.constexpr = BLOCK_K // 2
@@ -70,6 +104,14 @@ def _w12_gemm_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
     mask_n = offs_n < N
     base7 = (tl.load(base_ptr + offs_n, mask=mask_n, other=1).to(tl.int32) << 7)[:, None]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    # exceptions of this tile's rows (split 0 only): the first BLOCK_E are loaded now, in
+    # parallel, so their latency hides behind the main loop; they are added after it
+    n0 = pid_n * BLOCK_N
+    e_start = tl.load(rowptr_ptr + n0)
+    e_end = tl.load(rowptr_ptr + tl.minimum(n0 + BLOCK_N, N))
+    e_end = tl.where(pid_k == 0, e_end, e_start)
+    en, corr = _exceptions(x_ptr, eidx_ptr, eval_ptr, base_ptr, e_start, e_end, K, stride_xm,
+                           offs_m, mask_m, BLOCK_E)
     k_lo = pid_k * k_split
     k_hi = tl.minimum(k_lo + k_split, K)
     for k0 in range(k_lo, k_hi, BLOCK_K):
@@ -98,20 +140,11 @@ def _w12_gemm_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
         else:
             acc += tl.dot(xe, tl.trans(we))
             acc += tl.dot(xo, tl.trans(wo))
-    if pid_k == 0:  # exceptions of this tile's rows, one at a time (they are rare)
-        n0 = pid_n * BLOCK_N
-        e_start = tl.load(rowptr_ptr + n0)
-        e_end = tl.load(rowptr_ptr + tl.minimum(n0 + BLOCK_N, N))
-        for e in range(e_start, e_end):
-            idx = tl.load(eidx_ptr + e).to(tl.int64)
-            en = (idx // K).to(tl.int32)
-            ek = idx - en.to(tl.int64) * K
-            wv = tl.load(eval_ptr + e).to(tl.bfloat16, bitcast=True).to(tl.float32)
-            w0 = (tl.load(base_ptr + en).to(tl.int32) << 7).to(tl.int16)
-            w0 = w0.to(tl.bfloat16, bitcast=True).to(tl.float32)
-            xv = tl.load(x_ptr + offs_m * stride_xm + ek, mask=mask_m, other=0.0).to(tl.float32)
-            corr = xv * wv - xv * w0                                          # [BM]
-            acc += tl.where((offs_n == en)[None, :], corr[:, None], 0.0)
+    acc = _apply(acc, en, corr, offs_n, BLOCK_E)
+    for es in range(e_start + BLOCK_E, e_end, BLOCK_E):  # tiles with many exceptions
+        en, corr = _exceptions(x_ptr, eidx_ptr, eval_ptr, base_ptr, es, e_end, K, stride_xm,
+                               offs_m, mask_m, BLOCK_E)
+        acc = _apply(acc, en, corr, offs_n, BLOCK_E)
     out = y_ptr + pid_k * stride_ys + offs_m[:, None] * stride_ym + offs_n[None, :]
     tl.store(out, acc.to(y_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
@@ -154,7 +187,7 @@ def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, use_lo: bool, cfg: C
         x, hi16, t.lo, t.base, t.row_ptr(), t.exc_idx, t.exc_val, target,
         m, n, k, x.stride(0), hi16.stride(0), t.lo.stride(0), target.stride(-2), stride_ys,
         k_split, USE_LO=use_lo, F32_DOT=x.dtype != torch.bfloat16, BLOCK_M=_block_m(m),
-        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, BLOCK_E=BLOCK_E,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split > 1:
         y.copy_(target.sum(0))
