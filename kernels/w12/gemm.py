@@ -140,7 +140,8 @@ def _w12_gemm_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
         else:
             acc += tl.dot(xe, tl.trans(we))
             acc += tl.dot(xo, tl.trans(wo))
-    acc = _apply(acc, en, corr, offs_n, BLOCK_E)
+    if e_end > e_start:
+        acc = _apply(acc, en, corr, offs_n, BLOCK_E)
     for es in range(e_start + BLOCK_E, e_end, BLOCK_E):  # tiles with many exceptions
         en, corr = _exceptions(x_ptr, eidx_ptr, eval_ptr, base_ptr, es, e_end, K, stride_xm,
                                offs_m, mask_m, BLOCK_E)
