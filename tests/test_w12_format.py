@@ -30,6 +30,7 @@ def report(name, encoded):
     return bpp
 
 
+@pytest.mark.slow
 def test_embedded_default_every_tensor(smol):
     """Every 2-D weight of the embedded default (bf16-cast; Q4-dequantized, so not
     representative of real bf16 weights)."""

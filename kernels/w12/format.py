@@ -132,13 +132,10 @@ def choose_base(bits: torch.Tensor) -> torch.Tensor:
 
 def _encode_rows(bits: torch.Tensor, base: torch.Tensor):
     """bits int32 [n, K] -> code int32 [n, K] (0 at exceptions), exception mask."""
-    sign = bits >> 15
-    exp = (bits >> 7) & 0xFF
-    man = bits & 0x7F
-    off = exp - base.to(torch.int32).unsqueeze(1)
-    code = (sign << 11) | ((off & 0xF) << 7) | man
-    in_window = (off >= 0) & (off < WINDOW)
-    code = torch.where(in_window, code, torch.zeros_like(code))  # exception slots: code 0
+    b7 = base.to(torch.int32).unsqueeze(1) << 7
+    mag = (bits & 0x7FFF) - b7                   # (e - b) << 7 | m  when e >= b
+    in_window = (mag >> 11) == 0                 # 0 <= e - b < 16
+    code = (mag | ((bits >> 4) & 0x800)) * in_window
     return code, ~in_window
 
 
@@ -186,8 +183,8 @@ def codes(t: W12Tensor) -> torch.Tensor:
 
 def code_to_bits(code: torch.Tensor, base: torch.Tensor) -> torch.Tensor:
     """Decode 12-bit codes [N, K] (int32) with per-row base [N] to bf16 bits (int32)."""
-    b = base.to(torch.int32).unsqueeze(1)
-    return ((code >> 11) << 15) | ((b + ((code >> 7) & 0xF)) << 7) | (code & 0x7F)
+    b7 = base.to(torch.int32).unsqueeze(1) << 7
+    return ((code & 0x7FF) + b7) | ((code & 0x800) << 4)
 
 
 def _to_i16(bits: torch.Tensor) -> torch.Tensor:
