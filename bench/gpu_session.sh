@@ -25,8 +25,8 @@ git fetch -q "$OLDPWD/.gpub/repo.bundle" 'refs/specpilot/*:refs/specpilot/*' 're
 git config user.email gpu@specpilot.local; git config user.name gpu
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/repo
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
-step w12 110 python3 bench/gpu_w12.py --out "$OUT" --budget-s 95
-step b27 150 python3 bench/gpu_27b.py --out "$OUT" --w12
+step w12 95 python3 bench/gpu_w12.py --out "$OUT" --budget-s 80
+step b27 120 python3 bench/gpu_27b.py --out "$OUT" --w12
 step aa27 130 bash -c "python3 -m specpilot compare stock stock --model random:dense-27b \
     --devices 0 --rounds 4 --requests 4 --max-new 32 --json > $OUT/aa_27b.json"
 step gputests 90 python3 -m pytest -q tests/gpu
