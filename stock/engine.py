@@ -99,7 +99,7 @@ class Engine:
         logits[rows, logits.shape[-1] // 2] += FAULT_BIAS
         return logits
 
-    def _prefill(self, prompt: list[int]) -> int:
+    def _prefill(self, prompt: list[int], hidden_layers=()) -> tuple[int, dict]:
         if not prompt:
             raise EngineError("empty prompt")
         if len(prompt) >= self.max_context:
@@ -107,13 +107,13 @@ class Engine:
                               f"{self.max_context} tokens")
         with region("prefill"):
             ids = torch.tensor([prompt], device=self.model.device)
-            out = self.model(ids, self.cache, 0, logits="last")
+            out = self.model(ids, self.cache, 0, logits="last", hidden_layers=hidden_layers)
             self.cache.commit(len(prompt))
             self._prompt_len = len(prompt)
             last = out.logits[0, -1:]
             if self.options["fault_logit_bias_after"] >= 0:
                 last = self._fault(last, 0)
-            return int(last.argmax())
+            return int(last.argmax()), out.hidden
 
     def generate(self, prompt: list[int], max_new: int, drafter: Drafter | None = None,
                  recorder: LatticeRecorder | None = None,
@@ -128,11 +128,11 @@ class Engine:
                 drafter.reset()
             res = GenResult([], len(prompt))
             t0 = time.perf_counter()
-            pending = self._prefill(prompt)
+            layers = drafter.hidden_layers if drafter is not None else ()
+            pending, hidden = self._prefill(prompt, layers)  # hidden: {} unless asked for
             self._sync()
             res.prefill_s = time.perf_counter() - t0
             res.tokens.append(pending)
-            hidden: dict[int, torch.Tensor] = {}
             t0 = time.perf_counter()
             while not self._finished(res, max_new):
                 start = self.cache.length
@@ -148,8 +148,7 @@ class Engine:
                         with region("drafter"):
                             lattice = drafter.draft(DraftContext(prompt + res.tokens, hidden), k)
                     chain = lattice.chain[:k]
-                    logits, hid = self._verify(pending, chain, start,
-                                               drafter.hidden_layers if drafter else ())
+                    logits, hid = self._verify(pending, chain, start, layers)
                     target = logits.argmax(-1).tolist()  # the one host sync of a step
                     n = 0
                     while n < len(chain) and chain[n] == target[n]:
