@@ -213,14 +213,15 @@ def test_default_weights_missing_or_mismatched_is_a_clear_error(smol):
 
 @pytest.mark.slow
 def test_block_speculative_equals_autoregressive_embedded(smol, dev_prompts):
-    """The embedded model in fp32 with an untrained block drafter (block 16): same tokens."""
+    """The embedded model in fp32 with an untrained block drafter (blocks of 16, 4 of them
+    verified a step to keep CPU time down): the same tokens as autoregressive decoding."""
     torch.set_num_threads(max(torch.get_num_threads(), 2))
     model = smol.engine.model
     net = BlockNet(BlockConfig.for_target(model.cfg, num_layers=1)).init_weights(0)
-    engine = Engine(model, Options({"draft_len": 16}), 1024, smol.engine.stop_ids)
+    engine = Engine(model, Options({"draft_len": 4}), 1024, smol.engine.stop_ids)
     drafter = BlockDrafter(net, model, 1024)
-    for prompt in dev_prompts[:2]:
-        ar = engine.generate(prompt, 48)
-        sp = engine.generate(prompt, 48, drafter)
-        assert sp.tokens == ar.tokens
-        assert drafter.ctx_len >= len(prompt)
+    prompt = dev_prompts[2]
+    ar = engine.generate(prompt, 16)
+    sp = engine.generate(prompt, 16, drafter)
+    assert sp.tokens == ar.tokens
+    assert drafter.ctx_len >= len(prompt) + sp.steps - 1

@@ -249,8 +249,9 @@ class BlockDrafter(Drafter):
         self.ctx_len = end
 
     @torch.inference_mode()
-    def block_logits(self, pending: int) -> torch.Tensor:
-        """fp32 logits [block_size, vocab] for the tokens after `pending` (at ctx_len)."""
+    def block_logits(self, pending: int, k: int | None = None) -> torch.Tensor:
+        """fp32 logits [k, vocab] (default k: block_size) for the tokens after `pending`
+        (at ctx_len); the block always has block_size positions, as in training."""
         t = self.net.cfg.block_size
         ids = torch.tensor([[pending]], device=self.target.device)
         x = self.net.block_inputs(self.target.model.embed_tokens(ids))[:, 0]  # [1, T, H]
@@ -258,11 +259,11 @@ class BlockDrafter(Drafter):
         n = self.ctx_len
         ctx = [(k[:, :, :n], v[:, :, :n]) for k, v in zip(self.k, self.v)]
         out = self.net(x, cos, sin, ctx)
-        return self.target.lm_head(out[0]).float()
+        return self.target.lm_head(out[0, :k]).float()
 
     def draft(self, ctx: DraftContext, k: int) -> DraftLattice:
         self.extend(ctx.hidden, len(ctx.tokens) - 1)
         k = min(k, self.net.cfg.block_size)
         if k <= 0:
             return DraftLattice.empty(self.topk)
-        return DraftLattice.from_logits(self.block_logits(ctx.tokens[-1])[:k], self.topk)
+        return DraftLattice.from_logits(self.block_logits(ctx.tokens[-1], k), self.topk)

@@ -54,7 +54,8 @@ class TrainConfig:
     weight_decay: float = 0.01
     decay: float = 7.0  # loss weight exp(-j/decay) at block position j
     holdout: float = 0.05  # fraction of sequences kept for validation
-    max_seconds: float = 0.0  # stop training early after this long (0: never)
+    max_seconds: float = 0.0  # stop the training loop after this long (0: never)
+    total_seconds: float = 0.0  # stop it so that the whole run ends within this (0: never)
 
 
 @dataclass
@@ -197,8 +198,10 @@ def _lr(step: int, cfg: TrainConfig) -> float:
 
 
 def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progress=log,
-          data: Data | None = None):
-    """Returns (net, stats). `target` stays frozen; the net trains in fp32 (autocast on CUDA)."""
+          data: Data | None = None, started: float | None = None):
+    """Returns (net, stats, losses). `target` stays frozen; the net trains in fp32 (bf16
+    autocast on CUDA). `started`: perf_counter at the start of the run (for total_seconds)."""
+    started = time.perf_counter() if started is None else started
     torch.manual_seed(cfg.seed)
     for prm in target.parameters():
         prm.requires_grad_(False)
@@ -223,6 +226,8 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
              f"features {feat_s:.1f}s; train {len(tr)}, validation {len(val)}")
 
     net = BlockNet(bcfg).to(dev).init_weights(cfg.seed)
+    with torch.no_grad():  # start in the scale the target's head expects
+        net.norm.weight.copy_(target.model.norm.weight.float())
     decay, no_decay = [], []
     for name, prm in net.named_parameters():
         (no_decay if prm.ndim < 2 else decay).append(prm)
@@ -250,8 +255,12 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
         if cfg.max_seconds and time.perf_counter() - t1 > cfg.max_seconds:
             progress(f"  stopped at step {step + 1}: --max-seconds {cfg.max_seconds}")
             break
+        if cfg.total_seconds and time.perf_counter() - started > cfg.total_seconds - 30:
+            progress(f"  stopped at step {step + 1}: --total-seconds {cfg.total_seconds} "
+                     "(30 s kept for validation and saving)")
+            break
     train_s = time.perf_counter() - t1
-    stats = {"steps": steps_done, "first_loss": round(losses[0], 4),
+    stats = {"steps": steps_done, "stopped_early": steps_done < cfg.steps, "first_loss": round(losses[0], 4),
              "last_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4),
              "gen_s": round(gen_s, 1), "features_s": round(feat_s, 1),
              "train_s": round(train_s, 1), "answers": len(keep), "answer_tokens": answer_tokens}
@@ -331,7 +340,7 @@ def main(argv: list[str] | None = None) -> None:
         name = "embedded (SmolLM2-135M-Instruct)"
     log(f"target {name} on {target.device} {target.dtype}; {len(prompts)} prompts "
         f"({cats}); setup {time.perf_counter() - t0:.1f}s")
-    net, stats, _ = train(target, prompts, cfg, stops)
+    net, stats, _ = train(target, prompts, cfg, stops, started=t0)
     from stock.drafters.block_weights import save_block
 
     data_desc = {"prompts": len(prompts), "categories": cats,

@@ -110,7 +110,10 @@ def _code(rng: random.Random) -> str:
     task, ent, attr = rng.choice(TASKS), rng.choice(ENTITIES), rng.choice(ATTRS)
     kind = rng.randrange(5)
     if kind == 0:
-        return f"Write a Python function that {task}. Add a docstring and two example calls."
+        extra = rng.choice(["Add a docstring and two example calls.", "Use type hints.",
+                            "Explain the code afterwards.", "Handle empty input.",
+                            "Keep it short and readable.", "Add comments to each step."])
+        return f"Write a Python function that {task}. {extra}"
     if kind == 1:
         return (f"Write a Python class `{ent.title()}` with attributes `{attr}` and `id`, a "
                 f"method that returns a readable description, and a function that sorts a list "
@@ -122,7 +125,9 @@ def _code(rng: random.Random) -> str:
                 f"    return result\n```\n\nIt should add the {attr} of every {ent}. Explain the "
                 f"bug and fix it.")
     if kind == 3:
-        return f"Explain, step by step, how you would write a Python function that {task}."
+        lang = rng.choice(["Python", "Python 3", "plain Python without imports"])
+        return (f"Explain, step by step, how you would write a function in {lang} that {task}, "
+                f"then show it working on a {ent} example.")
     return (f"Write pytest tests for a function `{ent}_{attr}(value)` that {task}, covering "
             f"normal input, empty input and one edge case.")
 
@@ -148,19 +153,36 @@ def _math(rng: random.Random) -> str:
             f"Show the formulas you use.")
 
 
+CHAT_OPENERS = ["", "Hi! ", "Hello, quick question. ", "I was wondering about something. ",
+                "My friend and I were arguing about this. ", "Sorry if this is a silly question. ",
+                "Good morning! ", "I'm curious: "]
+CHAT_CLOSERS = ["", " Please keep it short.", " Give me a few ideas.", " Explain it simply.",
+                " A list would be great.", " Thanks!", " Answer in two or three sentences.",
+                " Please explain it as if I were twelve."]
+AUDIENCES = ["children", "teenagers", "adults", "a school newsletter", "a science blog",
+             "tourists", "beginners"]
+FORMS = ["Write an essay of several paragraphs about {t} for {a}.",
+         "Write a short story for {a} in which someone discovers something surprising about {t}.",
+         "Write an informative article about {t} for {a}, with a title and headings.",
+         "Write a letter to a friend describing what you learned about {t}.",
+         "Write a detailed explanation of {t} for {a}, ending with a short summary.",
+         "Write a speech for {a} about why {t} matters.",
+         "Write a diary entry of someone spending a day learning about {t}.",
+         "Describe the history and the future of {t} in a long answer for {a}."]
+INSTRUCTION_STYLES = ["", " Keep it concise.", " Use headings.", " Use a numbered list where it "
+                      "helps.", " Give one example at the end.", " Write for a beginner."]
+
+
 def _chat(rng: random.Random) -> str:
-    q = rng.choice(CHAT)
-    return rng.choice([q, f"{q} Please keep it short.", f"Hi! {q}", f"{q} Give me a few ideas."])
+    return rng.choice(CHAT_OPENERS) + rng.choice(CHAT) + rng.choice(CHAT_CLOSERS)
 
 
 def _long_form(rng: random.Random) -> str:
-    topic = rng.choice(TOPICS)
-    return rng.choice([
-        f"Write an essay of several paragraphs about {topic}.",
-        f"Write a short story in which a child discovers something surprising about {topic}.",
-        f"Write an informative article for teenagers about {topic}, with a title and headings.",
-        f"Write a letter to a friend describing what you learned about {topic}.",
-    ])
+    return rng.choice(FORMS).format(t=rng.choice(TOPICS), a=rng.choice(AUDIENCES))
+
+
+def _instruction(rng: random.Random) -> str:
+    return rng.choice(INSTRUCTIONS) + rng.choice(INSTRUCTION_STYLES)
 
 
 def stdlib_snippets(limit_files: int | None = None) -> list[tuple[str, str, str]]:
@@ -168,7 +190,8 @@ def stdlib_snippets(limit_files: int | None = None) -> list[tuple[str, str, str]
     root = Path(sysconfig.get_paths()["stdlib"])
     skip = {"test", "tests", "idlelib", "lib2to3", "site-packages", "turtledemo", "ensurepip"}
     files = sorted(p for p in root.rglob("*.py")
-                   if not skip.intersection(p.relative_to(root).parts) and len(p.parts) < 40)
+                   if not skip.intersection(p.relative_to(root).parts)
+                   and p.stat().st_size < 150_000)
     out = []
     for path in files[:limit_files]:
         try:
@@ -203,24 +226,35 @@ def _stdlib(rng: random.Random, snippets) -> str:
     ])
 
 
-def build_prompts(seed: int, n: int, stdlib_fraction: float = 0.3,
-                  exclude: set[str] = frozenset(), limit_files: int | None = None) -> list[tuple[str, str]]:
-    """`n` distinct (category, prompt) pairs, fixed by `seed`, none in `exclude`."""
+# Share of each source in the prompt mix (stdlib: documentation summaries and code).
+MIX = {"code": 0.22, "math": 0.18, "chat": 0.18, "long-form": 0.14, "instruction": 0.08,
+       "stdlib": 0.20}
+
+
+def build_prompts(seed: int, n: int, exclude: set[str] = frozenset(),
+                  limit_files: int | None = None, mix: dict[str, float] | None = None
+                  ) -> list[tuple[str, str]]:
+    """Up to `n` distinct (source, prompt) pairs in the proportions of `mix`, fixed by
+    `seed`, none in `exclude`. A source whose templates run out of new prompts gives fewer."""
+    mix = dict(MIX if mix is None else mix)
     rng = random.Random(seed)
-    snippets = stdlib_snippets(limit_files) if stdlib_fraction > 0 else []
-    makers = [("code", _code), ("math", _math), ("chat", _chat), ("long-form", _long_form),
-              ("instruction", lambda r: r.choice(INSTRUCTIONS))]
+    snippets = stdlib_snippets(limit_files) if mix.get("stdlib") else []
+    makers = {"code": _code, "math": _math, "chat": _chat, "long-form": _long_form,
+              "instruction": _instruction, "stdlib": lambda r: _stdlib(r, snippets)}
+    if not snippets:
+        mix.pop("stdlib", None)
+    total = sum(mix.values())
     out: list[tuple[str, str]] = []
     seen = set(exclude)
-    tries = 0
-    while len(out) < n and tries < 50 * n:
-        tries += 1
-        if snippets and rng.random() < stdlib_fraction:
-            cat, text = "stdlib", _stdlib(rng, snippets)
-        else:
-            cat, make = rng.choice(makers)
-            text = make(rng)
-        if text not in seen:
+    for cat, share in mix.items():
+        want, got, misses = round(n * share / total), 0, 0
+        while got < want and misses < 200:
+            text = makers[cat](rng)
+            if text in seen:
+                misses += 1
+                continue
             seen.add(text)
             out.append((cat, text))
+            got, misses = got + 1, 0
+    rng.shuffle(out)
     return out
