@@ -15,6 +15,8 @@ the embedding and head are the target's.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict
@@ -202,7 +204,10 @@ class BlockDrafter(Drafter):
     def __init__(self, net: BlockNet, target, max_len: int, topk: int = 4):
         cfg = net.cfg
         cfg.check_target(target.cfg)
-        self.net = net.to(device=target.device, dtype=target.dtype).eval()
+        p = next(net.parameters())
+        if p.device != target.device or p.dtype != target.dtype:  # leave the caller's net be
+            net = copy.deepcopy(net).to(device=target.device, dtype=target.dtype)
+        self.net = net.eval()
         self.target, self.topk, self.max_len = target, topk, max_len
         self.hidden_layers = tuple(cfg.target_layers)
         shape = (1, cfg.num_kv_heads, max_len, cfg.head_dim)

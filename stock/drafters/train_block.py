@@ -234,8 +234,8 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr,
                             betas=(0.9, 0.95))
-    autocast = (torch.autocast("cuda", dtype=torch.bfloat16) if dev.type == "cuda"
-                else torch.autocast("cpu", enabled=False))
+    autocast = torch.autocast(dev.type, dtype=torch.bfloat16,
+                              enabled=dev.type == "cuda" or target.dtype == torch.bfloat16)
     losses, t1, steps_done = [], time.perf_counter(), 0
     for step in range(cfg.steps):
         for g in opt.param_groups:
