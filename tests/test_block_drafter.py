@@ -225,3 +225,35 @@ def test_block_speculative_equals_autoregressive_embedded(smol, dev_prompts):
     sp = engine.generate(prompt, 16, drafter)
     assert sp.tokens == ar.tokens
     assert drafter.ctx_len >= len(prompt) + sp.steps - 1
+
+
+def test_training_prompts_are_deterministic_balanced_and_exclude_dev():
+    from stock.drafters.train_prompts import MIX, build_prompts
+    from stock.requests import load_dev
+
+    dev = {r.prompt for r in load_dev()}
+    a = build_prompts(3, 400, exclude=dev, limit_files=30)
+    assert a == build_prompts(3, 400, exclude=dev, limit_files=30)
+    assert a != build_prompts(4, 400, exclude=dev, limit_files=30)
+    texts = [t for _, t in a]
+    assert len(set(texts)) == len(texts) and not dev.intersection(texts)
+    counts = {c: sum(1 for k, _ in a if k == c) for c in MIX}
+    # 30 stdlib files run out of distinct prompts; every template source keeps its share
+    assert all(abs(counts[c] - 400 * share) <= 1 for c, share in MIX.items()
+               if c != "stdlib"), counts
+    assert 0 < counts["stdlib"] <= 400 * MIX["stdlib"] + 1
+    banned = {a[0][1]}
+    assert a[0][1] not in {t for _, t in build_prompts(3, 400, exclude=banned, limit_files=30)}
+
+
+def test_train_command_writes_a_manifest(tmp_path):
+    from stock.drafters.train_block import main
+
+    main(["--out", str(tmp_path), "--seed", "5", "--toy", "--steps", "3", "--prompts", "6",
+          "--max-new", "12"])
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    assert man["seed"] == 5 and "--toy" in man["command"] and man["training"]["steps"] == 3
+    assert man["config"]["block_size"] == 4 and man["shards"][0]["sha256"]
+    target, _ = toy_setup(5, 6)
+    net, _ = load_block(tmp_path, target)
+    assert net.cfg.target_layers == tuple(man["config"]["target_layers"])
