@@ -257,3 +257,12 @@ def test_train_command_writes_a_manifest(tmp_path):
     target, _ = toy_setup(5, 6)
     net, _ = load_block(tmp_path, target)
     assert net.cfg.target_layers == tuple(man["config"]["target_layers"])
+
+
+def test_answering_stops_at_its_time_limit(toy):
+    target, prompts, data = toy
+    short = generate_data(target, prompts, 8, 2, set(), progress=lambda m: None,
+                          max_seconds=1e-9)
+    assert short.tokens.shape[0] == 2 and len(short.end) == 2  # only the first batch
+    assert torch.equal(short.tokens[:, : short.prompt_cols + 8],
+                       data.tokens[:2, : data.prompt_cols + 8])

@@ -56,6 +56,7 @@ class TrainConfig:
     holdout: float = 0.05  # fraction of sequences kept for validation
     max_seconds: float = 0.0  # stop the training loop after this long (0: never)
     total_seconds: float = 0.0  # stop it so that the whole run ends within this (0: never)
+    gen_seconds: float = 0.0  # answer no more prompt batches after this long (0: all)
 
 
 @dataclass
@@ -80,8 +81,9 @@ def _mask(valid_from: torch.Tensor, q_cols: torch.Tensor, k_len: int) -> torch.T
 
 @torch.inference_mode()
 def generate_data(target, prompts: list[list[int]], max_new: int, batch: int,
-                  stop_ids, progress=log) -> Data:
-    """Greedy answers of `target` to every prompt, batched; one padded tensor."""
+                  stop_ids, progress=log, max_seconds: float = 0.0) -> Data:
+    """Greedy answers of `target` to every prompt, batched; one padded tensor. With
+    `max_seconds`, batches after that time are not started (the data then has fewer rows)."""
     dev = target.device
     p_cols = max(len(p) for p in prompts)
     s = p_cols + max_new
@@ -91,6 +93,10 @@ def generate_data(target, prompts: list[list[int]], max_new: int, batch: int,
     stops = torch.tensor(sorted(stop_ids) or [-1], device=dev)
     t0 = time.perf_counter()
     for b0 in range(0, len(prompts), batch):
+        if max_seconds and b0 and time.perf_counter() - t0 > max_seconds:
+            progress(f"  stopped answering after {b0} prompts: --gen-seconds {max_seconds}")
+            tokens, pad, end = tokens[:b0], pad[:b0], end[:b0]
+            break
         part = prompts[b0:b0 + batch]
         n = len(part)
         ids = torch.zeros(n, s, dtype=torch.long, device=dev)
@@ -121,7 +127,7 @@ def generate_data(target, prompts: list[list[int]], max_new: int, batch: int,
         end[b0:b0 + n] = stop_at.cpu()
         progress(f"  generated {b0 + n}/{len(prompts)} answers "
                  f"({time.perf_counter() - t0:.1f}s)")
-    for i in range(len(prompts)):  # zero what follows each stop (never read, but tidy)
+    for i in range(len(tokens)):  # zero what follows each stop (never read, but tidy)
         tokens[i, int(end[i]):] = 0
     return Data(tokens, pad, end, p_cols)
 
@@ -208,7 +214,8 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
     dev = target.device
     t0 = time.perf_counter()
     if data is None:
-        data = generate_data(target, prompts, cfg.max_new, cfg.gen_batch, stop_ids, progress)
+        data = generate_data(target, prompts, cfg.max_new, cfg.gen_batch, stop_ids, progress,
+                             cfg.gen_seconds)
     gen_s = time.perf_counter() - t0
     keep = torch.nonzero(data.end - data.prompt_cols >= 2).flatten()
     bcfg = BlockConfig.for_target(target.cfg, cfg.num_layers, cfg.block_size,
