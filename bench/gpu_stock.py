@@ -6,6 +6,10 @@ margin there is read by token forcing (chunk 1, the AR step shape): a near-tie e
 divergence, a large margin would be a bug. Prints one table; full JSON to --out.
 
     python bench/gpu_stock.py --prompts 8 --max-new 256 --out $OUT/gpu_stock.json
+
+`--graphs on|off|both` (default: the option `cuda_graphs`, on): with `both`, the same model
+runs through an engine with CUDA graphs and one without, and the summaries are printed side
+by side. Every graph shape the runs can use is captured before timing starts.
 """
 
 from __future__ import annotations
@@ -22,9 +26,10 @@ if "stock" not in sys.modules and not any(Path(p, "stock").is_dir() for p in sys
 
 import torch  # noqa: E402
 
+from stock.engine import Engine  # noqa: E402
 from stock.options import resolve  # noqa: E402
 from stock.requests import load_dev, select  # noqa: E402
-from stock.system import load_system  # noqa: E402
+from stock.system import load_system, make_drafter  # noqa: E402
 
 
 def first_divergence(a: list[int], b: list[int]) -> int | None:
@@ -43,18 +48,61 @@ def main() -> None:
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=None)
     ap.add_argument("--opt", action="append", default=[], help="engine option NAME=VALUE")
+    ap.add_argument("--graphs", choices=("on", "off", "both"), default=None,
+                    help="CUDA graphs on, off, or both side by side (default: option cuda_graphs)")
     args = ap.parse_args()
 
     t0 = time.perf_counter()
-    system = load_system(args.model, resolve(args.opt), device=args.device, max_context=4096)
+    opts = resolve(args.opt)
+    system = load_system(args.model, opts, device=args.device, max_context=4096)
     load_s = time.perf_counter() - t0
-    eng, tok = system.engine, system.tokenizer
+    tok = system.tokenizer
     reqs = select(load_dev(), None, 2)[: args.prompts]
     prompts = [tok.chat(r.prompt) for r in reqs]
     drafters = [d for d in args.drafters.split(",") if d]
+    settings = {"on": [True], "off": [False], "both": [True, False],
+                None: [opts["cuda_graphs"]]}[args.graphs]
+    report = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+              "torch": torch.__version__, "dtype": str(system.engine.model.dtype),
+              "load_s": round(load_s, 2), "max_new": args.max_new, "runs": []}
+    for graphs in settings:
+        eng = system.engine
+        if graphs != eng.options["cuda_graphs"]:
+            eng = Engine(eng.model, eng.options.with_values(cuda_graphs=graphs), eng.max_context,
+                         eng.stop_ids)
+        t1 = time.perf_counter()
+        if eng.runner is not None:  # capture every shape the runs can reach, before timing
+            end = max(len(p) for p in prompts) + args.max_new + 1
+            for d in [None, *drafters]:
+                drafter = make_drafter(d, eng)
+                eng.runner.capture_upto(end, drafter.hidden_layers if drafter else ())
+        capture_s = time.perf_counter() - t1
+        summary, rows = run(eng, reqs, prompts, drafters, args)
+        report["runs"].append({"cuda_graphs": eng.uses_graphs, "capture_s": round(capture_s, 2),
+                               "graph_slots": len(eng.runner.slots) if eng.runner else 0,
+                               "options": eng.options.as_dict(), "summary": summary,
+                               "rows": rows})
+        print_run(report, report["runs"][-1])
+        del eng
+        torch.cuda.empty_cache() if torch.cuda.is_available() else None
+    if len(report["runs"]) == 2:
+        on, off = report["runs"]
+        print(f"\n{'mode':<8}{'tok/s graphs':>14}{'tok/s eager':>13}{'x':>7}"
+              f"{'step ms graphs':>16}{'step ms eager':>15}")
+        for mode in on["summary"]:
+            a, b = on["summary"][mode], off["summary"][mode]
+            print(f"{mode:<8}{a['tokens_per_s']:>14}{b['tokens_per_s']:>13}"
+                  f"{a['tokens_per_s'] / max(b['tokens_per_s'], 1e-9):>7.2f}"
+                  f"{a['step_ms']:>16}{b['step_ms']:>15}")
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=1))
+
+
+def run(eng, reqs, prompts, drafters, args):
+    """Every mode on every prompt with one engine: (summary per mode, rows per request)."""
     eng.generate(prompts[0], 16)  # warm-up: kernels, allocator
     for d in drafters:
-        eng.generate(prompts[0], 16, system.drafter(d))
+        eng.generate(prompts[0], 16, make_drafter(d, eng))
 
     rows, stats = [], {m: {"tokens": 0, "s": 0.0, "decode_s": 0.0, "steps": 0, "acc": 0,
                                      "tps": []}
@@ -63,7 +111,7 @@ def main() -> None:
         ar = eng.generate(prompt, args.max_new)
         outs = {"ar": ar}
         for d in drafters:
-            outs[d] = eng.generate(prompt, args.max_new, system.drafter(d))
+            outs[d] = eng.generate(prompt, args.max_new, make_drafter(d, eng))
         for mode, res in outs.items():
             s = stats[mode]
             s["tokens"] += len(res.tokens)
@@ -90,13 +138,14 @@ def main() -> None:
             "step_ms": round(1e3 * s["decode_s"] / max(s["steps"], 1), 3),
             "speedup_vs_ar": round((s["tokens"] / s["s"]) / (stats["ar"]["tokens"] / stats["ar"]["s"]), 3),
         }
-    report = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-              "torch": torch.__version__, "dtype": str(eng.model.dtype), "load_s": round(load_s, 2),
-              "max_new": args.max_new, "options": eng.options.as_dict(), "summary": summary,
-              "rows": rows}
-    if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=1))
-    print(f"\n{report['device']}  torch {report['torch']}  {report['dtype']}  load {load_s:.1f}s")
+    return summary, rows
+
+
+def print_run(report: dict, run_: dict) -> None:
+    rows, summary = run_["rows"], run_["summary"]
+    print(f"\n{report['device']}  torch {report['torch']}  {report['dtype']}  "
+          f"load {report['load_s']:.1f}s  cuda_graphs {run_['cuda_graphs']} "
+          f"({run_['graph_slots']} graphs captured in {run_['capture_s']:.1f}s)")
     print(f"{'request':<18}{'drafter':<8}{'tokens':>7}{'same':>6}{'div@':>6}{'AR margin':>11}{'min margin':>11}")
     for r in rows:
         print(f"{r['request']:<18}{r['drafter']:<8}{r['tokens']:>7}{str(r['identical']):>6}"

@@ -51,7 +51,10 @@ class Analysis(BaseModel):
 
 def analyze(root: Path | None, model: str, device: str | None, n_requests: int, max_new: int,
             drafter: str = "ngram", system=None, requests=None,
-            hardware: Hardware | None = None) -> Analysis:
+            hardware: Hardware | None = None,
+            prompts: list[tuple[str, list[int]]] | None = None) -> Analysis:
+    """`prompts` (id, token ids) replace `requests` where the system has no tokenizer
+    (random test models); `system` may carry non-default options (the cycle's base)."""
     import torch
 
     from stock.lattice_log import LatticeRecorder
@@ -65,12 +68,15 @@ def analyze(root: Path | None, model: str, device: str | None, n_requests: int, 
     dtype = "fp32" if system.engine.model.dtype == torch.float32 else "bf16"
     elt = 4 if dtype == "fp32" else 2
     peak = hw.peak_flops(dtype)
-    reqs = requests or select(load_dev(), None, max(1, -(-n_requests // 5)))[:n_requests]
+    if prompts is None:
+        reqs = requests or select(load_dev(), None, max(1, -(-n_requests // 5)))[:n_requests]
+        prompts = [(r.id, system.tokenizer.chat(r.prompt)) for r in reqs]
     engine = system.engine
     cfg = engine.model.cfg
     recorder = LatticeRecorder(engine.options["lattice_topk"])
     steps_t, decode_s, contexts, tokens_verified = 0, 0.0, [], []
-    prompts = [system.tokenizer.chat(r.prompt) for r in reqs]
+    request_ids = [rid for rid, _ in prompts]
+    prompts = [ids for _, ids in prompts]
     engine.generate(prompts[0], 4, system.drafter(drafter))  # warm-up, not counted
     for ids in prompts:
         first = len(recorder.steps)
@@ -118,7 +124,7 @@ def analyze(root: Path | None, model: str, device: str | None, n_requests: int, 
                                if bounds_ms.get(c) else None))
             for c in CATEGORIES if c != "prefill"]
     return Analysis(model=model, device=dev, hardware=hw, dtype=dtype,
-                    requests=[r.id for r in reqs], steps=steps_t, tokens_per_step=mean_tokens,
+                    requests=request_ids, steps=steps_t, tokens_per_step=mean_tokens,
                     mean_context=mean_ctx, actual_step_ms=actual_ms, profiled_kernel_ms=kernel_ms,
                     factors=factors, tau_best_budget=tau.best_budget, tau_curve=tau.curve,
                     speedup_by_budget=tau.speedup_by_budget, categories=rows, suggested=best,

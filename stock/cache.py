@@ -41,6 +41,13 @@ class KVCache:
         self.v[layer][:, :, start:end] = v
         return self.k[layer][:, :, :end], self.v[layer][:, :, :end]
 
+    def write_at(self, layer: int, positions: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+        """Store k, v [B, Hkv, T, D] at slots `positions` [T] (an int64 device tensor, so a
+        captured graph can write where the step's tokens are); return the whole buffers."""
+        self.k[layer].index_copy_(2, positions, k)
+        self.v[layer].index_copy_(2, positions, v)
+        return self.k[layer], self.v[layer]
+
     def commit(self, length: int) -> None:
         if not 0 <= length <= self.max_len:
             raise ValueError(f"commit length {length} outside [0, {self.max_len}]")

@@ -4,6 +4,14 @@ One step verifies [pending token] + draft chain in a single forward, accepts the
 prefix of the chain that equals the target's argmax, adds the target's next token (the
 bonus), and commits the cache to the accepted length. Autoregressive decoding is the same
 step with an empty chain, so both modes share every line of the verification path.
+
+On CUDA (option `cuda_graphs`, on by default) a step of up to 64 tokens runs through a
+`GraphRunner`: the static-shape forward replayed from a CUDA graph, the chain padded to a
+bucket, acceptance computed on the device, and one host read per step (the accepted count
+with the target's tokens). Prefill and longer steps use the dynamic forward. `static=True`
+runs the static forward eagerly on any device (CPU tests of the graph path's logic). While a
+profiler is active the static forward runs eagerly too: a graph hides its kernels from the
+profile's regions.
 """
 
 from __future__ import annotations
@@ -15,13 +23,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-from stock.cache import ContextOverflow
+from stock.cache import ContextOverflow, KVCache
 from stock.errors import StockError
 from stock.drafters.base import DraftContext, DraftLattice, Drafter
+from stock.graphs import BUCKETS, GraphRunner
 from stock.lattice_log import LatticeRecorder
 from stock.model import Transformer
 from stock.options import Options
-from stock.profile import Profiler, profiling, region
+from stock.profile import Profiler, profile_active, profiling, region
 
 
 class EngineError(StockError):
@@ -72,16 +81,62 @@ class ForcedResult:
 
 class Engine:
     def __init__(self, model: Transformer, options: Options | None = None,
-                 max_context: int | None = None, stop_ids: set[int] | frozenset = frozenset()):
+                 max_context: int | None = None, stop_ids: set[int] | frozenset = frozenset(),
+                 static: bool | None = None, capture: bool | None = None):
         self.model = model
         self.options = options or Options()
         self.max_context = max_context or model.cfg.max_position
         self.stop_ids = frozenset(stop_ids)
-        self.cache = model.new_cache(self.max_context)
+        if static is None:
+            static = model.device.type == "cuda" and self.options["cuda_graphs"]
+        self._static, self._capture = static, capture
+        self.runner: GraphRunner | None = None
+        # the static path pads steps to a bucket: the largest bucket as slack, rounded up to
+        # 64 slots (aligned rows for the attention kernels)
+        slots = -(-(self.max_context + BUCKETS[-1]) // 64) * 64 if static else self.max_context
+        self.cache = model.new_cache(slots)
         self._prompt_len = 0  # for the test-only fault: which new token a logit row predicts
+
+    @property
+    def cache(self) -> KVCache:
+        return self._cache
+
+    @cache.setter
+    def cache(self, cache: KVCache) -> None:
+        """Replacing the cache (callers share one engine's buffer) rebinds the static path;
+        a cache without the padding slack it needs falls back to the dynamic path."""
+        self._cache = cache
+        fits = cache.max_len >= self.max_context + BUCKETS[-1]
+        self.runner = (GraphRunner(self.model, cache, self.max_context, capture=self._capture)
+                       if self._static and fits else None)
+        self._eager_runner: GraphRunner | None = None
+
+    @property
+    def uses_graphs(self) -> bool:
+        """Whether verification steps are replayed from CUDA graphs."""
+        return self.runner is not None and self.runner.capture
 
     # -- one verification step -------------------------------------------------------------
     def _verify(self, pending: int, chain: list[int], start: int, hidden_layers=()):
+        """Logits [t, vocab] and hidden states of [pending] + chain, and, from the static
+        path, `packed` (accepted count, then the target's tokens) computed on the device."""
+        t = len(chain) + 1
+        if self.runner is not None and t <= self.runner.buckets[-1]:
+            runner = self.runner
+            if runner.capture and profile_active():
+                # a graph hides its kernels from the profile's regions: profile the same
+                # static forward, run eagerly
+                if self._eager_runner is None:
+                    self._eager_runner = GraphRunner(self.model, self.cache, self.max_context,
+                                                     capture=False)
+                runner = self._eager_runner
+            for _ in range(1 + self.options["repeat_work"]):  # repeats: identical writes
+                out = runner.step([pending] + chain, start, tuple(hidden_layers))
+            logits = out.logits[:t]
+            hidden = {layer: h[:, :t] for layer, h in out.hidden.items()}
+            if self.options["fault_logit_bias_after"] >= 0:
+                return self._fault(logits, start + 1 - self._prompt_len), hidden, None
+            return logits, hidden, out.packed
         ids = torch.tensor([[pending] + chain], device=self.model.device)
         out = self.model(ids, self.cache, start, logits="all", hidden_layers=hidden_layers)
         for _ in range(self.options["repeat_work"]):  # test-only: identical writes, same result
@@ -89,7 +144,7 @@ class Engine:
         logits = out.logits[0]
         if self.options["fault_logit_bias_after"] >= 0:
             logits = self._fault(logits, start + 1 - self._prompt_len)
-        return logits, out.hidden
+        return logits, out.hidden, None
 
     def _fault(self, logits: torch.Tensor, first: int) -> torch.Tensor:
         """Test-only fault: bias one token's logit in rows predicting new token >= after."""
@@ -148,13 +203,18 @@ class Engine:
                         with region("drafter"):
                             lattice = drafter.draft(DraftContext(prompt + res.tokens, hidden), k)
                     chain = lattice.chain[:k]
-                    logits, hid = self._verify(pending, chain, start, layers)
-                    target = logits.argmax(-1).tolist()  # the one host sync of a step
-                    n = 0
-                    while n < len(chain) and chain[n] == target[n]:
-                        n += 1
+                    logits, hid, packed = self._verify(pending, chain, start, layers)
+                    if packed is not None:  # acceptance was computed on the device
+                        got = packed[: len(chain) + 2].tolist()  # the one host sync of a step
+                        n, target = got[0], got[1:]
+                    else:
+                        target = logits.argmax(-1).tolist()  # the one host sync of a step
+                        n = 0
+                        while n < len(chain) and chain[n] == target[n]:
+                            n += 1
                     self.cache.commit(start + n + 1)
-                    hidden = {layer: h[:, : n + 1] for layer, h in hid.items()}
+                    # static outputs are overwritten by the next replay: keep copies
+                    hidden = {layer: h[:, : n + 1].clone() for layer, h in hid.items()}
                     res.tokens.extend(target[: n + 1])
                     res.accepted.append(n + 1)
                     pending = target[n]
@@ -208,7 +268,7 @@ class Engine:
         for s in range(0, len(seq), chunk):
             part = seq[s:s + chunk]
             start = self.cache.length
-            logits, _ = self._verify(part[0], part[1:], start)
+            logits, _, _ = self._verify(part[0], part[1:], start)
             top2 = logits.topk(2, dim=-1)
             argmax += top2.indices[:, 0].tolist()
             margin += (top2.values[:, 0] - top2.values[:, 1]).tolist()

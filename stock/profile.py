@@ -82,6 +82,10 @@ def region(category: str):
     return _NULL if _active is None else _active.region(category)
 
 
+def profile_active() -> bool:
+    return _active is not None
+
+
 @contextmanager
 def profiling(profiler: Profiler | None):
     """Make `profiler` the active one for the duration (None: leave profiling off)."""

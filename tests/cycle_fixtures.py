@@ -15,6 +15,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from specpilot.cycle import runner
+from specpilot.cycle.state import Candidate, Direction, DirectionState, System
+
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = """schema_version = 1
 system_paths = ["stock", "kernels"]
@@ -129,3 +132,86 @@ class ScriptedClient:
             if last["role"] == "user" and isinstance(last["content"], list):
                 out += [b for b in last["content"] if b.get("type") == "tool_result"]
         return out
+
+
+# -- adopted Phase 1 directions on real commits (Phase 2 and 3 tests) ---------------------
+
+BASE_OPTIONS = {"repeat_work": "10"}   # a deliberately slow base: the patches remove work
+LOOP = 'for _ in range(self.options["repeat_work"]):'
+KMAX = 'k_max = self.options["draft_len"] if drafter is not None else 0'
+ANCHOR = 'register("draft_layers", int, 4,'
+
+
+def reg(name: str) -> str:
+    return f'register("{name}", bool, False, "test patch {name}")\n'
+
+
+A = ("skip_a", [("stock/options.py", ANCHOR, reg("skip_a") + ANCHOR),
+                ("stock/engine.py", LOOP,
+                 'for _ in range(0 if self.options["skip_a"] else self.options["repeat_work"]):')])
+B = ("cap_b", [("stock/options.py", None, reg("cap_b")),     # None: append
+               ("stock/engine.py", KMAX,
+                'k_max = (min(self.options["draft_len"], 8) if self.options["cap_b"] else '
+                'self.options["draft_len"]) if drafter is not None else 0')])
+C = ("half_c", [("stock/options.py", ANCHOR, reg("half_c") + ANCHOR),
+                ("stock/engine.py", LOOP, 'for _ in range(self.options["repeat_work"] // '
+                                          '(2 if self.options["half_c"] else 1)):')])
+BOTH = ('for _ in range(0 if self.options["skip_a"] else self.options["repeat_work"] // '
+        '(2 if self.options["half_c"] else 1)):')
+
+
+def edited(root, edits) -> dict[str, str]:
+    out = {}
+    for path, old, new in edits:
+        text = out.get(path, (root / path).read_text())
+        if old is None:
+            text += new
+        else:
+            assert text.count(old) == 1, (path, old)
+            text = text.replace(old, new)
+        out[path] = text
+    return out
+
+
+def candidate(root, tmp_path, patch) -> str:
+    """A real commit on its own branch: stock with `patch`'s edits."""
+    name, edits = patch
+    wt = tmp_path / f"wt-{name}"
+    _git(root, "worktree", "add", "-q", "-b", f"cand-{name}", str(wt), "HEAD")
+    for path, text in edited(wt, edits).items():
+        (wt / path).write_text(text)
+    _git(wt, "commit", "-qam", f"{name}")
+    sha = _git(wt, "rev-parse", "HEAD").strip()
+    _git(root, "worktree", "remove", "--force", str(wt))
+    return sha
+
+
+def adopted(cycle, root, tmp_path, patch, gain: float) -> DirectionState:
+    """An adopted Phase 1 direction with its memory entry (recorded by the cycle's own code)."""
+    name, _ = patch
+    d = Direction(id=f"d-{name.replace('_', '-')}", title=name, hypothesis="less work",
+                  target_factor="overhead", evidence_plan="e", predicted_gain=gain,
+                  option=name, backend="anthropic")
+    ds = DirectionState(direction=d, status="adopted", step="recorded", gain=gain,
+                        lower_bound=gain / 2,
+                        candidate=Candidate(commit=candidate(root, tmp_path, patch),
+                                            options={**BASE_OPTIONS, name: "true"}),
+                        gates=[{"gate": "forcing", "check": "dev", "passed": True, "reasons": [],
+                                "option_specs": {name: {"type": "bool", "default": False,
+                                                        "help": f"test patch {name}"}}}],
+                        verdict={"adopted": True, "gain": gain, "lower_bound": gain / 2,
+                                 "threshold": 0.01, "requests": ["rand-0"], "max_new": 8,
+                                 "hardware": "cpu"})
+    ds.entry = cycle.record_entry(ds)
+    return ds
+
+
+def setup_adopted(project, tmp_path, patches, client=None):
+    cycle = runner.start(project, client=client)
+    cycle.sleep = lambda s: None
+    base = System(commit=head(project), options=BASE_OPTIONS)
+    cycle.state.base = cycle.state.best = base
+    cycle.state.directions = [adopted(cycle, project, tmp_path, p, g) for p, g in patches]
+    cycle.state.phase = "integrate"
+    cycle.save()
+    return cycle

@@ -75,10 +75,11 @@ def call_with_backoff(fn, log, tries: int = 5, base_s: float = 1.0, sleep=time.s
 class ToolLoop:
     def __init__(self, client, model: str, ws: Workspace, log: Transcript, max_steps: int,
                  max_tokens_total: int, max_cost: float, spent: dict, cycle_cost: float,
-                 sleep=time.sleep):
+                 sleep=time.sleep, system: str = SYSTEM):
         self.client, self.model, self.ws, self.log = client, model, ws, log
         self.max_steps, self.max_tokens_total, self.max_cost = max_steps, max_tokens_total, max_cost
         self.spent, self.cycle_cost, self.sleep = spent, cycle_cost, sleep
+        self.system = system
         self.tokens = 0
         self.cost = 0.0
 
@@ -93,7 +94,7 @@ class ToolLoop:
                              f"${self.spent.get('usd', 0.0):.2f} cycle)"
             self.log({"event": "request", "step": step, "messages": len(messages)})
             resp = call_with_backoff(self.client.messages.create, self.log, sleep=self.sleep,
-                                     model=self.model, max_tokens=8192, system=SYSTEM,
+                                     model=self.model, max_tokens=8192, system=self.system,
                                      tools=TOOLS, messages=messages)
             self._account(resp)
             content = [_plain(b) for b in resp.content]

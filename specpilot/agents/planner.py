@@ -32,7 +32,8 @@ def offline_plan(analysis: dict, memory_entries: list, drafter: str, max_directi
 
     from specpilot.agents.tune import default_values
 
-    factors = (analysis or {}).get("factors", {})
+    factors = {k: v for k, v in ((analysis or {}).get("factors") or {}).items()
+               if v is not None}   # a factor the cost model could not compute is null
     dirs: list[Direction] = []
     for meta in memory_entries:
         names = [o.name for o in meta.options]

@@ -1,15 +1,18 @@
-"""The `tune` backend: search values of a registered option with cheap evidence.
+"""The `tune` backend: search values of registered options with cheap evidence.
 
-Successive halving over the direction's candidate values: every value gets one short timed
-generation (one model load, in this process, with the project's own stock code at the
-base's options), paired with a timing of the base's own value on the same request; the
-better half gets another request; the best value wins. Its estimated gain is the
+Successive halving over candidate configurations (option values): every configuration gets
+one short timed generation, paired with a timing of the base's own options on the same
+request; the better half gets another request; the best configuration wins. The timings
+run in one worker process on a clean checkout of the system being tuned
+(`cycle/system_worker.py` through `cycle/judges.py`), so a system with code changes (Phase
+3 tunes the integrated one) is timed with its own code. The estimated gain is the
 pre-screen evidence; the gates and the controller then judge it on clean checkouts.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 from specpilot.agents.context import AgentContext, base_candidate
 from specpilot.cycle.state import Candidate
@@ -29,41 +32,52 @@ def default_values(name: str, default, count: int) -> list[str]:
     return []
 
 
-def _timer(ctx: AgentContext):
-    """A function (options, request index) -> seconds for one short generation."""
-    from specpilot.cycle.phase0 import Base
-
-    base = Base(ctx.cfg.model.path)
-    max_new = ctx.ex.prescreen_max_new
-
-    def timed(options: dict, i: int) -> float:
-        engine = base.engine_with(options)
-        ids = base.prompts[i % len(base.prompts)][1]
-        drafter = base.drafter(ctx.cfg.controller.drafter, engine)
-        return engine.generate(ids, max_new, drafter).decode_s   # prefill is the same
-    return timed
-
-
-def produce(ctx: AgentContext) -> Candidate:
-    name = ctx.direction.option
-    values = list(ctx.direction.values)
-    timed = _timer(ctx)
-    base_opts = dict(ctx.base.options)
-    scores: dict[str, list[float]] = {v: [] for v in values}
+def halving(configs: list[dict], base_options: dict, timed: Callable[[dict, int], float],
+            progress: Callable[[str], None] = lambda s: None) -> dict:
+    """Successive halving of `configs` (option dicts applied over `base_options`).
+    `timed(options, request_index)` -> seconds of one short generation. Returns the best
+    configuration's index, its estimated gain over the base, and every score."""
+    if not configs:
+        raise ValueError("no configurations to tune")
+    scores: dict[int, list[float]] = {i: [] for i in range(len(configs))}
     base_times: list[float] = []
-    alive = list(values)
-    rounds = max(1, math.ceil(math.log2(max(len(values), 1))) + 1)
+    alive = list(range(len(configs)))
+    rounds = max(1, math.ceil(math.log2(max(len(configs), 1))) + 1)
     for r in range(rounds):
-        base_times.append(timed(base_opts, r))
-        for v in alive:
-            scores[v].append(math.log(base_times[r] / timed({**base_opts, name: v}, r)))
-            ctx.progress(f"{name}={v}: gain {math.exp(sum(scores[v]) / len(scores[v])) - 1:+.1%}")
-        alive = sorted(alive, key=lambda v: -sum(scores[v]) / len(scores[v]))
+        base_times.append(timed(dict(base_options), r))
+        for i in alive:
+            t = timed({**base_options, **configs[i]}, r)
+            scores[i].append(math.log(base_times[r] / t))
+            progress(f"{_label(configs[i])}: gain {_gain(scores[i]):+.1%}")
+        alive = sorted(alive, key=lambda i: -sum(scores[i]) / len(scores[i]))
         alive = alive[: max(1, len(alive) // 2)]
         if len(alive) == 1 and r >= 1:
             break
     best = alive[0]
-    gain = math.exp(sum(scores[best]) / len(scores[best])) - 1
+    return {"best": best, "config": configs[best], "gain": _gain(scores[best]),
+            "scores": [{"config": configs[i], "gain": _gain(s) if s else None,
+                        "requests": len(s)} for i, s in scores.items()],
+            "base_times": base_times}
+
+
+def _gain(scores: list[float]) -> float:
+    return math.exp(sum(scores) / len(scores)) - 1
+
+
+def _label(config: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in config.items())
+
+
+def produce(ctx: AgentContext) -> Candidate:
+    from specpilot.cycle import judges
+
+    name = ctx.direction.option
+    configs = [{name: v} for v in ctx.direction.values]
+    res = judges.tune_options(ctx.root, ctx.cfg, ctx.base, configs, ctx.ex.prescreen_max_new,
+                              ctx.log_dir, ctx.device_env)
+    for s in res["scores"]:
+        ctx.progress(f"{_label(s['config'])}: gain {s['gain']:+.1%} ({s['requests']} requests)")
+    best, gain = res["config"][name], res["gain"]
     cand = base_candidate(ctx, {name: best}, f"tuned {name}={best} (est. {gain:+.1%})")
     cand.predicted_gain = gain
     return cand

@@ -28,9 +28,21 @@ def footer(state: RunState) -> Text:
     lines = [f"sandbox: {state.sandbox}", f"planner: {state.planner or '-'}"]
     if state.analysis:
         f = state.analysis["factors"]
-        lines.append("factors: " + ", ".join(f"{k} {v:.2f}" for k, v in f.items()))
+        lines.append("factors: " + ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} n/a"
+                                             for k, v in f.items()))
     if state.integration:
         lines.append(f"integration: {state.integration.get('result')}")
+    if state.kernel_tuning:
+        k = state.kernel_tuning
+        worst = ", ".join(f"{r['category']} {r['over_bound']:.1f}x over bound"
+                          for r in k.get("ranking", [])[:2])
+        tried = "; ".join(f"{c['category']}: {c.get('result', '')}"
+                          for c in k.get("categories", []))
+        agent = (k.get("agent") or {})
+        agent_txt = agent.get("result") or f"{agent.get('direction', {}).get('id')} " \
+                                           f"{agent.get('status', '')}"
+        lines.append(f"kernel tuning: {worst or 'no bound'}; {tried or 'nothing tuned'}; "
+                     f"agent: {agent_txt}")
     if state.validation:
         lines.append(f"validation: {'PASS' if state.validation.get('passed') else 'FAIL'} - "
                      + "; ".join(state.validation.get("reasons", [])[:3]))

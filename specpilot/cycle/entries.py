@@ -37,6 +37,7 @@ def _typed(typ: str, value: str):
 def record_adopted(cycle, ds) -> str:
     d, cand, v = ds.direction, ds.candidate, ds.verdict
     state = cycle.state
+    base = ds.base or state.base
     run_short = state.run_id.removeprefix("run-")
     entry_id = f"{d.id}-{run_short}"[:64].rstrip("-.")
     reused = d.backend == "reuse"
@@ -47,7 +48,7 @@ def record_adopted(cycle, ds) -> str:
                        "detail": f"specpilot explore {state.run_id}, direction {d.id}, "
                                  f"backend {d.backend}"},
         "options": _option_specs({k: v2 for k, v2 in cand.options.items()
-                                  if state.base.options.get(k) != v2},
+                                  if base.options.get(k) != v2},
                                  next((g["option_specs"] for g in ds.gates
                                        if "option_specs" in g), {})),
         "constraints": [{"kind": "token_forcing",
@@ -65,6 +66,75 @@ def record_adopted(cycle, ds) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "meta.toml"
         path.write_text(tomli_w.dumps(meta))
-        rec = record(Memory(cycle.root), cand.commit, entry_id, [], path,
+        rec = record(Memory(cycle.root), cand.commit, entry_id, list(ds.deps), path,
                      base=state.base.commit)
     return rec.id
+
+
+def record_integration(cycle, stacked: list, stack, verdict: dict, resolved: list[str]) -> dict:
+    """The integration as an entry whose dependencies are the stacked entries (in the order
+    they were stacked) and whose own patch is what the stack adds to them: nothing for a
+    clean stack, the resolution where the integration agent resolved a conflict. Where the
+    entries' own patches do not compose by a plain apply (a resolved conflict), the
+    dependencies are the longest prefix that does, and the integration's patch carries the
+    rest (as resolved). Returns {"entry", "deps", "carried"}."""
+    from specpilot.memory.patches import PatchApplyError
+
+    state = cycle.state
+    entries = [d.entry for d in stacked if d.entry]
+    specs: dict = {}
+    for d in stacked:
+        for g in d.gates:
+            specs.update(g.get("option_specs") or {})
+    options = {k: v for k, v in stack.options.items() if state.base.options.get(k) != v}
+    entry_id = f"integrate-{state.run_id.removeprefix('run-')}"[:60].rstrip("-.")
+    memory = Memory(cycle.root)
+    tree = memory.store.system_tree(stack.commit, memory.system_paths)
+    known = memory.ref_entries()
+    stem = entry_id
+    for n in range(2, 100):   # `specpilot integrate` run again: the same stack is one entry
+        if entry_id not in known and not (memory.folder / f"{entry_id}.toml").exists():
+            break
+        if entry_id in known and known[entry_id].meta.source_tree == tree:
+            deps = list(known[entry_id].meta.deps)
+            return {"entry": entry_id, "deps": deps,
+                    "carried": [e for e in entries if e not in deps]}
+        entry_id = f"{stem}-r{n}"
+    ids = ", ".join(d.direction.id for d in stacked)
+    meta = {
+        "title": f"Integration of {ids}",
+        "summary": "Adopted entries of one cycle stacked in order of measured gain and "
+                   "measured together by the controller."
+                   + (f" Conflicts resolved by the integration agent: {', '.join(resolved)}."
+                      if resolved else ""),
+        "provenance": {"kind": "discovered",
+                       "detail": f"specpilot integrate {state.run_id}: stack {ids}"},
+        "options": _option_specs(options, specs),
+        "constraints": [{"kind": "token_forcing",
+                         "detail": "each stacked entry passed dev token forcing; the stack "
+                                   "is validated on sealed requests in Phase 4"}],
+        "results": [{"metric": "controller_gain", "value": verdict["gain"],
+                     "ci_low": verdict["lower_bound"],
+                     "confidence": cycle.cfg.controller.confidence,
+                     "hardware": verdict.get("hardware", ""), "model": cycle.cfg.model.path,
+                     "request_set": f"dev: {', '.join(verdict.get('requests', []))}; "
+                                    f"max_new {verdict.get('max_new')}",
+                     "controller_run": f"{state.run_id}/integrate"}],
+        "untested": ["sealed requests (Phase 4 validates the cycle's system)"],
+    }
+    last_error = None
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "meta.toml"
+        path.write_text(tomli_w.dumps(meta))
+        for n in range(len(entries), -1, -1):
+            deps = entries[:n]
+            if not deps and stack.commit == state.base.commit:
+                break
+            try:
+                rec = record(Memory(cycle.root), stack.commit, entry_id, deps, path,
+                             base=None if deps else state.base.commit, allow_empty=True)
+            except PatchApplyError as exc:   # these dependencies do not compose
+                last_error = str(exc)
+                continue
+            return {"entry": rec.id, "deps": deps, "carried": entries[n:]}
+    raise RuntimeError(f"integration not recorded: {last_error or 'nothing to record'}")

@@ -1,9 +1,9 @@
 """The one adapter between the cycle and the judges (gates, controller, stats, cost model).
 
-Every call the cycle makes into specpilot/forcing.py, controller.py, worker_proc.py and
-stats.py goes through here, so a change of their API touches this file only. The judges
-always run the project's own code (this process's `specpilot`); candidates are served from
-clean checkouts of their commits, never from an agent's worktree.
+Every call the cycle makes into specpilot/forcing.py, controller.py, worker_proc.py,
+stats.py and analyze.py goes through here, so a change of their API touches this file only.
+The judges always run the project's own code (this process's `specpilot`); systems are served
+from clean checkouts of their commits, never from an agent's worktree.
 """
 
 from __future__ import annotations
@@ -30,17 +30,55 @@ from specpilot.cycle.state import System
 
 PACKAGE_ROOT = Path(specpilot.__file__).resolve().parents[1]
 GATE_WORKER = Path(__file__).with_name("gate_worker.py")
+SYSTEM_WORKER = Path(__file__).with_name("system_worker.py")
 
 
-def analyze(cfg: Config, requests: int, max_new: int) -> dict:
-    """Phase 0. Uses specpilot.costmodel when present, else the cycle's own estimate."""
-    try:
-        from specpilot import costmodel  # noqa: F401  (issue 4; API not settled yet)
-    except ImportError:
-        pass
-    from specpilot.cycle.phase0 import analyze as local
+def _system_job(root: Path, cfg: Config, system: System, task: str, job: dict, log: Path,
+                env_extra: dict | None = None, timeout_s: float = 3600) -> dict:
+    """Run `cycle/system_worker.py` on `system`'s clean checkout at its options."""
+    co = clean_checkout(GitStore(root), system.commit, cfg.system_paths, root)
+    job = {"task": task, "checkout": str(co.path), "cache_root": str(root),
+           "model": cfg.model.path, "options": dict(system.options),
+           "drafter": cfg.controller.drafter,
+           "max_context": max(2048, 1024 + job.get("max_new", 0) + 64), **job}
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "out.json"
+        job_path.write_text(json.dumps(job))
+        env = {k: v for k, v in os.environ.items() if k not in SCRUB_ENV}
+        env.update(env_extra or {})
+        env.update(PYTHONPATH=f"{co.path}{os.pathsep}{PACKAGE_ROOT}", PYTHONNOUSERSITE="1")
+        with open(log, "wb") as fh:
+            proc = subprocess.run([sys.executable, "-P", "-B", "-s", str(SYSTEM_WORKER),
+                                   str(job_path), str(out_path)], cwd=co.path, env=env,
+                                  stdout=fh, stderr=subprocess.STDOUT, timeout=timeout_s)
+        if proc.returncode != 0 or not out_path.is_file():
+            tail = log.read_text(errors="replace")[-600:].strip()
+            raise SpecPilotError(f"{task} worker on {system.commit[:12]} exited "
+                                 f"{proc.returncode}: {tail}")
+        return json.loads(out_path.read_text())
 
-    return local(cfg.model.path, requests, max_new, cfg.controller.drafter)
+
+def analyze(root: Path, cfg: Config, system: System, requests: int, max_new: int,
+            log_dir: Path) -> dict:
+    """Phase 0: the judges' cost model (`specpilot analyze`, specpilot/analyze.py) run on
+    `system`'s clean checkout at its options; the report as a dict."""
+    reqs = controller.pick_requests(cfg.model.path, requests, "dev")
+    rep = _system_job(root, cfg, system, "analyze", {"requests": reqs, "max_new": max_new},
+                      log_dir / "analyze.log")
+    rep["source"] = "specpilot.analyze (cost model) on a clean checkout of the base"
+    rep["system"] = system.model_dump()
+    return rep
+
+
+def tune_options(root: Path, cfg: Config, system: System, configs: list[dict], max_new: int,
+                 log_dir: Path, env_extra: dict | None = None, requests: int = 4) -> dict:
+    """Successive halving (agents/tune.halving) of option `configs` over `system`, timed by
+    short generations in one worker on the system's clean checkout."""
+    reqs = controller.pick_requests(cfg.model.path, requests, "dev")
+    return _system_job(root, cfg, system, "tune", {"requests": reqs, "max_new": max_new,
+                                                   "configs": configs},
+                       log_dir / "tune.log", env_extra)
 
 
 def _random_requests(count: int, seed: int) -> list[tuple[str, list[int]]]:

@@ -51,6 +51,7 @@ def run_direction(cycle, ds: DirectionState, device_env: dict) -> None:
 def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
     d = ds.direction
     ex, cfg, root = cycle.ex, cycle.cfg, cycle.root
+    base = ds.base or cycle.state.base
     log_dir = cycle.runs.log_dir(d.id)
     say = lambda msg: cycle.progress(d.id, msg)  # noqa: E731
     if ds.step == "start":
@@ -62,7 +63,7 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
     cand = ds.candidate
     cand_sys = System(commit=cand.commit, options=cand.options)
     if ds.step == "candidate":
-        if not cand.code_changed and cand_sys == cycle.state.base:
+        if not cand.code_changed and cand_sys == base:
             ds.status, ds.step = "prescreen-rejected", "prescreen"
             ds.reasons.append("candidate is the base system itself")
             return
@@ -71,7 +72,7 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
             ds.prescreen = {"gain": gain, "source": "tuner (successive halving)"}
         else:
             say("pre-screen: one short paired round")
-            ds.prescreen = judges.prescreen(root, cfg, cycle.state.base, cand_sys,
+            ds.prescreen = judges.prescreen(root, cfg, base, cand_sys,
                                             ex.prescreen_requests, ex.prescreen_max_new,
                                             log_dir / "prescreen")
             gain = ds.prescreen["gain"]
@@ -100,7 +101,7 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
         if ds.status == "gate-failed":
             return
         say("controller: paired A/B on clean checkouts")
-        ds.verdict = judges.compare(root, cfg, cycle.state.base, cand_sys,
+        ds.verdict = judges.compare(root, cfg, base, cand_sys,
                                     ex.controller_rounds, ex.controller_requests,
                                     ex.controller_max_new,
                                     progress=lambda m: say(f"controller: {m}"))

@@ -86,9 +86,10 @@ class Cycle:
                 worktrees.remove(self.store, name, force=True)
                 branch = worktrees.BRANCH_PREFIX + name
                 self.store.call("branch", "-D", branch)
-            wt = Path(worktrees.new(self.store, name, self.state.base.commit).path)
+            wt = Path(worktrees.new(self.store, name, (ds.base or self.state.base).commit).path)
             ds.worktree = str(wt)
-        return AgentContext(self.root, self.cfg, self.ex, self.state.base, ds.direction, wt,
+        return AgentContext(self.root, self.cfg, self.ex, ds.base or self.state.base,
+                            ds.direction, wt,
                             self.runs.transcript(ds.direction.id),
                             self.runs.log_dir(ds.direction.id), device_env,
                             lambda m: self.progress(ds.direction.id, m), self.client,
@@ -118,10 +119,12 @@ class Cycle:
         return self.state
 
     def phase_analyze(self) -> None:
-        self.state.analysis = judges.analyze(self.cfg, self.ex.analyze_requests,
-                                             self.ex.analyze_max_new)
+        self.state.analysis = judges.analyze(self.root, self.cfg, self.state.base,
+                                             self.ex.analyze_requests, self.ex.analyze_max_new,
+                                             self.runs.log_dir("analyze"))
         f = self.state.analysis["factors"]
-        self.progress("analyze", "factors " + ", ".join(f"{k} {v:.2f}" for k, v in f.items()))
+        self.progress("analyze", "factors " + ", ".join(
+            f"{k} {v:.2f}" if v is not None else f"{k} n/a" for k, v in f.items()))
 
     def phase_plan(self) -> None:
         from specpilot.cycle.planning import plan
@@ -162,7 +165,7 @@ class Cycle:
         integrate(self)
 
     def phase_tune_kernels(self) -> None:
-        from specpilot.cycle.integrate import tune_kernels
+        from specpilot.cycle.kernel_tuning import tune_kernels
 
         tune_kernels(self)
 
@@ -193,7 +196,7 @@ def start(root: Path, progress=lambda who, msg: None, client=None) -> Cycle:
     head = store.must_resolve("HEAD")
     paths = load_config(root).system_paths
     dirty = store.run("status", "--porcelain", "--", *paths).strip()
-    if dirty:   # Phase 0, the tuner and the references run the working tree's stock
+    if dirty:   # the dev and sealed references run the working tree's stock
         raise SpecPilotError(f"uncommitted changes in the system paths ({', '.join(paths)}); "
                              f"commit or stash them before a cycle:\n{dirty}", code=2)
     base = System(commit=head)

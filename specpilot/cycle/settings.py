@@ -27,6 +27,11 @@ class ExploreSection(BaseModel):
     prescreen_max_new: int = Field(16, ge=1)
     prescreen_min_gain: float = 0.03
     tune_values: int = Field(2, ge=1)  # candidate values per option the tuner tries
+    # Phase 3 kernel tuning: the worst categories (measured over byte/FLOP bound) first
+    kernel_categories: int = Field(2, ge=0)   # categories tuned per cycle
+    kernel_configs: int = Field(4, ge=1)      # option configurations tried per category
+    # options that act on a category, beyond those whose name/help names it
+    kernel_options: dict[str, list[str]] = Field(default_factory=dict)
     # gates (dev token forcing) and controller, scaled down for the CPU
     gate_requests: int = Field(2, ge=1)
     gate_length: int = Field(32, ge=1)

@@ -55,6 +55,12 @@ class Candidate(BaseModel):
     code_changed: bool = True         # False: the current best's code with tuned options
 
 
+class System(BaseModel):
+    """A system: a commit and the option values it runs with."""
+    commit: str
+    options: dict[str, str] = Field(default_factory=dict)
+
+
 class DirectionState(BaseModel):
     direction: Direction
     status: Status = "pending"
@@ -71,12 +77,8 @@ class DirectionState(BaseModel):
     started: float | None = None
     finished: float | None = None
     attempts: int = 0
-
-
-class System(BaseModel):
-    """A system: a commit and the option values it runs with."""
-    commit: str
-    options: dict[str, str] = Field(default_factory=dict)
+    base: System | None = None        # the system it starts from if not the cycle's base
+    deps: list[str] = Field(default_factory=list)   # entries that base is made of
 
 
 class RunState(BaseModel):

@@ -34,7 +34,9 @@ class Recorded:
 
 def record(memory: Memory, source: str, entry_id: str, deps: list[str],
            meta_file: Path | None = None, base: str | None = None,
-           write_files: bool = True) -> Recorded:
+           write_files: bool = True, allow_empty: bool = False) -> Recorded:
+    """`allow_empty`: the entry may add nothing to its dependencies (an integration entry:
+    the composition of its dependencies, measured together)."""
     store = memory.store
     try:
         check_id(entry_id)
@@ -58,7 +60,7 @@ def record(memory: Memory, source: str, entry_id: str, deps: list[str],
         replayer = Replayer(memory, refs, index)
         deps_tree = replayer.tree_for_deps(deps, base, entry_id)
         patch = store.diff_patch(deps_tree, source_commit, memory.system_paths)
-        if not patch:
+        if not patch and not (allow_empty and deps):
             raise SpecPilotError(f"entry {entry_id!r}: {source} changes nothing in the system "
                                  f"paths relative to its dependencies")
         patches.check_paths(entry_id, patch, memory.system_paths)

@@ -1,0 +1,414 @@
+"""27B-class random-weight dense target on one GPU: AR step against its weight-bytes floor,
+and verify steps of T = 1, 8, 16, 32, 64 tokens, replayed from CUDA graphs.
+
+Parts (each in its own try, so one failure keeps the rest):
+  1. device copy bandwidth: a 1 GiB device-to-device copy, median of 10; bandwidth counts the
+     bytes read plus the bytes written (2 GiB per copy), as the copy-bandwidth figure in
+     docs/ARCHITECTURE's facts does;
+  2. the model: Transformer.random(PRESETS[preset], cuda, bf16), checked to be allocated on
+     the GPU in bf16 directly (peak memory about the parameter bytes, no fp32 copy);
+  3. the floor: every parameter byte read once per step at the copy bandwidth. The embedding
+     table is excluded (a step reads one row per token); lm_head is included. The KV cache
+     read at the context is reported beside it;
+  4. correctness at a context of --context tokens: graph replay against the eager static
+     forward (bit for bit) for T = 1 and 16, and the static forward against the dynamic one;
+  5. timings: the AR step eager (the dynamic forward, as the engine ran before graphs) and
+     from a graph, then verify steps of each T from graphs; per-step CUDA events, median and
+     p10-p90 of --iters replays;
+  6. --w12: kernels.w12.linear.convert_model(model) replaces nn.Linear modules in place, the
+     graphs are captured again and the same steps timed; both printed side by side.
+
+    python bench/gpu_27b.py --out $OUT            # about 60-90 s on an H200 (estimate)
+    python bench/gpu_27b.py --out $OUT --w12
+
+Prints progress, then a table; writes gpu_27b.json to --out (default $OUT, else cwd).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+if "stock" not in sys.modules and not any(Path(p, "stock").is_dir() for p in sys.path[1:] if p):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from stock.cache import KVCache  # noqa: E402
+from stock.config import PRESETS, ModelConfig  # noqa: E402
+from stock.graphs import GraphRunner  # noqa: E402
+from stock.model import Transformer  # noqa: E402
+
+GiB = 1 << 30
+T0 = time.perf_counter()
+DEV = "cuda"  # --cpu-smoke: "cpu" (the script's logic on a tiny preset; timings meaningless)
+DTYPE = torch.bfloat16
+
+
+def sync() -> None:
+    if DEV == "cuda":
+        torch.cuda.synchronize()
+
+
+def empty_cache() -> None:
+    if DEV == "cuda":
+        torch.cuda.empty_cache()
+
+
+def mem_info() -> tuple[int, int]:
+    return torch.cuda.mem_get_info() if DEV == "cuda" else (1 << 50, 1 << 50)
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - T0:6.1f}s] {msg}", flush=True)
+
+
+def param_count(cfg: ModelConfig) -> dict[str, int]:
+    """Parameters by role, from the config alone (before anything is allocated)."""
+    h, d = cfg.hidden_size, cfg.head_dim
+    attn = h * cfg.num_heads * d * 2 + h * cfg.num_kv_heads * d * 2
+    norms = 2 * h + (2 * d if cfg.qk_norm else 0)
+    layer = attn + 3 * h * cfg.intermediate_size + norms
+    embed = cfg.vocab_size * h
+    head = 0 if cfg.tie_embeddings else cfg.vocab_size * h
+    return {"layers": cfg.num_layers * layer, "embed": embed, "lm_head": head, "final_norm": h}
+
+
+def free_bytes() -> int:
+    return mem_info()[0]
+
+
+def need(nbytes: int, what: str) -> None:
+    free, total = mem_info()
+    if free < nbytes:
+        raise MemoryError(f"{what} needs {nbytes / GiB:.1f} GiB but only {free / GiB:.1f} of "
+                          f"{total / GiB:.1f} GiB are free")
+
+
+def timed(fn, iters: int, warmup: int = 3) -> dict:
+    """Per-call device time from CUDA events: median, p10, p90 (ms)."""
+    for _ in range(warmup):
+        fn()
+    sync()
+    if DEV == "cuda":
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        for s, e in zip(starts, ends):
+            s.record()
+            fn()
+            e.record()
+        torch.cuda.synchronize()
+        ms = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    else:
+        ms = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            ms.append(1e3 * (time.perf_counter() - t0))
+        ms.sort()
+    def pct(p: float) -> float:  # nearest rank on the sorted times
+        return ms[min(len(ms) - 1, max(0, round(p * (len(ms) - 1))))]
+
+    return {"median_ms": statistics.median(ms), "p10_ms": pct(0.1), "p90_ms": pct(0.9),
+            "n": len(ms)}
+
+
+def copy_bandwidth(size: int, iters: int = 10) -> dict:
+    need(2 * size + GiB, "the copy-bandwidth test")
+    bufs = [torch.empty(size, dtype=torch.uint8, device=DEV) for _ in range(2)]
+    bufs[0].random_(0, 255)
+    t = timed(lambda: bufs[1].copy_(bufs[0]), iters)
+    bufs.clear()
+    empty_cache()
+    bw = 2 * size / (t["median_ms"] / 1e3)
+    return {"bytes": size, **t, "read_plus_write_bytes_per_s": bw}
+
+
+class Bench:
+    def __init__(self, args):
+        self.args = args
+        self.report: dict = {"args": vars(args), "errors": {}}
+        self.model = self.cache = self.runner = self.eager = None
+
+    def part(self, name: str, fn):
+        log(f"{name} ...")
+        try:
+            out = fn()
+            log(f"{name} done")
+            return out
+        except Exception as exc:  # noqa: BLE001 - one part's failure must not lose the rest
+            self.report["errors"][name] = f"{type(exc).__name__}: {exc}"
+            log(f"{name} FAILED: {type(exc).__name__}: {exc}")
+            traceback.print_exc()
+            return None
+
+    # -- parts ---------------------------------------------------------------------------------
+    def env(self):
+        free, total = mem_info()
+        name = torch.cuda.get_device_name() if DEV == "cuda" else "cpu (smoke run)"
+        self.report["env"] = {"device": name, "torch": torch.__version__,
+                              "cuda": torch.version.cuda, "free_gib": round(free / GiB, 2),
+                              "total_gib": round(total / GiB, 2)}
+        log(f"{self.report['env']}")
+
+    def bandwidth(self):
+        res = copy_bandwidth(int(self.args.copy_gib * GiB))
+        self.report["copy"] = res
+        log(f"copy {res['bytes'] / GiB:.0f} GiB: {res['median_ms']:.3f} ms median -> "
+            f"{res['read_plus_write_bytes_per_s'] / 1e12:.3f} TB/s (read + write)")
+
+    def build(self):
+        cfg = PRESETS[self.args.preset]
+        counts = param_count(cfg)
+        expect = DTYPE.itemsize * sum(counts.values())
+        need(expect + 6 * GiB, f"{self.args.preset} in {DTYPE} plus working memory")
+        if DEV == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated() if DEV == "cuda" else 0
+        t0 = time.perf_counter()
+        model = Transformer.random(cfg, DEV, DTYPE, seed=0)
+        sync()
+        build_s = time.perf_counter() - t0
+        params = list(model.named_parameters())
+        devices = {p.device.type for _, p in params}
+        dtypes = {str(p.dtype) for _, p in params}
+        nbytes = sum(p.numel() * p.element_size() for _, p in params)
+        peak = torch.cuda.max_memory_allocated() - base if DEV == "cuda" else nbytes
+        direct = devices == {DEV} and dtypes == {str(DTYPE)} and peak <= 1.05 * nbytes
+        self.report["model"] = {
+            "preset": self.args.preset, "build_s": round(build_s, 2), "param_bytes": nbytes,
+            "param_bytes_expected": expect, "peak_alloc_bytes": peak, "devices": sorted(devices),
+            "dtypes": sorted(dtypes), "created_directly_on_device_in_dtype": direct,
+            "params_by_role": counts}
+        log(f"model: {nbytes / 1e9:.2f} GB of parameters ({dtypes}, {devices}), peak "
+            f"{peak / 1e9:.2f} GB, built in {build_s:.1f} s; allocated directly on {DEV} in {DTYPE}: {direct}")
+        if not direct:
+            raise RuntimeError(f"the model was not allocated directly on {DEV} in {DTYPE}")
+        self.model = model
+
+    def weight_bytes(self, model=None) -> dict:
+        """Bytes a step reads: parameters and buffers except the embedding table."""
+        model = model or self.model
+        embed = model.model.embed_tokens.weight
+        seen, total = set(), 0
+        for t in [*model.parameters(), *model.buffers()]:
+            if t.data_ptr() in seen or t.data_ptr() == embed.data_ptr():
+                continue
+            seen.add(t.data_ptr())
+            total += t.numel() * t.element_size()
+        cfg = model.cfg
+        ctx = self.args.context
+        kv = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * ctx * model.dtype.itemsize
+        return {"weight_bytes_excl_embedding": total,
+                "embedding_bytes_excluded": embed.numel() * embed.element_size(),
+                "kv_bytes_at_context": kv}
+
+    def setup_cache(self):
+        m, ctx = self.model, self.args.context
+        max_context = ctx + 64
+        slots = -(-(max_context + 64) // 64) * 64
+        need(2 * m.cfg.num_layers * m.cfg.num_kv_heads * m.cfg.head_dim * slots * 2 + 2 * GiB,
+             "the KV cache")
+        self.cache = KVCache(m.cfg, slots, 1, DEV, m.dtype)
+        ids = torch.randint(0, m.cfg.vocab_size, (1, ctx), device=DEV,
+                            generator=torch.Generator(device=DEV).manual_seed(1))
+        m(ids, self.cache, 0, logits="none")  # prefill: a real context to attend over
+        self.cache.commit(ctx)
+        self.runner = GraphRunner(m, self.cache, max_context)
+        self.eager = GraphRunner(m, self.cache, max_context, capture=False)
+        sync()
+
+    def step_ids(self, t: int) -> list[int]:
+        g = torch.Generator().manual_seed(100 + t)
+        return torch.randint(0, self.model.cfg.vocab_size, (t,), generator=g).tolist()
+
+    def check(self, tag: str) -> dict:
+        """Graph replay against the eager static forward (bit for bit); the static forward
+        against the dynamic one (relative error; bf16 kernels differ)."""
+        ctx, out = self.args.context, {}
+        for t in (1, 16):
+            ids = self.step_ids(t)
+            want = self.eager.step(ids, ctx).logits[:t].clone()
+            got = self.runner.step(ids, ctx).logits[:t].clone()
+            dyn = self.model(torch.tensor([ids], device=DEV), self.cache, ctx).logits[0]
+            rel = ((want - dyn).norm() / dyn.norm()).item()
+            out[t] = {"graph_equals_eager_bitwise": bool(torch.equal(got, want)),
+                      "max_abs_graph_vs_eager": (got - want).abs().max().item(),
+                      "static_vs_dynamic_rel": rel,
+                      "argmax_static_equals_dynamic": bool(torch.equal(want.argmax(-1),
+                                                                       dyn.argmax(-1))),
+                      "finite": bool(torch.isfinite(got).all())}
+            log(f"[{tag}] T={t}: {out[t]}")
+        self.report.setdefault("checks", {})[tag] = out
+        return out
+
+    def time_steps(self, tag: str) -> dict:
+        ctx, iters, res = self.args.context, self.args.iters, {}
+        if tag == "bf16":
+            ids = torch.tensor([self.step_ids(1)], device=DEV)
+            with torch.inference_mode():
+                res["ar_eager"] = timed(lambda: self.model(ids, self.cache, ctx), iters)
+            log(f"[{tag}] AR eager (dynamic forward): {res['ar_eager']['median_ms']:.3f} ms")
+        for t in self.args.ts:
+            s = self.runner.slot(self.runner.bucket(t), self.runner.kv_bucket(ctx + t))
+            self.runner.load(s, self.step_ids(t), ctx)
+            res[f"graph_T{t}"] = timed(lambda: self.runner.launch(s), iters)
+            log(f"[{tag}] T={t} (bucket {s.t}, kv {s.kv_len}) graph: "
+                f"{res[f'graph_T{t}']['median_ms']:.3f} ms")
+        self.report.setdefault("timings", {})[tag] = res
+        return res
+
+    def w12(self):
+        import kernels.w12.linear as w12
+
+        # keep the bf16 logits of T=1 and 16 to compare against after the conversion
+        ctx = self.args.context
+        ref = {t: self.eager.step(self.step_ids(t), ctx).logits[:t].float().cpu()
+               for t in (1, 16)}
+        self.runner.reset()
+        empty_cache()
+        log(f"free before W12 conversion: {free_bytes() / GiB:.1f} GiB")
+        t0 = time.perf_counter()
+        stats = w12.convert_model(self.model)
+        sync()
+        empty_cache()
+        conv_s = time.perf_counter() - t0
+        wb = self.weight_bytes()
+        self.report["w12"] = {"convert_s": round(conv_s, 2), "stats": _jsonable(stats), **wb}
+        bw = self.report.get("copy", {}).get("read_plus_write_bytes_per_s")
+        if bw:
+            self.report["w12"]["floor_ms"] = wb["weight_bytes_excl_embedding"] / bw * 1e3
+        log(f"W12 conversion in {conv_s:.1f} s; weight bytes now "
+            f"{wb['weight_bytes_excl_embedding'] / 1e9:.2f} GB; stats {stats}")
+        self.runner.reset()
+        cmp = {}
+        for t in (1, 16):
+            got = self.runner.step(self.step_ids(t), ctx).logits[:t].float().cpu()
+            cmp[t] = {"max_abs_vs_bf16": (got - ref[t]).abs().max().item(),
+                      "identical_to_bf16": bool(torch.equal(got, ref[t])),
+                      "argmax_equal": bool(torch.equal(got.argmax(-1), ref[t].argmax(-1)))}
+        self.report["w12"]["vs_bf16"] = cmp
+        log(f"W12 logits against bf16: {cmp}")
+        self.check("w12")
+        self.time_steps("w12")
+
+    # -- table ---------------------------------------------------------------------------------
+    def table(self):
+        tim = self.report.get("timings", {})
+        bf = tim.get("bf16", {})
+        w = tim.get("w12", {})
+        bw = self.report.get("copy", {}).get("read_plus_write_bytes_per_s")
+        wb = self.report.get("weights", {})
+        floor = (wb["weight_bytes_excl_embedding"] / bw * 1e3) if bw and wb else None
+        floor_kv = ((wb["weight_bytes_excl_embedding"] + wb["kv_bytes_at_context"]) / bw * 1e3
+                    if bw and wb else None)
+        self.report["floor_ms"], self.report["floor_with_kv_ms"] = floor, floor_kv
+        ar = bf.get("graph_T1", {}).get("median_ms")
+        env = self.report.get("env", {})
+        print(f"\n{env.get('device')}  torch {env.get('torch')}  preset {self.args.preset}  "
+              f"context {self.args.context}")
+        if bw:
+            print(f"copy bandwidth {bw / 1e12:.3f} TB/s (read + write); weight bytes "
+                  f"{wb['weight_bytes_excl_embedding'] / 1e9:.2f} GB (embedding table "
+                  f"{wb['embedding_bytes_excluded'] / 1e9:.2f} GB excluded, lm_head included); "
+                  f"floor {floor:.3f} ms ({floor_kv:.3f} ms with the KV cache read)")
+        if "ar_eager" in bf:
+            e = bf["ar_eager"]
+            print(f"AR step eager (dynamic forward): {e['median_ms']:.3f} ms "
+                  f"(p10-p90 {e['p10_ms']:.3f}-{e['p90_ms']:.3f})"
+                  + (f", x floor {e['median_ms'] / floor:.3f}" if floor else ""))
+        head = f"{'T':>4}{'ms':>10}{'p10-p90':>18}{'x AR':>8}{'x floor':>9}"
+        if w:
+            head += f"{'W12 ms':>10}{'p10-p90':>18}{'W12/bf16':>10}"
+        print(head)
+        rows = []
+        for t in self.args.ts:
+            r = bf.get(f"graph_T{t}")
+            if r is None:
+                continue
+            row = {"T": t, "ms": r["median_ms"], "p10": r["p10_ms"], "p90": r["p90_ms"],
+                   "x_ar": r["median_ms"] / ar if ar else None,
+                   "x_floor": r["median_ms"] / floor if floor else None}
+            line = (f"{t:>4}{r['median_ms']:>10.3f}{r['p10_ms']:>9.3f}-{r['p90_ms']:<8.3f}"
+                    f"{_f(row['x_ar']):>8}{_f(row['x_floor']):>9}")
+            q = w.get(f"graph_T{t}")
+            if q:
+                row.update(w12_ms=q["median_ms"], w12_p10=q["p10_ms"], w12_p90=q["p90_ms"],
+                           w12_over_bf16=q["median_ms"] / r["median_ms"])
+                line += (f"{q['median_ms']:>10.3f}{q['p10_ms']:>9.3f}-{q['p90_ms']:<8.3f}"
+                         f"{row['w12_over_bf16']:>10.3f}")
+            rows.append(row)
+            print(line)
+        self.report["table"] = rows
+        wq = self.report.get("w12", {})
+        if "floor_ms" in wq and ar:
+            q1 = w.get("graph_T1", {}).get("median_ms")
+            print(f"W12: weight bytes {wq['weight_bytes_excl_embedding'] / 1e9:.2f} GB, floor "
+                  f"{wq['floor_ms']:.3f} ms" + (f", AR step x W12 floor {q1 / wq['floor_ms']:.3f}"
+                                                 if q1 else ""))
+        if self.report["errors"]:
+            print(f"errors: {self.report['errors']}")
+
+
+def _f(x) -> str:
+    return "" if x is None else f"{x:.3f}"
+
+
+def _jsonable(obj):
+    try:
+        json.dumps(obj)
+        return obj
+    except TypeError:
+        return repr(obj)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="dense-27b", choices=sorted(PRESETS))
+    ap.add_argument("--context", type=int, default=512)
+    ap.add_argument("--ts", default="1,8,16,32,64")
+    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--copy-gib", type=float, default=1.0)
+    ap.add_argument("--w12", action="store_true", help="also time kernels.w12.linear")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    ap.add_argument("--cpu-smoke", action="store_true",
+                    help="run the script's logic on CPU in fp32 (use a tiny --preset)")
+    args = ap.parse_args()
+    args.ts = [int(t) for t in args.ts.split(",")]
+    global DEV, DTYPE
+    if args.cpu_smoke:
+        DEV, DTYPE = "cpu", torch.float32
+    elif not torch.cuda.is_available():
+        sys.exit("gpu_27b: needs a CUDA device (or --cpu-smoke)")
+    b = Bench(args)
+    b.part("env", b.env)
+    b.part("bandwidth", b.bandwidth)
+    if b.part("build", b.build) is None and b.model is None:
+        b.table()
+        return _write(b)
+    b.report["weights"] = b.weight_bytes()
+    if b.part("cache", b.setup_cache) is not None or b.runner is not None:
+        b.part("check bf16", lambda: b.check("bf16"))
+        b.part("time bf16", lambda: b.time_steps("bf16"))
+        if args.w12:
+            b.part("w12", b.w12)
+    b.table()
+    _write(b)
+
+
+def _write(b: Bench) -> None:
+    out = Path(b.args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    b.report["total_s"] = round(time.perf_counter() - T0, 1)
+    (out / "gpu_27b.json").write_text(json.dumps(b.report, indent=1, default=str))
+    log(f"wrote {out / 'gpu_27b.json'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,115 @@
+"""W12Linear: an nn.Linear whose weight is stored as W12 planes, and `convert_model`.
+
+On CUDA the forward runs the fused GEMM (kernels/w12/gemm.py) on the planes. On the CPU
+the weight is decoded once at load into a dense tensor (bit-identical to the bf16 weight)
+and the forward is F.linear: exact, with no speed gain.
+
+`view` selects what the fused forward multiplies by: "w12" (exact) or "w8" (the nested
+8-bit view; see kernels/w12/reference.py).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kernels.w12.format import W12Tensor, decode, decode_w8, encode
+
+PLANES = ("hi", "lo", "base", "exc_idx", "exc_val")
+
+
+class W12Linear(nn.Module):
+    def __init__(self, t: W12Tensor, bias: torch.Tensor | None = None,
+                 dtype: torch.dtype = torch.bfloat16, dense: torch.Tensor | None = None):
+        super().__init__()
+        self.out_features, self.in_features = t.shape
+        for name in PLANES:
+            self.register_buffer(name, getattr(t, name))
+        self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
+        self.dtype = dtype      # the compute dtype of the dense path (the source layer's)
+        self.view = "w12"
+        self._t = None          # the W12Tensor over the buffers (cached; rebuilt after .to())
+        self._dense = dense     # the source weight (keep_dense) or the CPU decode
+        if self._dense is None and self.hi.device.type != "cuda":
+            self._dense = self.decode().to(dtype)
+        self.w12.row_ptr()      # derive it now: never inside a CUDA graph capture
+
+    @classmethod
+    def from_linear(cls, lin: nn.Linear, keep_dense: bool = False) -> "W12Linear":
+        w = lin.weight.detach()
+        t = encode(w.to(torch.bfloat16))
+        return cls(t, lin.bias, w.dtype, dense=w if keep_dense else None)
+
+    @property
+    def w12(self) -> W12Tensor:
+        t = self._t
+        if t is None or t.hi.data_ptr() != self.hi.data_ptr() or t.device != self.hi.device:
+            t = self._t = W12Tensor(*(getattr(self, n) for n in PLANES),
+                                    shape=(self.out_features, self.in_features))
+        return t
+
+    def decode(self) -> torch.Tensor:
+        """The bf16 weight [out, in], bit-identical to the encoded one."""
+        return decode(self.w12)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(getattr(self, n).numel() * getattr(self, n).element_size() for n in PLANES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.is_cuda and self.hi.is_cuda:
+            from kernels.w12.gemm import w12_matmul
+
+            y = w12_matmul(x, self.w12, self.view)
+            return y if self.bias is None else y + self.bias.to(y.dtype)
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        return F.linear(x, self._dense_weight(x.device).to(x.dtype), bias)
+
+    def _dense_weight(self, device) -> torch.Tensor:
+        """CPU path: the decoded weight (or its 8-bit view), decoded once and cached."""
+        if self.view == "w8":
+            if getattr(self, "_dense_w8", None) is None or self._dense_w8.device != device:
+                self._dense_w8 = decode_w8(self.w12).to(device=device, dtype=self.dtype)
+            return self._dense_w8
+        if self._dense is None or self._dense.device != device:
+            self._dense = self.decode().to(device=device, dtype=self.dtype)
+        return self._dense
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, exceptions={self.exc_idx.numel()}, "
+                f"view={self.view}")
+
+
+def convert_model(model: nn.Module, include_lm_head: bool = True,
+                  keep_dense: bool = False) -> dict:
+    """Replace the nn.Linear modules of `model` (a stock.model.Transformer) by W12Linear in
+    place, encoding on the weights' device (CUDA: the GPU encoder). The bf16 weight is freed
+    unless keep_dense (a weight tied to the embedding stays alive through the embedding).
+    Weights that are not bf16 are rounded to bf16 first (their params are counted in
+    `cast_to_bf16`). Returns stats: linears, params, bytes_before, bytes_after, exceptions,
+    bits_per_param, exception_rate, cast_to_bf16."""
+    names = [name for name, mod in model.named_modules()
+             if isinstance(mod, nn.Linear) and (include_lm_head or name != "lm_head")]
+    stats = {"linears": 0, "params": 0, "bytes_before": 0, "bytes_after": 0,
+             "exceptions": 0, "cast_to_bf16": 0}
+    for name in names:  # one layer at a time: each bf16 weight is freed once replaced
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        lin = getattr(parent, child)
+        numel, size, dtype = lin.weight.numel(), lin.weight.element_size(), lin.weight.dtype
+        new = W12Linear.from_linear(lin, keep_dense=keep_dense)
+        setattr(parent, child, new)
+        del lin
+        stats["linears"] += 1
+        stats["params"] += numel
+        stats["bytes_before"] += numel * size
+        stats["bytes_after"] += new.nbytes
+        stats["exceptions"] += int(new.exc_idx.numel())
+        stats["cast_to_bf16"] += int(dtype != torch.bfloat16) * numel
+    stats["bits_per_param"] = 8.0 * stats["bytes_after"] / max(1, stats["params"])
+    stats["exception_rate"] = stats["exceptions"] / max(1, stats["params"])
+    if any(p.is_cuda for p in model.parameters()):
+        torch.cuda.empty_cache()
+    return stats

@@ -1,0 +1,176 @@
+"""Phase 3, kernel tuning of the integrated system (the cycle's best after Phase 2).
+
+1. Profile it with the judges' cost model (`specpilot analyze` on its clean checkout; Phase
+   0's report when the best is still the base, since that is the same system).
+2. Rank the kernel categories that have a lower bound by their distance from it (profiled
+   ms per step over the byte/FLOP bound), worst first.
+3. For each of the worst `[explore] kernel_categories`: autotune the configurations of the
+   registered options that act on the category (named in `[explore] kernel_options`, or
+   whose name or help names the category) by successive halving in one worker on the
+   system's checkout (agents/tune.halving); a configuration whose estimated gain reaches
+   the pre-screen bar goes through the dev forcing gate and the controller against the
+   current best, and becomes the best if adopted.
+4. With an agent available (a Claude client), the worst category is handed to a sub-agent
+   for a code change, judged like any Phase 1 direction but starting from the integrated
+   system (its entry depends on the entries that system is made of).
+Everything tried and its outcome is in the run record's `kernel_tuning`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from specpilot.agents.tune import default_values
+from specpilot.cycle import judges
+from specpilot.cycle.state import Direction, DirectionState, System
+
+WORDS = {"gemm": ("gemm", "matmul", "linear", "w12", "weight"),
+         "attention": ("attention", "attn", "sdpa", "kv"),
+         "recurrent": ("recurrent", "gdn", "deltanet", "delta_net")}
+
+
+def rank(analysis: dict) -> list[dict]:
+    """Categories with a bound, by measured / bound, worst first."""
+    rows = [r for r in analysis.get("categories", [])
+            if r.get("bound_ms") and r.get("ratio") is not None]
+    return sorted(({"category": r["category"], "measured_ms": r["measured_ms"],
+                    "bound_ms": r["bound_ms"], "over_bound": r["ratio"]} for r in rows),
+                  key=lambda r: -r["over_bound"])
+
+
+def options_for(category: str, registry: dict, declared: dict[str, list[str]]) -> list[str]:
+    """Registered options that act on `category`: declared ones first, then by name/help."""
+    names = [n for n in declared.get(category, []) if n in registry]
+    words = WORDS.get(category, (category,))
+    for name, spec in registry.items():
+        text = f"{name} {spec.get('help', '')}".lower()
+        if name not in names and "test only" not in text and \
+                any(re.search(rf"\b{re.escape(w)}", text) for w in words):
+            names.append(name)
+    return names
+
+
+def values_for(spec: dict, current) -> list[str]:
+    """Values to try besides the current one: other choices, the flipped bool, ints around."""
+    if spec.get("choices"):
+        return [str(c) for c in spec["choices"] if str(c) != str(current)]
+    typ = spec.get("type")
+    if typ == "bool":
+        on = str(current).strip().lower() in ("1", "true", "yes", "on")
+        return [str(not on).lower()]
+    if typ == "int":
+        try:
+            return default_values("", int(str(current)), 8)
+        except ValueError:
+            return []
+    return []
+
+
+def configs_for(names: list[str], registry: dict, options: dict, limit: int) -> list[dict]:
+    out = []
+    for name in names:
+        current = options.get(name, registry[name]["default"])
+        out += [{name: v} for v in values_for(registry[name], current)]
+    return out[:limit]
+
+
+def best_entries(state) -> list[str]:
+    """The memory entries the cycle's best system is made of (dependencies for Phase 3)."""
+    integ = state.integration or {}
+    if integ.get("entry") and state.best.commit == (integ.get("system") or {}).get("commit"):
+        return [integ["entry"]]
+    return [d.entry for d in state.directions
+            if d.entry and d.candidate and d.candidate.commit == state.best.commit][:1]
+
+
+def tune_kernels(cycle) -> None:
+    state, ex = cycle.state, cycle.ex
+    rec: dict = {"system": state.best.model_dump(), "categories": [], "agent": None}
+    state.kernel_tuning = rec
+    log_dir = cycle.runs.log_dir("tune-kernels")
+    if state.best == state.base and state.analysis:
+        analysis, rec["profile"] = state.analysis, "phase 0 report (the same system)"
+    else:
+        cycle.progress("tune-kernels", "cost model on the integrated system")
+        analysis = judges.analyze(cycle.root, cycle.cfg, state.best, ex.analyze_requests,
+                                  ex.analyze_max_new, log_dir)
+        rec["profile"] = "cost model on the integrated system"
+        rec["analysis"] = analysis
+    rec["ranking"] = ranking = rank(analysis)
+    registry = analysis.get("registered_options") or {}
+    tuned: set[str] = set()
+    for row in ranking[:ex.kernel_categories]:
+        cat = row["category"]
+        names = [n for n in options_for(cat, registry, ex.kernel_options) if n not in tuned]
+        tuned.update(names)
+        entry = {"category": cat, "over_bound": row["over_bound"], "options": names}
+        rec["categories"].append(entry)
+        configs = configs_for(names, registry, state.best.options, ex.kernel_configs)
+        if not configs:
+            entry["result"] = f"no registered option acts on {cat}"
+            cycle.save()
+            continue
+        _autotune(cycle, entry, configs, log_dir)
+        cycle.save()
+    if ranking and cycle.client is not None:
+        rec["agent"] = _agent(cycle, ranking[0])
+    elif ranking:
+        rec["agent"] = {"result": "skipped: code changes need an agent (ANTHROPIC_API_KEY)"}
+    worst = ", ".join(f"{r['category']} {r['over_bound']:.1f}x" for r in ranking) or "none"
+    cycle.progress("tune-kernels", f"over bound: {worst}; best {state.best.options}")
+
+
+def _autotune(cycle, entry: dict, configs: list[dict], log_dir) -> None:
+    state, ex = cycle.state, cycle.ex
+    cat = entry["category"]
+    cycle.progress("tune-kernels", f"{cat}: successive halving over {configs}")
+    res = judges.tune_options(cycle.root, cycle.cfg, state.best, configs, ex.prescreen_max_new,
+                              log_dir / cat)
+    entry["tried"] = res["scores"]
+    entry["best_config"], entry["estimated_gain"] = res["config"], res["gain"]
+    if res["gain"] < ex.prescreen_min_gain:
+        entry["result"] = (f"best configuration {res['config']} estimated {res['gain']:+.1%} "
+                           f"< {ex.prescreen_min_gain:.0%}; kept {state.best.options}")
+        return
+    cand = System(commit=state.best.commit, options={**state.best.options, **res["config"]})
+    refs = cycle.references("dev")
+    gates = judges.run_gates(cycle.root, cycle.cfg, cycle.gates_cfg, cand.commit, cand.options,
+                             refs, "dev", False, log_dir / cat)
+    ok, reasons = judges.gates_passed(gates)
+    entry["gates"] = gates
+    if not ok:
+        entry["result"] = "gate failed: " + "; ".join(reasons[:3])
+        return
+    v = judges.compare(cycle.root, cycle.cfg, state.best, cand, ex.controller_rounds,
+                       ex.controller_requests, ex.controller_max_new,
+                       progress=lambda m: cycle.progress("tune-kernels", f"controller: {m}"))
+    entry["verdict"] = v
+    if v["adopted"]:
+        state.best = cand
+        entry["result"] = f"adopted {res['config']} (gain {v['gain']:+.1%}, lower bound " \
+                          f"{v['lower_bound']:+.1%})"
+    else:
+        entry["result"] = f"controller: {v['verdict']} for {res['config']}"
+
+
+def _agent(cycle, row: dict) -> dict:
+    """A code change for the worst category by a sub-agent, from the integrated system."""
+    from specpilot.cycle.pipeline import run_direction
+    from specpilot.cycle.runner import device_slots
+
+    cat = row["category"]
+    d = Direction(id=f"kernel-{cat}", title=f"Faster {cat} kernels",
+                  hypothesis=f"{cat} takes {row['measured_ms']:.3f} ms per step, "
+                             f"{row['over_bound']:.1f}x its byte/FLOP lower bound of "
+                             f"{row['bound_ms']:.4f} ms",
+                  target_factor="kernel",
+                  evidence_plan="microbenchmark against the plain PyTorch path, then gates "
+                                "and controller against the integrated system",
+                  predicted_gain=round(min(1.0, max(0.0, 1 - 1 / row["over_bound"]) / 2), 3),
+                  files=["stock/layers.py", "stock/model.py", "kernels/"],
+                  option=f"{cat}_kernel", backend="anthropic")
+    ds = DirectionState(direction=d, base=cycle.state.best, deps=best_entries(cycle.state))
+    run_direction(cycle, ds, device_slots(cycle.ex)[0])
+    if ds.status == "adopted":
+        cycle.state.best = System(commit=ds.candidate.commit, options=ds.candidate.options)
+    return ds.model_dump(mode="json")
