@@ -148,6 +148,22 @@ def test_trained_drafter_is_accepted_and_lossless(toy, toy_trained):
     assert max(taus) > 1.5  # it learned the target's continuations
 
 
+def test_static_engine_path_feeds_the_block_drafter(toy, toy_trained):
+    """The padded static step (the CUDA-graph path, run eagerly here) gives the drafter the
+    same context and the output stays the AR output."""
+    target, prompts, _ = toy
+    opts = Options({"draft_len": 4})
+    dynamic = Engine(target, opts, max_context=256)
+    static = Engine(target, opts, max_context=256, static=True)
+    for p in prompts[:2]:
+        ar = dynamic.generate(p, 30)
+        d1, d2 = (BlockDrafter(toy_trained[0], target, 256) for _ in range(2))
+        a, b = dynamic.generate(p, 30, d1), static.generate(p, 30, d2)
+        assert a.tokens == b.tokens == ar.tokens and a.accepted == b.accepted
+        n = d1.ctx_len
+        assert d2.ctx_len == n and torch.allclose(d1.k[0][:, :, :n], d2.k[0][:, :, :n], atol=1e-5)
+
+
 def test_weights_round_trip_and_checksums(tmp_path, toy, toy_trained):
     target, _, _ = toy
     net = toy_trained[0]
