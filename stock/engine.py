@@ -154,7 +154,7 @@ class Engine:
         logits[rows, logits.shape[-1] // 2] += FAULT_BIAS
         return logits
 
-    def _prefill(self, prompt: list[int]) -> int:
+    def _prefill(self, prompt: list[int], hidden_layers=()) -> tuple[int, dict]:
         if not prompt:
             raise EngineError("empty prompt")
         if len(prompt) >= self.max_context:
@@ -162,13 +162,13 @@ class Engine:
                               f"{self.max_context} tokens")
         with region("prefill"):
             ids = torch.tensor([prompt], device=self.model.device)
-            out = self.model(ids, self.cache, 0, logits="last")
+            out = self.model(ids, self.cache, 0, logits="last", hidden_layers=hidden_layers)
             self.cache.commit(len(prompt))
             self._prompt_len = len(prompt)
             last = out.logits[0, -1:]
             if self.options["fault_logit_bias_after"] >= 0:
                 last = self._fault(last, 0)
-            return int(last.argmax())
+            return int(last.argmax()), out.hidden
 
     def generate(self, prompt: list[int], max_new: int, drafter: Drafter | None = None,
                  recorder: LatticeRecorder | None = None,
@@ -183,11 +183,11 @@ class Engine:
                 drafter.reset()
             res = GenResult([], len(prompt))
             t0 = time.perf_counter()
-            pending = self._prefill(prompt)
+            layers = drafter.hidden_layers if drafter is not None else ()
+            pending, hidden = self._prefill(prompt, layers)  # hidden: {} unless asked for
             self._sync()
             res.prefill_s = time.perf_counter() - t0
             res.tokens.append(pending)
-            hidden: dict[int, torch.Tensor] = {}
             t0 = time.perf_counter()
             while not self._finished(res, max_new):
                 start = self.cache.length
@@ -203,8 +203,7 @@ class Engine:
                         with region("drafter"):
                             lattice = drafter.draft(DraftContext(prompt + res.tokens, hidden), k)
                     chain = lattice.chain[:k]
-                    logits, hid, packed = self._verify(pending, chain, start,
-                                                       drafter.hidden_layers if drafter else ())
+                    logits, hid, packed = self._verify(pending, chain, start, layers)
                     if packed is not None:  # acceptance was computed on the device
                         got = packed[: len(chain) + 2].tolist()  # the one host sync of a step
                         n, target = got[0], got[1:]

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from stock.drafters.base import Drafter
+from stock.drafters.block import BlockDrafter
 from stock.drafters.draft_model import DraftModelDrafter
 from stock.drafters.ngram import NGramDrafter
 from stock.engine import Engine
@@ -17,7 +18,7 @@ from stock.options import Options
 from stock.tokenizer import Tokenizer
 from stock.weights import resolve
 
-DRAFTERS = ("ngram", "draft")
+DRAFTERS = ("ngram", "draft", "block")
 
 
 @dataclass
@@ -63,4 +64,11 @@ def make_drafter(name: str | None, engine: Engine) -> Drafter | None:
         if not 1 <= layers <= engine.model.cfg.num_layers:
             raise StockError(f"draft_layers must be in 1..{engine.model.cfg.num_layers}")
         return DraftModelDrafter(engine.model, engine.max_context, layers, opts["lattice_topk"])
+    if name == "block":
+        from stock.drafters.block_weights import load_block
+
+        net, manifest = load_block(opts["block_weights"] or None, engine.model)
+        if opts["block_size"] != manifest.config.block_size:
+            net = net.resized(opts["block_size"])
+        return BlockDrafter(net, engine.model, engine.max_context, opts["block_topk"])
     raise StockError(f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")

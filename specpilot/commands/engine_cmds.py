@@ -40,7 +40,7 @@ def system_options(command):
 @click.command("run")
 @click.argument("prompt")
 @click.option("--ar", is_flag=True, help="autoregressive (no drafter)")
-@click.option("--drafter", default="ngram", show_default=True, help="ngram | draft")
+@click.option("--drafter", default="ngram", show_default=True, help="ngram | draft | block")
 @click.option("--max-new", default=256, show_default=True, type=int)
 @click.option("--raw", is_flag=True, help="do not wrap the prompt in the chat template")
 @system_options
@@ -70,7 +70,7 @@ def run_cmd(prompt, ar, drafter, max_new, raw, model, opts, opts_file, device, m
 @click.option("--category", "categories", multiple=True, help="only these categories")
 @click.option("--limit", default=2, show_default=True, type=int, help="requests per category (0: all)")
 @click.option("--max-new", default=64, show_default=True, type=int, help="cap on new tokens")
-@click.option("--modes", default="ar,spec", show_default=True, help="ar, spec, ngram, draft, hf")
+@click.option("--modes", default="ar,spec", show_default=True, help="ar, spec, ngram, draft, block, hf")
 @click.option("--drafter", default="ngram", show_default=True, help="the drafter 'spec' means")
 @system_options
 def bench_cmd(request_set, categories, limit, max_new, modes, drafter, model, opts, opts_file,

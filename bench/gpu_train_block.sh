@@ -1,0 +1,26 @@
+#!/bin/bash
+# H200, one device call: train the block drafter for the embedded model, then read τ on one
+# dev request per category. Stage the GGUF first as bench/NOTES.md "Running on the H200"
+# says: call 1 carries .whl and .gpu0 and runs `cp .gpu0/smol.part00 /tmp/`; this call
+# carries .whl and .gpu1 (timeout_s 600).
+#   bash bench/gpu_train_block.sh [SEED]     # weights -> $OUT/block, logs -> $OUT
+# Copy $OUT/block/* to stock/drafters/weights/embedded/ and commit to ship them.
+set -u
+seed=${1:-0}
+# the first half may have been parked in /tmp by the staging call
+if [ ! -f .gpu0/smol.part00 ] && [ -f /tmp/smol.part00 ]; then mkdir -p .gpu0 && cp /tmp/smol.part00 .gpu0/; fi
+source bench/gpu_setup.sh || exit 1
+OUT=${OUT:-.out}
+mkdir -p "$OUT/block"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+start=$(date +%s)
+# --total-seconds bounds the whole training command (setup, data, training, saving).
+python3 -m stock.drafters.train_block --out "$OUT/block" --seed "$seed" --device cuda \
+    --prompts 4096 --max-new 256 --gen-batch 512 --steps 4000 --batch 64 --anchors 16 \
+    --gen-seconds 150 --total-seconds 400 2>&1 | grep -v Warning | tee "$OUT/train_block.log"
+echo "train rc=${PIPESTATUS[0]} in $(( $(date +%s) - start ))s"
+if [ -f "$OUT/block/manifest.json" ]; then
+    timeout $(( 560 - ($(date +%s) - start) )) python3 bench/gpu_block.py --weights "$OUT/block" \
+        --per-category 1 --max-new 192 --no-ar --out "$OUT" 2>&1 | tail -8
+    echo "tau check rc=$? at $(( $(date +%s) - start ))s"
+fi

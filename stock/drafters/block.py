@@ -1,0 +1,274 @@
+"""Block drafter (DFlash-style): a whole block of draft tokens from one forward.
+
+A few transformer layers at the target's width. Their context is not the drafter's own past
+but the target's: the hidden states of chosen target layers at every committed position are
+concatenated, projected to the width by a linear (`fc`) and normalised, and every drafter
+layer projects them with its own k/v weights into extra keys and values (kept in a context
+cache and extended as tokens are committed). The block is the last accepted token (the
+engine's pending token, embedded by the target's frozen embedding) followed by
+`block_size - 1` positions holding one learned mask embedding; attention inside the block is
+bidirectional. The output at block position j, through the target's frozen final head,
+predicts the token j + 1 places after the pending token, so one forward proposes up to
+`block_size` tokens. Only the drafter's own weights are saved (`stock.drafters.block_weights`);
+the embedding and head are the target's.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from pydantic import BaseModel, ConfigDict
+from torch import nn
+
+from stock.config import ModelConfig
+from stock.drafters.base import DraftContext, DraftLattice, Drafter
+from stock.errors import StockError
+from stock.layers import MLP, RMSNorm, apply_rope
+from stock.options import register
+
+register("block_size", int, 16, "block drafter: positions per drafter forward (the pending "
+         "token and block_size - 1 masks); it proposes up to block_size tokens")
+register("block_topk", int, 4, "block drafter: tokens kept per position in its draft lattice")
+register("block_weights", str, "", "block drafter: folder with manifest.json and safetensors "
+         "shards; empty: the weights shipped for the embedded model")
+
+
+class BlockDrafterError(StockError):
+    pass
+
+
+class BlockConfig(BaseModel):
+    """Shape of a block drafter; persisted in its manifest."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    target_layers: tuple[int, ...]  # target layers whose outputs form the context
+    num_layers: int = 3
+    block_size: int = 16
+    hidden_size: int
+    intermediate_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    rms_norm_eps: float
+    qk_norm: bool
+
+    @classmethod
+    def for_target(cls, cfg: ModelConfig, num_layers: int = 3, block_size: int = 16,
+                   target_layers: tuple[int, ...] | None = None,
+                   num_target_layers: int = 4) -> "BlockConfig":
+        """Context layers spread from shallow to deep by default (1 .. L-2)."""
+        if target_layers is None:
+            lo, hi = min(1, cfg.num_layers - 1), max(cfg.num_layers - 2, 0)
+            n = max(1, min(num_target_layers, cfg.num_layers))
+            target_layers = tuple(sorted({round(lo + (hi - lo) * i / max(n - 1, 1))
+                                          for i in range(n)}))
+        bad = [i for i in target_layers if not 0 <= i < cfg.num_layers]
+        if bad or not target_layers:
+            raise BlockDrafterError(f"target layers {list(target_layers)} outside "
+                                    f"0..{cfg.num_layers - 1}")
+        if num_layers < 1 or block_size < 1:
+            raise BlockDrafterError("need num_layers >= 1 and block_size >= 1")
+        return cls(target_layers=tuple(target_layers), num_layers=num_layers,
+                   block_size=block_size, hidden_size=cfg.hidden_size,
+                   intermediate_size=cfg.intermediate_size, num_heads=cfg.num_heads,
+                   num_kv_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
+                   vocab_size=cfg.vocab_size, rms_norm_eps=cfg.rms_norm_eps, qk_norm=cfg.qk_norm)
+
+    def layer_config(self) -> ModelConfig:
+        return ModelConfig(hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
+                           num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
+                           head_dim=self.head_dim, vocab_size=self.vocab_size,
+                           rms_norm_eps=self.rms_norm_eps, qk_norm=self.qk_norm,
+                           arch="qwen3" if self.qk_norm else "llama")
+
+    def check_target(self, cfg: ModelConfig) -> None:
+        mine = (self.hidden_size, self.vocab_size, self.num_heads, self.num_kv_heads, self.head_dim)
+        theirs = (cfg.hidden_size, cfg.vocab_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim)
+        if mine != theirs or max(self.target_layers) >= cfg.num_layers:
+            raise BlockDrafterError(
+                f"block drafter built for hidden/vocab/heads/kv/head_dim {mine} and layers "
+                f"{list(self.target_layers)}; the target has {theirs} and {cfg.num_layers} layers")
+
+
+class ContextAttention(nn.Module):
+    """Attention whose keys/values are the projected target context, then the block's own."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.h, self.hkv, self.d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        self.q_proj = nn.Linear(cfg.hidden_size, self.h * self.d, bias=False)
+        self.k_proj = nn.Linear(cfg.hidden_size, self.hkv * self.d, bias=False)
+        self.v_proj = nn.Linear(cfg.hidden_size, self.hkv * self.d, bias=False)
+        self.o_proj = nn.Linear(self.h * self.d, cfg.hidden_size, bias=False)
+        self.qk_norm = cfg.qk_norm
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(self.d, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(self.d, cfg.rms_norm_eps)
+
+    def kv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """x [B, S, H] -> k, v [B, Hkv, S, D] (k rotated at the given positions)."""
+        b, s, _ = x.shape
+        k = self.k_proj(x).view(b, s, self.hkv, self.d)
+        v = self.v_proj(x).view(b, s, self.hkv, self.d)
+        if self.qk_norm:
+            k = self.k_norm(k)
+        return apply_rope(k.transpose(1, 2), cos, sin), v.transpose(1, 2)
+
+    def forward(self, x, cos, sin, ctx_k, ctx_v, mask):
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.h, self.d)
+        if self.qk_norm:
+            q = self.q_norm(q)
+        q = apply_rope(q.transpose(1, 2), cos, sin)
+        k, v = self.kv(x, cos, sin)
+        k, v = torch.cat([ctx_k, k], dim=2), torch.cat([ctx_v, v], dim=2)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                             enable_gqa=self.h != self.hkv)
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.h * self.d))
+
+
+class BlockLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.self_attn = ContextAttention(cfg)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin, ctx_k, ctx_v, mask):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, ctx_k, ctx_v, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class BlockNet(nn.Module):
+    """The drafter's own weights (what the weights file holds)."""
+
+    def __init__(self, cfg: BlockConfig):
+        super().__init__()
+        self.cfg = cfg
+        lc = cfg.layer_config()
+        h = cfg.hidden_size
+        self.fc = nn.Linear(len(cfg.target_layers) * h, h, bias=False)
+        self.context_norm = RMSNorm(h, cfg.rms_norm_eps)
+        self.mask_embedding = nn.Parameter(torch.zeros(h))
+        self.layers = nn.ModuleList(BlockLayer(lc) for _ in range(cfg.num_layers))
+        self.norm = RMSNorm(h, cfg.rms_norm_eps)
+
+    def resized(self, block_size: int) -> "BlockNet":
+        """The same weights drafting blocks of another size (trained at cfg.block_size)."""
+        if block_size < 1:
+            raise BlockDrafterError("block_size must be at least 1")
+        self.cfg = self.cfg.model_copy(update={"block_size": block_size})
+        return self
+
+    def init_weights(self, seed: int, std: float = 0.02) -> "BlockNet":
+        gen = torch.Generator(device=self.fc.weight.device).manual_seed(seed)
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("norm.weight"):
+                    p.fill_(1.0)
+                else:
+                    p.normal_(0.0, std, generator=gen)
+        return self
+
+    def features(self, hidden: list[torch.Tensor]) -> torch.Tensor:
+        """Target hidden states (one [B, S, H] per chosen layer) -> context [B, S, H]."""
+        return self.context_norm(self.fc(torch.cat(hidden, dim=-1)))
+
+    def context_kv(self, feat: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        return [layer.self_attn.kv(feat, cos, sin) for layer in self.layers]
+
+    def forward(self, x: torch.Tensor, cos, sin, ctx_kv, mask=None) -> torch.Tensor:
+        """x [B, T, H] block inputs; ctx_kv per layer (k, v) [B, Hkv, S, D]; -> normed [B, T, H]."""
+        for layer, (k, v) in zip(self.layers, ctx_kv):
+            x = layer(x, cos, sin, k, v, mask)
+        return self.norm(x)
+
+    def block_inputs(self, anchor_embeds: torch.Tensor) -> torch.Tensor:
+        """anchor_embeds [..., H] -> [..., block_size, H]: the anchor then mask embeddings."""
+        t = self.cfg.block_size
+        masks = self.mask_embedding.to(anchor_embeds.dtype).expand(
+            *anchor_embeds.shape[:-1], t - 1, anchor_embeds.shape[-1])
+        return torch.cat([anchor_embeds.unsqueeze(-2), masks], dim=-2)
+
+
+class BlockDrafter(Drafter):
+    """The engine-facing adapter: keeps the projected target context, drafts one block."""
+
+    name = "block"
+
+    def __init__(self, net: BlockNet, target, max_len: int, topk: int = 4):
+        cfg = net.cfg
+        cfg.check_target(target.cfg)
+        p = next(net.parameters())
+        if p.device != target.device or p.dtype != target.dtype:  # leave the caller's net be
+            net = copy.deepcopy(net).to(device=target.device, dtype=target.dtype)
+        self.net = net.eval()
+        self.target, self.topk, self.max_len = target, topk, max_len
+        self.hidden_layers = tuple(cfg.target_layers)
+        shape = (1, cfg.num_kv_heads, max_len, cfg.head_dim)
+        dev, dt = target.device, target.dtype
+        self.k = [torch.zeros(shape, device=dev, dtype=dt) for _ in range(cfg.num_layers)]
+        self.v = [torch.zeros(shape, device=dev, dtype=dt) for _ in range(cfg.num_layers)]
+        self.ctx_len = 0  # positions [0, ctx_len) hold the target context
+
+    def reset(self) -> None:
+        self.ctx_len = 0
+
+    def _rope(self, start: int, n: int):
+        pos = torch.arange(start, start + n, device=self.target.device)
+        pos = pos.clamp(max=self.target.cfg.max_position - 1)
+        return self.target.cos[pos][None, None], self.target.sin[pos][None, None]
+
+    @torch.inference_mode()
+    def extend(self, hidden: dict[int, torch.Tensor], end: int) -> None:
+        """Write the context of positions [end - n, end) from the target's hidden states.
+
+        Positions past `end` that were written before (rejected tokens) are simply no longer
+        read: the context is rolled back by length, like the target's KV cache."""
+        if not hidden:
+            if self.ctx_len != end:
+                raise BlockDrafterError(
+                    f"block drafter: no target hidden states for positions {self.ctx_len}.."
+                    f"{end - 1}; the engine must request layers {list(self.hidden_layers)}")
+            return
+        missing = [layer for layer in self.hidden_layers if layer not in hidden]
+        if missing:
+            raise BlockDrafterError(f"block drafter: target hidden states of layers {missing} "
+                                    "were not passed")
+        n = hidden[self.hidden_layers[0]].shape[1]
+        start = end - n
+        if start < 0 or start > self.ctx_len or end > self.max_len:
+            raise BlockDrafterError(f"block drafter: hidden states for positions {start}..{end - 1} "
+                                    f"do not extend its context of {self.ctx_len} positions")
+        feat = self.net.features([hidden[layer].to(self.target.dtype)
+                                  for layer in self.hidden_layers])
+        cos, sin = self._rope(start, n)
+        for i, (k, v) in enumerate(self.net.context_kv(feat, cos, sin)):
+            self.k[i][:, :, start:end] = k
+            self.v[i][:, :, start:end] = v
+        self.ctx_len = end
+
+    @torch.inference_mode()
+    def block_logits(self, pending: int, k: int | None = None) -> torch.Tensor:
+        """fp32 logits [k, vocab] (default k: block_size) for the tokens after `pending`
+        (at ctx_len); the block always has block_size positions, as in training."""
+        t = self.net.cfg.block_size
+        ids = torch.tensor([[pending]], device=self.target.device)
+        x = self.net.block_inputs(self.target.model.embed_tokens(ids))[:, 0]  # [1, T, H]
+        cos, sin = self._rope(self.ctx_len, t)
+        n = self.ctx_len
+        ctx = [(k[:, :, :n], v[:, :, :n]) for k, v in zip(self.k, self.v)]
+        out = self.net(x, cos, sin, ctx)
+        return self.target.lm_head(out[0, :k]).float()
+
+    def draft(self, ctx: DraftContext, k: int) -> DraftLattice:
+        self.extend(ctx.hidden, len(ctx.tokens) - 1)
+        k = min(k, self.net.cfg.block_size)
+        if k <= 0:
+            return DraftLattice.empty(self.topk)
+        return DraftLattice.from_logits(self.block_logits(ctx.tokens[-1], k), self.topk)

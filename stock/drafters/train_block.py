@@ -1,0 +1,369 @@
+"""Train the block drafter by self-distillation from the target.
+
+    python -m stock.drafters.train_block --out stock/drafters/weights/embedded --seed 0 --device cuda
+    python -m stock.drafters.train_block --out /tmp/toy --seed 0 --toy      # CPU, seconds
+
+1. Prompts: `train_prompts.build_prompts(seed, n)` (templates, project instructions, stdlib
+   docstrings and functions; never the sealed set, never the dev prompts), chat-formatted.
+2. Data: the target answers them greedily, many prompts at once (left-padded batches with
+   per-sequence positions and masks); each answer ends at its first stop token.
+3. Features: one target forward over prompt + answer returns the hidden states of the chosen
+   layers at every position (what the engine's prefill and verify forwards pass at run time).
+4. Training: each step samples sequences and `anchors` positions inside their answers; a block
+   at anchor p sees the target context before p, the token at p and block_size - 1 masks, and
+   is trained with cross-entropy against the target's greedy tokens p+1 .. p+block_size,
+   weighted exp(-j / decay) by block position j (earlier positions gate acceptance). The
+   target's embedding and head are frozen; AdamW, warm-up then cosine decay.
+Deterministic for a seed on CPU (the toy test checks bit equality); on CUDA the data and the
+sampling are fixed by the seed, kernels may differ in the last bits. --toy trains on the
+tiny-qwen3 preset with random weights and random prompts: a test of the machinery, not a drafter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import platform
+import shlex
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from stock.drafters.block import BlockConfig, BlockNet
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 0
+    prompts: int = 4096
+    max_prompt: int = 256  # prompt tokens kept (the end of longer prompts is kept)
+    max_new: int = 256  # greedy answer tokens per prompt
+    gen_batch: int = 256
+    num_layers: int = 3
+    num_target_layers: int = 4
+    block_size: int = 16
+    steps: int = 3000
+    batch: int = 32  # sequences per step
+    anchors: int = 16  # blocks per sequence per step
+    lr: float = 6e-4
+    warmup: int = 100
+    weight_decay: float = 0.01
+    decay: float = 7.0  # loss weight exp(-j/decay) at block position j
+    holdout: float = 0.05  # fraction of sequences kept for validation
+    max_seconds: float = 0.0  # stop the training loop after this long (0: never)
+    total_seconds: float = 0.0  # stop it so that the whole run ends within this (0: never)
+    gen_seconds: float = 0.0  # answer no more prompt batches after this long (0: all)
+
+
+@dataclass
+class Data:
+    tokens: torch.Tensor  # [N, S] int64; prompt right-aligned to column P, answer from P
+    pad: torch.Tensor  # [N] first real column
+    end: torch.Tensor  # [N] one past the last real column (answer ends at its stop token)
+    prompt_cols: int  # P
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _mask(valid_from: torch.Tensor, q_cols: torch.Tensor, k_len: int) -> torch.Tensor:
+    """[B, 1, Tq, k_len]: causal, real keys only; a padding query sees itself (no NaN rows)."""
+    k = torch.arange(k_len, device=q_cols.device)
+    m = (k[None, None, :] <= q_cols[:, :, None]) & (k[None, None, :] >= valid_from[:, None, None])
+    m |= k[None, None, :] == q_cols[:, :, None]
+    return m.unsqueeze(1)
+
+
+@torch.inference_mode()
+def generate_data(target, prompts: list[list[int]], max_new: int, batch: int,
+                  stop_ids, progress=log, max_seconds: float = 0.0) -> Data:
+    """Greedy answers of `target` to every prompt, batched; one padded tensor. With
+    `max_seconds`, batches after that time are not started (the data then has fewer rows)."""
+    dev = target.device
+    p_cols = max(len(p) for p in prompts)
+    s = p_cols + max_new
+    tokens = torch.zeros(len(prompts), s, dtype=torch.long)
+    pad = torch.tensor([p_cols - len(p) for p in prompts])
+    end = torch.full((len(prompts),), s)
+    stops = torch.tensor(sorted(stop_ids) or [-1], device=dev)
+    t0 = time.perf_counter()
+    for b0 in range(0, len(prompts), batch):
+        if max_seconds and b0 and time.perf_counter() - t0 > max_seconds:
+            progress(f"  stopped answering after {b0} prompts: --gen-seconds {max_seconds}")
+            tokens, pad, end = tokens[:b0], pad[:b0], end[:b0]
+            break
+        part = prompts[b0:b0 + batch]
+        n = len(part)
+        ids = torch.zeros(n, s, dtype=torch.long, device=dev)
+        for i, p in enumerate(part):
+            ids[i, p_cols - len(p):p_cols] = torch.tensor(p)
+        vfrom = pad[b0:b0 + n].to(dev)
+        cache = target.new_cache(s, n)
+        cols = torch.arange(p_cols, device=dev).expand(n, p_cols)
+        pos = (cols - vfrom[:, None]).clamp(min=0)
+        out = target(ids[:, :p_cols], cache, 0, positions=pos, mask=_mask(vfrom, cols, p_cols),
+                     logits="last")
+        nxt = out.logits[:, -1].argmax(-1)
+        done = torch.zeros(n, dtype=torch.bool, device=dev)
+        stop_at = torch.full((n,), s, device=dev)
+        for j in range(max_new):
+            col = p_cols + j
+            ids[:, col] = nxt
+            hit = torch.isin(nxt, stops) & ~done
+            stop_at = torch.where(hit, torch.full_like(stop_at, col + 1), stop_at)
+            done |= hit
+            if j == max_new - 1 or (j % 16 == 15 and bool(done.all())):
+                break
+            c = torch.full((n, 1), col, device=dev)
+            out = target(ids[:, col:col + 1], cache, col, positions=c - vfrom[:, None],
+                         mask=_mask(vfrom, c, col + 1), logits="last")
+            nxt = out.logits[:, -1].argmax(-1)
+        tokens[b0:b0 + n] = ids.cpu()
+        end[b0:b0 + n] = stop_at.cpu()
+        progress(f"  generated {b0 + n}/{len(prompts)} answers "
+                 f"({time.perf_counter() - t0:.1f}s)")
+    for i in range(len(tokens)):  # zero what follows each stop (never read, but tidy)
+        tokens[i, int(end[i]):] = 0
+    return Data(tokens, pad, end, p_cols)
+
+
+@torch.inference_mode()
+def extract_features(target, data: Data, layers: tuple[int, ...], batch: int) -> torch.Tensor:
+    """[N, S, len(layers) * H] target hidden states (target dtype, target device)."""
+    dev = target.device
+    n, s = data.tokens.shape
+    out = torch.empty(n, s, len(layers) * target.cfg.hidden_size, dtype=target.dtype, device=dev)
+    for b0 in range(0, n, batch):
+        ids = data.tokens[b0:b0 + batch].to(dev)
+        b = ids.shape[0]
+        vfrom = data.pad[b0:b0 + b].to(dev)
+        cols = torch.arange(s, device=dev).expand(b, s)
+        cache = target.new_cache(s, b)
+        res = target(ids, cache, 0, positions=(cols - vfrom[:, None]).clamp(min=0),
+                     mask=_mask(vfrom, cols, s), logits="none", hidden_layers=layers)
+        out[b0:b0 + b] = torch.cat([res.hidden[i] for i in layers], dim=-1)
+    return out
+
+
+def block_loss(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torch.Tensor,
+               gen: torch.Generator, anchors: int, decay: float):
+    """Weighted CE over a batch of blocks, plus the expected accepted length of the blocks."""
+    dev = feats.device
+    t = net.cfg.block_size
+    end = data.end[idx]
+    s = int(end.max())
+    p_lo = data.prompt_cols
+    span = (end - 1 - p_lo).clamp(min=1).float()  # anchors p in [P, end - 2]
+    u = torch.rand(len(idx), anchors, generator=gen)
+    p = p_lo + (u * span[:, None]).long()  # [B, A]
+    toks = data.tokens[idx, :s]
+    pad = data.pad[idx]
+    # labels: the token j + 1 after the anchor, where it is still inside the answer
+    tgt = p[:, :, None] + 1 + torch.arange(t)  # [B, A, T]
+    labels = toks.gather(1, tgt.clamp(max=s - 1).view(len(idx), -1)).view_as(tgt)
+    labels = torch.where(tgt < end[:, None, None], labels, -100)
+    b, a = p.shape
+    p_d, pad_d = p.to(dev), pad.to(dev)
+    with torch.no_grad():
+        anchor_emb = target.model.embed_tokens(toks.gather(1, p).to(dev))  # [B, A, H]
+    x = net.block_inputs(anchor_emb.to(feats.dtype)).reshape(b, a * t, -1)
+    cols = torch.arange(s, device=dev)
+    ctx_pos = (cols[None] - pad_d[:, None]).clamp(min=0)
+    q_pos = ((p_d - pad_d[:, None])[:, :, None] + torch.arange(t, device=dev)).reshape(b, a * t)
+    cos, sin = target.cos, target.sin
+    feat = net.features([feats[idx.to(dev), :s]])
+    ctx_kv = net.context_kv(feat, cos[ctx_pos][:, None], sin[ctx_pos][:, None])
+    ctx_ok = (cols[None, None] >= pad_d[:, None, None]) & (cols[None, None] < p_d[:, :, None])
+    ctx_ok = ctx_ok[:, :, None, :].expand(b, a, t, s).reshape(b, a * t, s)
+    blk = torch.arange(a, device=dev).repeat_interleave(t)
+    mask = torch.cat([ctx_ok, (blk[:, None] == blk[None, :]).expand(b, -1, -1)], dim=-1)
+    h = net(x, cos[q_pos][:, None], sin[q_pos][:, None], ctx_kv, mask[:, None])
+    logits = target.lm_head(h).float()
+    lab = labels.to(dev).view(-1)
+    ce = F.cross_entropy(logits.view(-1, logits.shape[-1]), lab, ignore_index=-100,
+                         reduction="none").view(b, a, t)
+    valid = (labels.to(dev) >= 0).float()
+    w = torch.exp(-torch.arange(t, device=dev, dtype=torch.float32) / decay) * valid
+    loss = (ce * w).sum() / w.sum().clamp(min=1e-9)
+    with torch.no_grad():
+        hit = (logits.argmax(-1).view(b, a, t) == labels.to(dev)).float() * valid
+        acc_len = 1.0 + hit.cumprod(-1).sum(-1).mean()  # τ if every block were full length
+    return loss, float(acc_len)
+
+
+def _lr(step: int, cfg: TrainConfig) -> float:
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    frac = (step - cfg.warmup) / max(cfg.steps - cfg.warmup, 1)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
+
+
+def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progress=log,
+          data: Data | None = None, started: float | None = None):
+    """Returns (net, stats, losses). `target` stays frozen; the net trains in fp32 (bf16
+    autocast on CUDA). `started`: perf_counter at the start of the run (for total_seconds)."""
+    started = time.perf_counter() if started is None else started
+    torch.manual_seed(cfg.seed)
+    for prm in target.parameters():
+        prm.requires_grad_(False)
+    dev = target.device
+    t0 = time.perf_counter()
+    if data is None:
+        data = generate_data(target, prompts, cfg.max_new, cfg.gen_batch, stop_ids, progress,
+                             cfg.gen_seconds)
+    gen_s = time.perf_counter() - t0
+    keep = torch.nonzero(data.end - data.prompt_cols >= 2).flatten()
+    bcfg = BlockConfig.for_target(target.cfg, cfg.num_layers, cfg.block_size,
+                                  num_target_layers=cfg.num_target_layers)
+    feats = extract_features(target, data, bcfg.target_layers, cfg.gen_batch).clone()
+    feat_s = time.perf_counter() - t0 - gen_s
+    gen = torch.Generator().manual_seed(cfg.seed)
+    keep = keep[torch.randperm(len(keep), generator=gen)]
+    n_val = max(1, int(len(keep) * cfg.holdout)) if len(keep) > 1 else 0
+    val, tr = keep[:n_val], keep[n_val:]
+    if len(tr) == 0:
+        raise ValueError("no training sequences: every answer ended at once")
+    answer_tokens = int((data.end[keep] - data.prompt_cols).sum())
+    progress(f"data: {len(keep)} answers, {answer_tokens} answer tokens, gen {gen_s:.1f}s, "
+             f"features {feat_s:.1f}s; train {len(tr)}, validation {len(val)}")
+
+    net = BlockNet(bcfg).to(dev).init_weights(cfg.seed)
+    with torch.no_grad():  # start in the scale the target's head expects
+        net.norm.weight.copy_(target.model.norm.weight.float())
+    decay, no_decay = [], []
+    for name, prm in net.named_parameters():
+        (no_decay if prm.ndim < 2 else decay).append(prm)
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr,
+                            betas=(0.9, 0.95))
+    autocast = torch.autocast(dev.type, dtype=torch.bfloat16,
+                              enabled=dev.type == "cuda" or target.dtype == torch.bfloat16)
+    losses, t1, steps_done = [], time.perf_counter(), 0
+    for step in range(cfg.steps):
+        for g in opt.param_groups:
+            g["lr"] = _lr(step, cfg)
+        idx = tr[torch.randint(len(tr), (min(cfg.batch, len(tr)),), generator=gen)]
+        with autocast:
+            loss, acc = block_loss(net, target, data, feats, idx, gen, cfg.anchors, cfg.decay)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        opt.step()
+        losses.append(float(loss.detach()))
+        steps_done = step + 1
+        if step % max(cfg.steps // 20, 1) == 0 or step == cfg.steps - 1:
+            progress(f"  step {step:5d}  loss {losses[-1]:.4f}  block acc-len {acc:.2f}  "
+                     f"lr {_lr(step, cfg):.2e}  {time.perf_counter() - t1:.1f}s")
+        if cfg.max_seconds and time.perf_counter() - t1 > cfg.max_seconds:
+            progress(f"  stopped at step {step + 1}: --max-seconds {cfg.max_seconds}")
+            break
+        if cfg.total_seconds and time.perf_counter() - started > cfg.total_seconds - 30:
+            progress(f"  stopped at step {step + 1}: --total-seconds {cfg.total_seconds} "
+                     "(30 s kept for validation and saving)")
+            break
+    train_s = time.perf_counter() - t1
+    stats = {"steps": steps_done, "stopped_early": steps_done < cfg.steps, "first_loss": round(losses[0], 4),
+             "last_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4),
+             "gen_s": round(gen_s, 1), "features_s": round(feat_s, 1),
+             "train_s": round(train_s, 1), "answers": len(keep), "answer_tokens": answer_tokens}
+    if len(val):
+        vgen = torch.Generator().manual_seed(cfg.seed + 1)
+        vl, va = [], []
+        with torch.no_grad(), autocast:
+            for v0 in range(0, len(val), cfg.batch):
+                lo, ac = block_loss(net, target, data, feats, val[v0:v0 + cfg.batch], vgen,
+                                    cfg.anchors, cfg.decay)
+                vl.append(float(lo))
+                va.append(ac)
+        stats["val_loss"] = round(sum(vl) / len(vl), 4)
+        stats["val_block_accept_len"] = round(sum(va) / len(va), 3)
+        progress(f"validation: loss {stats['val_loss']}  block acc-len "
+                 f"{stats['val_block_accept_len']} (1 + accepted of full blocks, not τ)")
+    return net.eval(), stats, losses
+
+
+def toy_setup(seed: int, n_prompts: int = 24):
+    """tiny-qwen3 with random weights and random prompts (CPU tests, --toy)."""
+    from stock.config import PRESETS
+    from stock.model import Transformer
+
+    target = Transformer.random(PRESETS["tiny-qwen3"], seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(1, 512, (int(torch.randint(4, 12, (1,), generator=g)),),
+                             generator=g).tolist() for _ in range(n_prompts)]
+    return target, prompts
+
+
+def embedded_setup(cfg: TrainConfig, device: str | None, log_files: int | None = None):
+    from stock.requests import load_dev
+    from stock.system import load_system
+    from stock.drafters.train_prompts import build_prompts
+
+    system = load_system("embedded", device=device, max_context=4096)
+    dev_texts = {r.prompt for r in load_dev()}
+    pairs = build_prompts(cfg.seed, cfg.prompts, exclude=dev_texts, limit_files=log_files)
+    tok = system.tokenizer
+    prompts = [tok.chat(text)[-cfg.max_prompt:] for _, text in pairs]
+    cats: dict[str, int] = {}
+    for c, _ in pairs:
+        cats[c] = cats.get(c, 0) + 1
+    stops = set(system.engine.stop_ids)
+    return system.engine.model, prompts, stops, cats
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m stock.drafters.train_block",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="folder for manifest.json and the shards")
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    ap.add_argument("--toy", action="store_true", help="tiny random target (CPU machinery test)")
+    defaults = TrainConfig()
+    for name, val in asdict(defaults).items():
+        if name != "seed":
+            ap.add_argument("--" + name.replace("_", "-"), type=type(val), default=None)
+    args = ap.parse_args(argv)
+    over = {k: getattr(args, k) for k in asdict(defaults) if k != "seed"
+            and getattr(args, k) is not None}
+    if args.toy:
+        toy = dict(prompts=24, max_new=24, gen_batch=8, num_layers=1, num_target_layers=2,
+                   block_size=4, steps=30, batch=8, anchors=4, warmup=5, lr=3e-3)
+        over = {**toy, **over}
+    cfg = TrainConfig(seed=args.seed, **over)
+    command = "python -m stock.drafters.train_block " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    t0 = time.perf_counter()
+    if args.toy:
+        target, prompts = toy_setup(cfg.seed, cfg.prompts)
+        target = target.to(args.device or "cpu")
+        stops, cats, name = set(), {"random": len(prompts)}, "tiny-qwen3 (random weights)"
+    else:
+        target, prompts, stops, cats = embedded_setup(cfg, args.device)
+        name = "embedded (SmolLM2-135M-Instruct)"
+    log(f"target {name} on {target.device} {target.dtype}; {len(prompts)} prompts "
+        f"({cats}); setup {time.perf_counter() - t0:.1f}s")
+    net, stats, _ = train(target, prompts, cfg, stops, started=t0)
+    from stock.drafters.block_weights import save_block
+
+    data_desc = {"prompts": len(prompts), "categories": cats,
+                 "sources": "stock/drafters/train_prompts.py templates + INSTRUCTIONS + stdlib "
+                            "docstrings/functions (dev prompts excluded, sealed set not used)",
+                 "python": platform.python_version(), "max_prompt": cfg.max_prompt,
+                 "max_new": cfg.max_new, "labels": "target greedy tokens"}
+    man = save_block(net, Path(args.out), target=target, seed=cfg.seed, command=command,
+                     data=data_desc, training={**asdict(cfg), **stats,
+                                               "torch": torch.__version__,
+                                               "device": str(target.device)},
+                     target_name=name)
+    total = sum(s.bytes for s in man.shards)
+    log(f"saved {len(man.shards)} shard(s), {total} bytes, to {args.out}; "
+        f"total {time.perf_counter() - t0:.1f}s")
+
+
+if __name__ == "__main__":
+    main()

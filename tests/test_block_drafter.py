@@ -1,0 +1,284 @@
+"""Block drafter: forward shapes and lattices, the engine's hidden-state hook, toy training,
+weights on disk, and speculative ≡ autoregressive whatever the drafter's quality."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+from stock.config import PRESETS
+from stock.drafters.base import DraftContext
+from stock.drafters.block import BlockConfig, BlockDrafter, BlockDrafterError, BlockNet
+from stock.drafters.block_weights import load_block, save_block, target_fingerprint
+from stock.drafters.train_block import TrainConfig, generate_data, toy_setup, train
+from stock.engine import Engine
+from stock.errors import StockError
+from stock.model import Transformer
+from stock.options import Options
+from stock.system import make_drafter
+
+TOY = dict(prompts=8, max_new=40, gen_batch=8, num_layers=1, num_target_layers=2, block_size=4,
+           batch=8, anchors=8, warmup=3, lr=3e-3)
+
+
+@contextmanager
+def one_thread():
+    """Tiny models run far faster on one thread of this shared 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with one_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def toy():
+    with one_thread():
+        target, prompts = toy_setup(0, TOY["prompts"])
+        data = generate_data(target, prompts, TOY["max_new"], 8, set(), progress=lambda m: None)
+    return target, prompts, data
+
+
+@pytest.fixture(scope="module")
+def toy_trained(toy):
+    target, prompts, data = toy
+    with one_thread():
+        net, stats, losses = train(target, prompts, TrainConfig(seed=0, steps=40, **TOY),
+                                   progress=lambda m: None, data=data)
+    return net, stats, losses
+
+
+def random_net(target, block_size=4, seed=1, **kw) -> BlockNet:
+    cfg = BlockConfig.for_target(target.cfg, num_layers=2, block_size=block_size, **kw)
+    return BlockNet(cfg).init_weights(seed, std=0.2)
+
+
+def prefilled(target, prompt, drafter):
+    cache = target.new_cache(128)
+    out = target(torch.tensor([prompt]), cache, 0, hidden_layers=drafter.hidden_layers)
+    return DraftContext(prompt + [int(out.logits[0, -1].argmax())], out.hidden)
+
+
+def test_default_context_layers_spread_over_the_target():
+    cfg = BlockConfig.for_target(PRESETS["smollm2-135m"])
+    assert cfg.target_layers == (1, 10, 19, 28) and cfg.block_size == 16
+    with pytest.raises(BlockDrafterError, match="outside"):
+        BlockConfig.for_target(PRESETS["tiny-qwen3"], target_layers=(0, 5))
+
+
+def test_block_forward_gives_a_valid_lattice():
+    target = Transformer.random(PRESETS["tiny-qwen3"], seed=3)
+    drafter = BlockDrafter(random_net(target), target, 128, topk=3)
+    ctx = prefilled(target, list(range(5, 17)), drafter)
+    lat = drafter.draft(ctx, 9)
+    assert lat.ids.shape == (4, 3) and lat.logprobs.shape == (4, 3)  # clipped to block_size
+    assert ((lat.ids >= 0) & (lat.ids < 512)).all()
+    assert (lat.logprobs <= 0).all() and (lat.logprobs[:, :-1] >= lat.logprobs[:, 1:]).all()
+    assert lat.chain == lat.ids[:, 0].tolist()
+    logits = drafter.block_logits(ctx.tokens[-1])
+    assert logits.shape == (4, 512) and logits.dtype == torch.float32
+    assert lat.chain == logits.argmax(-1).tolist()
+    assert len(drafter.draft(DraftContext(ctx.tokens, {}), 2)) == 2  # context already held
+
+
+def test_missing_or_gapped_hidden_states_are_errors():
+    target = Transformer.random(PRESETS["tiny-qwen3"], seed=3)
+    drafter = BlockDrafter(random_net(target), target, 128)
+    with pytest.raises(BlockDrafterError, match="no target hidden states"):
+        drafter.draft(DraftContext([1, 2, 3], {}), 4)
+    ctx = prefilled(target, [4, 5, 6], drafter)
+    gap = DraftContext(ctx.tokens + [7, 8, 9], {k: v[:, :1] for k, v in ctx.hidden.items()})
+    with pytest.raises(BlockDrafterError, match="do not extend"):
+        drafter.draft(gap, 4)
+    with pytest.raises(BlockDrafterError, match="layers"):
+        drafter.draft(DraftContext(ctx.tokens, {0: ctx.hidden[0]}), 4)
+
+
+def test_engine_feeds_the_committed_context_only(toy, toy_trained):
+    """After speculative generation with rejections, the drafter's context equals the one
+    built from a single target forward over the committed tokens."""
+    target, prompts, _ = toy
+    drafter = BlockDrafter(toy_trained[0], target, 256)
+    engine = Engine(target, Options({"draft_len": 4}), max_context=256)
+    res = engine.generate(prompts[0], 40, drafter)
+    assert any(a < 5 for a in res.accepted[:-1])  # some draft tokens were rejected
+    tokens = (prompts[0] + res.tokens)[: drafter.ctx_len]
+    fresh = BlockDrafter(toy_trained[0], target, 256)
+    cache = target.new_cache(256)
+    out = target(torch.tensor([tokens]), cache, 0, hidden_layers=fresh.hidden_layers)
+    fresh.extend(out.hidden, len(tokens))
+    for mine, ref in zip(drafter.k + drafter.v, fresh.k + fresh.v):
+        assert torch.allclose(mine[:, :, : len(tokens)], ref[:, :, : len(tokens)], atol=1e-5)
+
+
+def test_toy_training_lowers_the_loss_and_repeats_bit_for_bit(toy, toy_trained):
+    target, prompts, data = toy
+    net, stats, losses = toy_trained
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < first - 0.3, (first, last)
+    again, stats2, losses2 = train(target, prompts, TrainConfig(seed=0, steps=40, **TOY),
+                                   progress=lambda m: None, data=data)
+    assert losses2 == losses
+    for (name, a), (_, b) in zip(net.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), name
+    other, _, losses3 = train(target, prompts, TrainConfig(seed=1, steps=5, **TOY),
+                              progress=lambda m: None, data=data)
+    assert losses3[:5] != losses[:5]
+
+
+def test_trained_drafter_is_accepted_and_lossless(toy, toy_trained):
+    target, prompts, _ = toy
+    engine = Engine(target, Options({"draft_len": 4}), max_context=256)
+    taus = []
+    for p in prompts[:4]:
+        ar = engine.generate(p, 40)
+        sp = engine.generate(p, 40, BlockDrafter(toy_trained[0], target, 256))
+        assert sp.tokens == ar.tokens
+        taus.append(sp.tau)
+    assert max(taus) > 1.5  # it learned the target's continuations
+
+
+def test_static_engine_path_feeds_the_block_drafter(toy, toy_trained):
+    """The padded static step (the CUDA-graph path, run eagerly here) gives the drafter the
+    same context and the output stays the AR output."""
+    target, prompts, _ = toy
+    opts = Options({"draft_len": 4})
+    dynamic = Engine(target, opts, max_context=256)
+    static = Engine(target, opts, max_context=256, static=True)
+    for p in prompts[:2]:
+        ar = dynamic.generate(p, 30)
+        d1, d2 = (BlockDrafter(toy_trained[0], target, 256) for _ in range(2))
+        a, b = dynamic.generate(p, 30, d1), static.generate(p, 30, d2)
+        assert a.tokens == b.tokens == ar.tokens and a.accepted == b.accepted
+        n = d1.ctx_len
+        assert d2.ctx_len == n and torch.allclose(d1.k[0][:, :, :n], d2.k[0][:, :, :n], atol=1e-5)
+
+
+def test_weights_round_trip_and_checksums(tmp_path, toy, toy_trained):
+    target, _, _ = toy
+    net = toy_trained[0]
+    man = save_block(net, tmp_path / "w", target=target, seed=0, command="test")
+    assert all(s.bytes <= 16_000_000 for s in man.shards)
+    loaded, man2 = load_block(tmp_path / "w", target)
+    assert man2.config == net.cfg and man2.target_fingerprint == target_fingerprint(target)
+    for (name, a), (_, b) in zip(net.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(a.to(torch.bfloat16).float(), b), name
+    # corrupt one byte of a shard: the checksum catches it
+    shard = tmp_path / "w" / man.shards[0].file
+    raw = bytearray(shard.read_bytes())
+    raw[-3] ^= 0x55
+    shard.write_bytes(bytes(raw))
+    with pytest.raises(BlockDrafterError, match="sha256"):
+        load_block(tmp_path / "w", target)
+    with pytest.raises(BlockDrafterError, match="train_block"):
+        load_block(tmp_path / "nothing", target)
+    other = Transformer.random(PRESETS["tiny-qwen3"], seed=99)
+    save_block(net, tmp_path / "w2", target=target, seed=0)
+    with pytest.raises(BlockDrafterError, match="another target"):
+        load_block(tmp_path / "w2", other)
+    bad = json.loads((tmp_path / "w2" / "manifest.json").read_text())
+    bad["config"]["hidden_size"] = 32
+    (tmp_path / "w2" / "manifest.json").write_text(json.dumps(bad))
+    with pytest.raises(BlockDrafterError, match="block drafter built for"):
+        load_block(tmp_path / "w2", target)
+
+
+def test_save_splits_shards_under_the_limit(tmp_path, monkeypatch):
+    import stock.drafters.block_weights as bw
+
+    target = Transformer.random(PRESETS["tiny-qwen3"], seed=3)
+    monkeypatch.setattr(bw, "MAX_SHARD_BYTES", 70_000)
+    man = bw.save_block(random_net(target), tmp_path, target=target, seed=0)
+    assert len(man.shards) > 1 and all(s.bytes <= 70_000 for s in man.shards)
+    assert len(bw.load_block(tmp_path, target)[0].state_dict()) == sum(len(s.tensors)
+                                                                       for s in man.shards)
+
+
+def test_make_drafter_block(tmp_path, toy, toy_trained):
+    target, _, _ = toy
+    engine = Engine(target, Options({"block_weights": str(tmp_path / "none")}), max_context=256)
+    with pytest.raises(StockError, match="train_block"):
+        make_drafter("block", engine)
+    save_block(toy_trained[0], tmp_path / "w", target=target, seed=0)
+    engine = Engine(target, Options({"block_weights": str(tmp_path / "w"), "block_size": 3,
+                                     "block_topk": 2}), max_context=256)
+    drafter = make_drafter("block", engine)
+    assert isinstance(drafter, BlockDrafter) and drafter.net.cfg.block_size == 3
+    assert drafter.hidden_layers == toy_trained[0].cfg.target_layers
+    assert make_drafter(None, engine) is None  # the default stays autoregressive
+
+
+def test_default_weights_missing_or_mismatched_is_a_clear_error(smol):
+    from stock.drafters.block_weights import DEFAULT_DIR
+
+    if (DEFAULT_DIR / "manifest.json").is_file():
+        pytest.skip("trained weights are shipped; tests/test_block_drafter covers loading")
+    with pytest.raises(StockError, match="train_block"):
+        make_drafter("block", smol.engine)
+
+
+@pytest.mark.slow
+def test_block_speculative_equals_autoregressive_embedded(smol, dev_prompts):
+    """The embedded model in fp32 with an untrained block drafter (blocks of 16, 4 of them
+    verified a step to keep CPU time down): the same tokens as autoregressive decoding."""
+    torch.set_num_threads(max(torch.get_num_threads(), 2))
+    model = smol.engine.model
+    net = BlockNet(BlockConfig.for_target(model.cfg, num_layers=1)).init_weights(0)
+    engine = Engine(model, Options({"draft_len": 4}), 1024, smol.engine.stop_ids)
+    drafter = BlockDrafter(net, model, 1024)
+    prompt = dev_prompts[2]
+    ar = engine.generate(prompt, 16)
+    sp = engine.generate(prompt, 16, drafter)
+    assert sp.tokens == ar.tokens
+    assert drafter.ctx_len >= len(prompt) + sp.steps - 1
+
+
+def test_training_prompts_are_deterministic_balanced_and_exclude_dev():
+    from stock.drafters.train_prompts import MIX, build_prompts
+    from stock.requests import load_dev
+
+    dev = {r.prompt for r in load_dev()}
+    a = build_prompts(3, 400, exclude=dev, limit_files=30)
+    assert a == build_prompts(3, 400, exclude=dev, limit_files=30)
+    assert a != build_prompts(4, 400, exclude=dev, limit_files=30)
+    texts = [t for _, t in a]
+    assert len(set(texts)) == len(texts) and not dev.intersection(texts)
+    counts = {c: sum(1 for k, _ in a if k == c) for c in MIX}
+    # 30 stdlib files run out of distinct prompts; every template source keeps its share
+    assert all(abs(counts[c] - 400 * share) <= 1 for c, share in MIX.items()
+               if c != "stdlib"), counts
+    assert 0 < counts["stdlib"] <= 400 * MIX["stdlib"] + 1
+    banned = {a[0][1]}
+    assert a[0][1] not in {t for _, t in build_prompts(3, 400, exclude=banned, limit_files=30)}
+
+
+def test_train_command_writes_a_manifest(tmp_path):
+    from stock.drafters.train_block import main
+
+    main(["--out", str(tmp_path), "--seed", "5", "--toy", "--steps", "3", "--prompts", "6",
+          "--max-new", "12"])
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    assert man["seed"] == 5 and "--toy" in man["command"] and man["training"]["steps"] == 3
+    assert man["config"]["block_size"] == 4 and man["shards"][0]["sha256"]
+    target, _ = toy_setup(5, 6)
+    net, _ = load_block(tmp_path, target)
+    assert net.cfg.target_layers == tuple(man["config"]["target_layers"])
+
+
+def test_answering_stops_at_its_time_limit(toy):
+    target, prompts, data = toy
+    short = generate_data(target, prompts, 8, 2, set(), progress=lambda m: None,
+                          max_seconds=1e-9)
+    assert short.tokens.shape[0] == 2 and len(short.end) == 2  # only the first batch
+    assert torch.equal(short.tokens[:, : short.prompt_cols + 8],
+                       data.tokens[:2, : data.prompt_cols + 8])
