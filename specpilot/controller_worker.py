@@ -88,6 +88,13 @@ def _place(device: str):
     return device
 
 
+def compute_dtype(device: str):
+    """Stock's compute dtype: bf16 on CUDA, fp32 elsewhere (as stock.system.load_system)."""
+    import torch
+
+    return torch.bfloat16 if device.startswith("cuda") else torch.float32
+
+
 def _hardware(device: str) -> str:
     import torch
 
@@ -124,7 +131,8 @@ class Server:
             from stock.model import Transformer
             from stock.system import make_drafter
 
-            net = Transformer.random(PRESETS[model[7:]], torch.device(device))
+            net = Transformer.random(PRESETS[model[7:]], torch.device(device),
+                                     compute_dtype(device))
             self.engine = Engine(net, options, setup.get("max_context") or 1024, set())
             self.tokenizer = None
             self.drafter = make_drafter(setup.get("drafter"), self.engine)
@@ -142,7 +150,8 @@ class Server:
         return {"event": "ready", "options": self.engine.options.as_dict(),
                 "non_default": self.engine.options.non_default(), "tree": self.tree,
                 "stock_file": self.stock_file, "hardware": self.hardware,
-                "torch": torch.__version__, "pid": os.getpid()}
+                "torch": torch.__version__, "pid": os.getpid(),
+                "dtype": str(self.engine.model.dtype).removeprefix("torch.")}
 
     def force(self, msg: dict) -> dict:
         fr = self.engine.force(list(msg["ids"]), list(msg["forced"]), chunk=msg.get("chunk"),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from specpilot.controller import compare, load_noise, noise_key
-from specpilot.controller_worker import tree_hash
+from specpilot.controller_worker import compute_dtype, tree_hash
 from specpilot.gitstore import GitStore
 from specpilot.worker_proc import Checkout, Worker, WorkerError, clean_checkout
 
@@ -68,6 +68,7 @@ def test_worker_proves_tree_and_options_and_refuses_a_wrong_claim(project, tmp_p
         ready = ok.start()
         assert ready["tree"] == co.tree and ready["options"]["repeat_work"] == 1
         assert ready["stock_file"].startswith(str(co.path))
+        assert ready["dtype"] == "float32"  # stock computes in fp32 on CPU
         assert ok.run("x", 4, ids=[1, 2, 3]).tokens
     finally:
         ok.stop()
@@ -158,3 +159,12 @@ def test_compare_cli_prints_the_verdict_and_exits_3_when_not_adopted(project, mo
     assert res.exit_code == 1 and "repeat_work" in res.output
     res = CliRunner().invoke(cli, args + ["--json"])
     assert json.loads(res.output)["decision"]["threshold"] == pytest.approx(0.03)
+
+
+def test_workers_compute_in_stock_dtype_bf16_on_cuda_fp32_on_cpu():
+    # A random 27B-class target in fp32 is 128 GB: two would never share one H200.
+    import torch
+
+    assert compute_dtype("cuda") is torch.bfloat16
+    assert compute_dtype("cuda:1") is torch.bfloat16
+    assert compute_dtype("cpu:0") is torch.float32
