@@ -95,3 +95,19 @@ def test_conflict_goes_to_the_integration_agent_and_the_resolved_stack_is_record
     lines = [json.loads(x) for x in (project / ".specpilot" / "runs" / state.run_id
                                      / "transcripts" / "integrate.jsonl").read_text().splitlines()]
     assert [x["event"] for x in lines][0] == "conflict" and lines[-1]["event"] == "resolved"
+
+
+def test_recording_an_adopted_direction_again_returns_the_same_entry(project, tmp_path):
+    from specpilot.cycle.entries import record_adopted
+    from specpilot.memory.store import Memory
+
+    cycle = setup_adopted(project, tmp_path, [(A, 0.3)])
+    ds = cycle.state.directions[0]
+    before = Memory(project).ref_entries()
+    assert ds.entry in before
+    assert record_adopted(cycle, ds) == ds.entry        # a resumed cycle, integrate again
+    assert Memory(project).ref_entries().keys() == before.keys()
+    other = ds.model_copy(deep=True)
+    other.candidate.commit = head(project)               # same id, a different system
+    with pytest.raises(RuntimeError, match="different system tree"):
+        record_adopted(cycle, other)

@@ -40,6 +40,12 @@ def record_adopted(cycle, ds) -> str:
     base = ds.base or state.base
     run_short = state.run_id.removeprefix("run-")
     entry_id = f"{d.id}-{run_short}"[:64].rstrip("-.")
+    memory = Memory(cycle.root)
+    known = memory.ref_entries().get(entry_id)
+    if known is not None:  # recorded before (a resumed cycle, `integrate` run again)
+        if known.meta.source_tree == memory.store.system_tree(cand.commit, memory.system_paths):
+            return entry_id
+        raise RuntimeError(f"entry {entry_id} exists with a different system tree")
     reused = d.backend == "reuse"
     meta = {
         "title": d.title, "summary": f"{d.hypothesis}\n\n{cand.summary}".strip(),
@@ -66,7 +72,7 @@ def record_adopted(cycle, ds) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "meta.toml"
         path.write_text(tomli_w.dumps(meta))
-        rec = record(Memory(cycle.root), cand.commit, entry_id, list(ds.deps), path,
+        rec = record(memory, cand.commit, entry_id, list(ds.deps), path,
                      base=state.base.commit)
     return rec.id
 
