@@ -42,13 +42,21 @@ def test_unreadable_or_missing_run_record_is_an_error(project):
 
 
 def test_offline_plan_reuses_memory_first_then_tunes_by_factor(project):
-    dirs = offline_plan(ANALYSIS, memory_metas(project), "ngram", 3, 2)
-    assert [d.backend for d in dirs] == ["reuse", "tune", "tune"]
-    reuse = dirs[0]
-    assert reuse.entry == "fused-rmsnorm" and reuse.counted is False
-    assert reuse.option == "rmsnorm_impl" and reuse.target_factor == "kernel"
-    assert dirs[1].option == "draft_len" and dirs[1].values == ["4", "6"]
+    metas = memory_metas(project)            # the entries the project ships in memory/
+    assert {"fused-rmsnorm", "w12-weights"} <= {m.id for m in metas}
+    dirs = offline_plan(ANALYSIS, metas, "ngram", len(metas) + 2, 2)
+    reuses = len(metas)
+    assert [d.backend for d in dirs] == ["reuse"] * reuses + ["tune", "tune"]
+    assert all(d.counted is False for d in dirs[:reuses])
+    reuse = {d.entry: d for d in dirs[:reuses]}
+    assert reuse["fused-rmsnorm"].option == "rmsnorm_impl"
+    assert reuse["fused-rmsnorm"].target_factor == "kernel"
+    assert reuse["w12-weights"].option == "weights"
+    tune = dirs[reuses]
+    assert tune.option == "draft_len" and tune.values == ["4", "6"]
     assert all(d.title and d.hypothesis and d.evidence_plan for d in dirs)
+    # the cap keeps the plan's order: memory first
+    assert [d.backend for d in offline_plan(ANALYSIS, metas, "ngram", 1, 2)] == ["reuse"]
 
 
 def test_anthropic_plan_is_validated_with_one_repair_retry():

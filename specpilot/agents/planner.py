@@ -1,7 +1,9 @@
 """The planner (main agent): Phase 0 report + memory + past cycles -> validated directions.
 
-- offline (default without a key): memory entries applicable to this deployment whose
-  options the base does not register yet become `reuse` directions (not discoveries);
+- offline (default without a key): memory entries whose options the base does not
+  register yet become `reuse` directions (not discoveries); an entry's applicability is
+  free text, not matched here: the pre-screen, gates and controller judge it on this
+  deployment;
   tunable options of the current system become `tune` directions, ordered by the factor
   they act on (largest factor first).
 - anthropic: Claude gets the same context and must answer with a JSON list of directions;
