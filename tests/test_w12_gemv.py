@@ -38,7 +38,8 @@ def rand_x(m, k, seed, dtype=torch.float32, scale=1.0):
     return (torch.randn(m, k, generator=torch.Generator().manual_seed(seed)) * scale).to(dtype)
 
 
-FMA_NOSPLIT, FMA_SPLIT3, DOT_SPLIT2 = C(16, 64, split=1), C(16, 32, split=3), C(16, 64, split=2, dot=True)
+FMA_NOSPLIT, FMA_SPLIT3 = C(16, 64, split=1), C(16, 32, split=3)
+DOT_SPLIT2 = C(16, 64, split=2, dot=True)
 
 
 @pytest.mark.parametrize("view", ["w12", "w8"])

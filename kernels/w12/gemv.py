@@ -180,7 +180,7 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, part_ptr,
     tl.store(dst, out, mask=mask_m[:, None] & mask_n[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["S"])
 def _w12_reduce_kernel(part_ptr, x_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval_ptr, y_ptr,
                        M, N, K, S, stride_ps, stride_xm, stride_ym,
                        X_BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
