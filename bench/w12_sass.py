@@ -76,18 +76,20 @@ def gemv_rows(every: bool):
     from kernels.w12 import gemv
 
     sig = {"x_ptr": "*i32", "hi_ptr": "*i16", "lo_ptr": "*u8", "base_ptr": "*u8",
-           "part_ptr": "*fp32", "M": "i32", "N": "i32", "K": "i32", "KH": "i32",
-           "stride_xm": "i32", "stride_h": "i32", "stride_l": "i32", "stride_ps": "i32",
+           "rowptr_ptr": "*i32", "eidx_ptr": "*i32", "eval_ptr": "*i16", "out_ptr": "*fp32",
+           "M": "i32", "N": "i32", "K": "i32", "KH": "i32", "stride_xm": "i32",
+           "stride_h": "i32", "stride_l": "i32", "stride_os": "i32", "stride_om": "i32",
            "split_pairs": "i32", "USE_LO": "constexpr", "X_PAIRS": "constexpr",
            "USE_DOT": "constexpr", "DOT_BF16": "constexpr", "EVEN_K": "constexpr",
-           "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr"}
+           "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",
+           "BLOCK_E": "constexpr", "PREFETCH_E": "constexpr"}
     div = [n for n in sig if sig[n] != "constexpr" and n != "M"]
     for b, cfgs in gemv.CONFIGS.items():
         for cfg in (cfgs if every else cfgs[:1]):
             bm = max(16, b) if cfg.dot else b
             const = {"USE_LO": True, "X_PAIRS": True, "USE_DOT": cfg.dot, "DOT_BF16": True,
                      "EVEN_K": True, "BLOCK_M": bm, "BLOCK_N": cfg.block_n,
-                     "BLOCK_K": cfg.block_k}
+                     "BLOCK_K": cfg.block_k, "BLOCK_E": gemv.BLOCK_E, "PREFETCH_E": bm <= 16}
             yield f"gemv {cfg} BLOCK_M={bm}", compile90(gemv._w12_gemv_kernel, sig, const, div,
                                                         cfg.num_warps, cfg.num_stages)
 

@@ -62,18 +62,36 @@ def test_even_and_ragged_k_chunks(k):
         check(gemv.w12_gemv(x, t, "w12", cfg), w12_matmul_ref(x, t))
 
 
+@pytest.mark.parametrize("m,dot", [(1, False), (5, True)])
+def test_many_splits_reduce_in_several_steps(m, dot):
+    """9 splits: more than one step of the reduce's loads in flight (8 at M <= 4, 4 above)."""
+    t = encode(student_t(24, 800, seed=8))
+    cfg = C(16 if dot else 8, 32, split=12, dot=dot)
+    split, _ = gemv.plan(cfg, m, 24, 800, torch.device("cpu"))
+    assert split == 9
+    x = rand_x(m, 800, 8)
+    check(gemv.w12_gemv(x, t, "w12", cfg), w12_matmul_ref(x, t))
+
+
 @pytest.mark.parametrize("view", ["w12", "w8"])
 @pytest.mark.parametrize("cfg", [FMA_SPLIT3, DOT_SPLIT2], ids=["fma", "dot"])
 def test_adversarial_fp32_exceptions_exact(view, cfg):
     """Zeros, subnormals, +-inf, NaN payloads, max normals: many exception chunks per tile."""
     t = encode(adversarial(40, 70, seed=1))
-    assert t.num_exceptions > 4 * gemv.BLOCK_E  # several chunks in the reduce's one tile
+    assert int(t.row_ptr()[16]) > 4 * gemv.BLOCK_E  # several exception chunks in one tile
     x = rand_x(3, 70, 1)
     check(gemv.w12_gemv(x, t, view, cfg), w12_matmul_ref(x, t, view))
 
 
+def test_adversarial_above_16_rows_exceptions_after_the_loop():
+    """BLOCK_M 32: the exceptions are not prefetched; all chunks are loaded after the loop."""
+    t = encode(adversarial(40, 70, seed=2))
+    x = rand_x(20, 70, 2)
+    check(gemv.w12_gemv(x, t, "w12", C(16, 32, split=2, dot=True)), w12_matmul_ref(x, t))
+
+
 def test_exceptions_on_tile_split_and_k_edges():
-    """Exceptions in the first and last column, on split boundaries, in the reduce's second
+    """Exceptions in the first and last column, on split boundaries, in the last (partial)
     N tile, an inf weight against x = 0 (NaN, as in a dense matmul) and a NaN weight."""
     n, k = gemv.REDUCE_BLOCK_N + 6, 96
     w = gaussian(n, k, seed=9)

@@ -22,11 +22,13 @@ slow). Designed for M <= 16 (decode and short verify), with a tensor-core path f
   per row of x into a transposed [BLOCK_N, BLOCK_M] accumulator.
   `dot=True` (most of 5..16, all of 17..64): two tl.dot per chunk (even and odd k), bf16
   operands on the GPU, fp32 accumulation.
-- Each program stores its fp32 partial [M, BLOCK_N] (no atomics: deterministic); a second,
-  small kernel sums the splits in a fixed order, applies the exceptions exactly (as the
-  first kernel does: the planes give w0 = 2**(b-127) at an exception's slot, the reduce
-  adds x[:, k] * w_exc - x[:, k] * w0 by selects, never a multiply by 0) and stores y in
-  x's dtype.
+- Exceptions exactly, as in the first kernel: the planes give w0 = 2**(b-127) at an
+  exception's slot, and the program owning split 0 of a tile adds x[:, k] * w_exc -
+  x[:, k] * w0 for each exception of its rows, by selects (never a multiply by 0); the
+  first BLOCK_E of them are loaded before the main loop, so their latency hides behind it.
+- One split: the kernel stores y in x's dtype (one launch). More: each program stores its
+  fp32 partial [M, BLOCK_N] (no atomics: deterministic) and a small second kernel sums the
+  splits in a fixed order, several loads in flight at a time, and stores y.
 
 ``view="w8"`` compiles the same kernel without the ``lo`` plane (the nested 8-bit view).
 Configurations: at most 4 per M bucket (1, 2..4, 5..16, 17..64), timed once per (bucket,
@@ -49,8 +51,8 @@ from kernels.w12.gemm import _apply, _num_sms
 MAX_M = 64
 WAVES = 8                 # "auto" split: aim for this many programs per SM
 PARTIAL_FRACTION = 0.10   # "auto" split: fp32 partial bytes <= this share of weight bytes
-BLOCK_E = 16              # exceptions applied per chunk in the reduce kernel
-REDUCE_BLOCK_N = 128
+BLOCK_E = 16              # exceptions loaded at once by a tile's split-0 program
+REDUCE_BLOCK_N = 64
 
 
 @dataclass(frozen=True)
@@ -100,14 +102,44 @@ def _x_pairs(row_ptr, j, mask, K, X_PAIRS: tl.constexpr):
 
 
 @triton.jit
-def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, part_ptr,
-                     M, N, K, KH, stride_xm, stride_h, stride_l, stride_ps, split_pairs,
+def _exceptions(x_ptr, eidx_ptr, eval_ptr, base_ptr, e0, e_end, K, stride_xm, offs_m, mask_m,
+                X_PAIRS: tl.constexpr, BLOCK_E: tl.constexpr):
+    """Exceptions e0 .. min(e0 + BLOCK_E, e_end): their rows (-1 where masked) and the
+    corrections x[:, k] * w_exc - x[:, k] * w0 [BLOCK_M, BLOCK_E] in fp32 (integer decode
+    of the bf16 bits, so no bf16 arithmetic)."""
+    offs_e = e0 + tl.arange(0, BLOCK_E)
+    me = offs_e < e_end
+    idx = tl.load(eidx_ptr + offs_e, mask=me, other=0).to(tl.int64)
+    en = (idx // K).to(tl.int32)
+    ek = idx - en.to(tl.int64) * K
+    wv = (tl.load(eval_ptr + offs_e, mask=me, other=0).to(tl.int32) << 16)
+    wv = wv.to(tl.float32, bitcast=True)
+    w0 = (tl.load(base_ptr + en, mask=me, other=1).to(tl.int32) << 23).to(tl.float32, bitcast=True)
+    xm = mask_m[:, None] & me[None, :]
+    if X_PAIRS:  # the int32 word of pair ek // 2; x[ek] is its low half when ek is even
+        xp = tl.load(x_ptr + offs_m[:, None] * stride_xm + (ek // 2)[None, :], mask=xm, other=0)
+        xv = tl.where((ek % 2 == 0)[None, :], xp << 16, xp & -65536).to(tl.float32, bitcast=True)
+    else:
+        xv = tl.load(x_ptr + offs_m[:, None] * stride_xm + ek[None, :], mask=xm,
+                     other=0.0).to(tl.float32)
+    corr = xv * wv[None, :] - xv * w0[None, :]
+    return tl.where(me, en, -1), corr
+
+
+@triton.jit
+def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval_ptr, out_ptr,
+                     M, N, K, KH, stride_xm, stride_h, stride_l, stride_os, stride_om,
+                     split_pairs,
                      USE_LO: tl.constexpr, X_PAIRS: tl.constexpr, USE_DOT: tl.constexpr,
                      DOT_BF16: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
-                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Partial sums over pairs [pid_k * split_pairs, +split_pairs) of rows of tile pid_n
-    into part[pid_k, :M, tile] (fp32). KH = pairs per row (Kp / 2); x_ptr is int32 pairs
-    when X_PAIRS (stride_xm in pairs), else elements."""
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr,
+                     PREFETCH_E: tl.constexpr):
+    """Sums over pairs [pid_k * split_pairs, +split_pairs) of rows of tile pid_n into
+    out[pid_k, :M, tile]: fp32 partials, or y itself when there is one split. The split-0
+    program adds the tile's exception corrections. KH = pairs per row (Kp / 2); x_ptr is
+    int32 pairs when X_PAIRS (stride_xm in pairs), else elements. PREFETCH_E: load the
+    first BLOCK_E exceptions before the main loop (off at BLOCK_M > 16, where the registers
+    they hold would spill)."""
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     HALF: tl.constexpr = BLOCK_K // 2
@@ -126,6 +158,15 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, part_ptr,
     else:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)  # transposed: no layout change
     zero_n = (offs_n * 0)[:, None]
+    # exceptions of this tile's rows (split 0 only): the first BLOCK_E are loaded now, so
+    # their latency hides behind the main loop; they are added after it
+    n0 = pid_n * BLOCK_N
+    e_start = tl.load(rowptr_ptr + n0)
+    e_end = tl.load(rowptr_ptr + tl.minimum(n0 + BLOCK_N, N))
+    e_end = tl.where(pid_k == 0, e_end, e_start)
+    if PREFETCH_E:
+        en, corr = _exceptions(x_ptr, eidx_ptr, eval_ptr, base_ptr, e_start, e_end, K,
+                               stride_xm, offs_m, mask_m, X_PAIRS, BLOCK_E)
     j_lo = pid_k * split_pairs
     j_hi = tl.minimum(j_lo + split_pairs, KH)
     for jb in range(j_lo, j_hi, HALF):
@@ -176,51 +217,37 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, part_ptr,
         out = tl.sum(acc, axis=1)[None, :]
     else:
         out = tl.trans(acc)
-    dst = part_ptr + pid_k * stride_ps + offs_m[:, None] * N + offs_n[None, :]
-    tl.store(dst, out, mask=mask_m[:, None] & mask_n[None, :])
+    if PREFETCH_E:
+        if e_end > e_start:
+            out = _apply(out, en, corr, offs_n, BLOCK_E)
+        e_next = e_start + BLOCK_E
+    else:
+        e_next = e_start
+    for es in range(e_next, e_end, BLOCK_E):  # the rest (all of them without PREFETCH_E)
+        en, corr = _exceptions(x_ptr, eidx_ptr, eval_ptr, base_ptr, es, e_end, K, stride_xm,
+                               offs_m, mask_m, X_PAIRS, BLOCK_E)
+        out = _apply(out, en, corr, offs_n, BLOCK_E)
+    dst = out_ptr + pid_k * stride_os + offs_m[:, None] * stride_om + offs_n[None, :]
+    tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
 
 
 @triton.jit(do_not_specialize=["S"])
-def _w12_reduce_kernel(part_ptr, x_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval_ptr, y_ptr,
-                       M, N, K, S, stride_ps, stride_xm, stride_ym,
-                       X_BITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                       BLOCK_E: tl.constexpr):
-    """y[:, tile] = sum of the S partials (in order) + exception corrections, in y's dtype.
-    x_ptr is int16 bf16 bits when X_BITS, else x's own elements."""
+def _w12_reduce_kernel(part_ptr, y_ptr, M, N, S, stride_ps, stride_ym,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, S_CHUNK: tl.constexpr):
+    """y[:, tile] = part[0] + part[1] + ... + part[S-1] (in that order), in y's dtype. The
+    S_CHUNK loads of a step are independent, so they are in flight together."""
     pid = tl.program_id(0)
-    n0 = pid * BLOCK_N
-    offs_n = n0 + tl.arange(0, BLOCK_N)
+    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
-    mask_n = offs_n < N
-    mask_m = offs_m < M
-    mask = mask_m[:, None] & mask_n[None, :]
+    mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
     src = part_ptr + offs_m[:, None] * N + offs_n[None, :]
-    acc = tl.load(src, mask=mask, other=0.0)
-    for s in range(1, S):
-        acc += tl.load(src + s * stride_ps, mask=mask, other=0.0)
-    e_start = tl.load(rowptr_ptr + n0)
-    e_end = tl.load(rowptr_ptr + tl.minimum(n0 + BLOCK_N, N))
-    for e0 in range(e_start, e_end, BLOCK_E):
-        offs_e = e0 + tl.arange(0, BLOCK_E)
-        me = offs_e < e_end
-        idx = tl.load(eidx_ptr + offs_e, mask=me, other=0).to(tl.int64)
-        en = (idx // K).to(tl.int32)
-        ek = idx - en.to(tl.int64) * K
-        wv = (tl.load(eval_ptr + offs_e, mask=me, other=0).to(tl.int32) << 16)
-        wv = wv.to(tl.float32, bitcast=True)
-        w0 = ((tl.load(base_ptr + en, mask=me, other=1).to(tl.int32) << 23)
-              ).to(tl.float32, bitcast=True)
-        xm = mask_m[:, None] & me[None, :]
-        if X_BITS:
-            xv = tl.load(x_ptr + offs_m[:, None] * stride_xm + ek[None, :], mask=xm, other=0)
-            xv = (xv.to(tl.int32) << 16).to(tl.float32, bitcast=True)
-        else:
-            xv = tl.load(x_ptr + offs_m[:, None] * stride_xm + ek[None, :], mask=xm,
-                         other=0.0).to(tl.float32)
-        corr = xv * wv[None, :] - xv * w0[None, :]
-        acc = _apply(acc, tl.where(me, en, -1), corr, offs_n, BLOCK_E)
-    dst = y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :]
-    tl.store(dst, acc.to(y_ptr.dtype.element_ty), mask=mask)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for s0 in range(0, S, S_CHUNK):
+        for i in tl.static_range(S_CHUNK):
+            s_ok = (offs_n * 0 + (s0 + i)) < S
+            acc += tl.load(src + (s0 + i) * stride_ps, mask=mask & s_ok[None, :], other=0.0)
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :],
+             acc.to(y_ptr.dtype.element_ty), mask=mask)
 
 
 def _block_m(m: int, cfg: GemvConfig) -> int:
@@ -258,7 +285,8 @@ def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, use_lo: bool, cfg: G
         raise ValueError(f"block_k must be a power of two >= 32, not {cfg.block_k}")
     kh = t.hi.shape[1] // 2
     split, per = plan(cfg, m, n, k, x.device)
-    part = torch.empty(split, m, n, dtype=torch.float32, device=x.device)
+    # one split: the kernel writes y itself; more: fp32 partials, summed by the reduce
+    out = y if split == 1 else torch.empty(split, m, n, dtype=torch.float32, device=x.device)
     hi16 = t.hi.view(torch.int16)
     bf16 = x.dtype == torch.bfloat16
     x_pairs = bf16 and k % 2 == 0 and x.stride(0) % 2 == 0 and x.data_ptr() % 4 == 0
@@ -266,18 +294,19 @@ def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, use_lo: bool, cfg: G
     stride_xm = x.stride(0) // 2 if x_pairs else x.stride(0)
     grid = (triton.cdiv(n, cfg.block_n), split)
     _w12_gemv_kernel[grid](
-        xk, hi16, t.lo, t.base, part,
-        m, n, k, kh, stride_xm, hi16.stride(0), t.lo.stride(0), part.stride(0), per,
+        xk, hi16, t.lo, t.base, t.row_ptr(), t.exc_idx, t.exc_val, out,
+        m, n, k, kh, stride_xm, hi16.stride(0), t.lo.stride(0),
+        out.stride(0) if split > 1 else 0, out.stride(-2), per,
         USE_LO=use_lo, X_PAIRS=x_pairs, USE_DOT=cfg.dot,
         DOT_BF16=bf16 and not _interpreting(), EVEN_K=kh % (cfg.block_k // 2) == 0,
-        BLOCK_M=_block_m(m, cfg), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    xr = x.view(torch.int16) if bf16 else x
-    _w12_reduce_kernel[(triton.cdiv(n, REDUCE_BLOCK_N),)](
-        part, xr, t.base, t.row_ptr(), t.exc_idx, t.exc_val, y,
-        m, n, k, split, part.stride(0), x.stride(0), y.stride(0),
-        X_BITS=bf16, BLOCK_M=triton.next_power_of_2(m), BLOCK_N=REDUCE_BLOCK_N,
-        BLOCK_E=BLOCK_E, num_warps=4)
+        BLOCK_M=_block_m(m, cfg), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, BLOCK_E=BLOCK_E,
+        PREFETCH_E=_block_m(m, cfg) <= 16, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if split > 1:
+        bm = triton.next_power_of_2(m)
+        _w12_reduce_kernel[(triton.cdiv(n, REDUCE_BLOCK_N),)](
+            out, y, m, n, split, out.stride(0), y.stride(0),
+            BLOCK_M=bm, BLOCK_N=REDUCE_BLOCK_N, S_CHUNK=8 if bm <= 4 else 4 if bm <= 16 else 2,
+            num_warps=4)
 
 
 def _key(m: int, t: W12Tensor, view: str, dtype) -> tuple:
