@@ -68,6 +68,42 @@ def bench(fn, rep_ms: int = 30) -> float:
     return 1000.0 * do_bench(fn, warmup=10, rep=rep_ms, return_mode="median")
 
 
+def bench_graph(fn, calls: int = 10, reps: int = 7) -> float | None:
+    """Median µs per call of `calls` back-to-back calls captured in one CUDA graph: no CPU
+    launch cost (the decode setting), but no L2 flush between calls either."""
+    if DEV != "cuda":
+        return None
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    del graph
+    return 1000.0 * sorted(times)[len(times) // 2] / calls
+
+
+def graph_into(row: dict, key: str, fn) -> None:
+    try:
+        row[key] = bench_graph(fn)
+    except Exception as exc:  # noqa: BLE001
+        row[key.replace("_us", "_error")] = repr(exc)
+        traceback.print_exc()
+
+
 def copy_bandwidth(result: dict) -> float:
     n = (1 << 30) // 2 if DEV == "cuda" else 1 << 16
     a = torch.empty(n, dtype=torch.bfloat16, device=DEV).normal_()
@@ -187,6 +223,7 @@ def run_shape(k: int, n: int, copy_gbs: float, result: dict, first: bool, deadli
             row["cublas_us"] = bench(lambda: torch.matmul(x, w.T.to(x.dtype)))
             row["cublas_GB_s"] = (n * k * 2 + m * k * 2) / row["cublas_us"] / 1e3
             row["cublas_pct_copy"] = 100.0 * row["cublas_GB_s"] / copy_gbs if copy_gbs else None
+            graph_into(row, "cublas_graph_us", lambda: torch.matmul(x, w.T.to(x.dtype)))
         except Exception as exc:  # noqa: BLE001
             row["error"] = repr(exc)
             traceback.print_exc()
@@ -209,6 +246,7 @@ def run_shape(k: int, n: int, copy_gbs: float, result: dict, first: bool, deadli
                                                   if copy_gbs else None)
                     row[f"{p}{view}_config"] = _config(kernel, m, t, view, x.dtype)
                 row[f"{p}w8_over_w12"] = row[f"{p}w12_us"] / row[f"{p}w8_us"]
+                graph_into(row, f"{p}w12_graph_us", lambda: fn(x, t, "w12"))  # noqa: B023
             except Exception as exc:  # noqa: BLE001
                 row[f"{p}error"] = repr(exc)
                 traceback.print_exc()
@@ -223,14 +261,16 @@ def _f(v, fmt: str) -> str:
 
 
 def line(k: int, n: int, r: dict) -> str:
-    out = f"{k}x{n} M={r['M']:2d}: cuBLAS {_f(r.get('cublas_us'), '7.1f')} µs"
+    out = (f"{k}x{n} M={r['M']:2d}: cuBLAS {_f(r.get('cublas_us'), '7.1f')} µs "
+           f"(graph {_f(r.get('cublas_graph_us'), '.1f')})")
     for kernel, p in (("gemm", ""), ("gemv", "gemv_")):
         if f"{p}w12_us" not in r:
             out += f" | {kernel} error {r.get(f'{p}error', '?')[:80]}"
             continue
         out += (f" | {kernel} W12 {r[f'{p}w12_us']:7.1f} µs ({r[f'{p}w12_speedup']:.2f}x, "
                 f"{r[f'{p}w12_GB_s']:.0f} GB/s, {_f(r[f'{p}w12_pct_copy'], '.0f')}% copy) "
-                f"W8 {r[f'{p}w8_us']:7.1f} µs ({r[f'{p}w8_over_w12']:.2f}x W12)"
+                f"W8 {r[f'{p}w8_us']:7.1f} µs ({r[f'{p}w8_over_w12']:.2f}x W12) "
+                f"graph W12 {_f(r.get(f'{p}w12_graph_us'), '.1f')}"
                 + ("" if r[f"{p}w12_ok"] and r[f"{p}w8_ok"] else " MISMATCH"))
     return out
 
@@ -239,7 +279,8 @@ def table(result: dict) -> str:
     cols = ["K x N", "M", "cuBLAS µs", "W12 µs", "W8 µs", "W12 ×", "W8 ×", "W8/W12",
             "W12 GB/s", "W12 % copy", "W8 GB/s", "cuBLAS GB/s", "W12 max err",
             "GEMV W12 µs", "GEMV W8 µs", "GEMV W12 ×", "GEMV W8 ×", "GEMV W8/W12",
-            "GEMV W12 GB/s", "GEMV W12 % copy", "GEMV W12 max err"]
+            "GEMV W12 GB/s", "GEMV W12 % copy", "GEMV W12 max err",
+            "graph µs: cuBLAS", "W12", "GEMV W12"]
     lines = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
     for s in result["shapes"]:
         for r in s["rows"]:
@@ -265,6 +306,8 @@ def table(result: dict) -> str:
                               f"{r['gemv_w8_over_w12']:.2f}", f"{r['gemv_w12_GB_s']:.0f}",
                               _f(r["gemv_w12_pct_copy"], ".0f"),
                               f"{r['gemv_w12_max_abs_err']:.2e}{bad}"]
+            cells += [_f(r.get(key), ".1f") for key in ("cublas_graph_us", "w12_graph_us",
+                                                         "gemv_w12_graph_us")]
             lines.append("| " + " | ".join(cells) + " |")
     tunes = [f"{s['K']}x{s['N']}: gemm {_f(s.get('gemm_tune_s'), '.1f')} s, gemv "
              f"{_f(s.get('gemv_tune_s'), '.1f')} s" for s in result["shapes"]]
@@ -295,15 +338,18 @@ def main() -> None:
     result = {"device": torch.cuda.get_device_name() if DEV == "cuda" else "cpu (smoke)",
               "torch": torch.__version__, "triton": triton.__version__, "Ms": MS, "shapes": []}
     log(f"{result['device']}, torch {torch.__version__}, triton {triton.__version__}")
+    pre = None
     if args.workers >= 0:
-        from w12_precompile import precompile
+        from w12_precompile import Precompiler
 
         workers = args.workers or max(1, min(14, (os.cpu_count() or 4) - 2))
         try:
             if DEV == "cuda":
-                precompile(MS, result, workers, max(10.0, 0.45 * args.budget_s), log)
+                pre = Precompiler(MS, workers, log)
+                result["precompile"] = pre.wait(max(10.0, 0.45 * args.budget_s))
             else:  # --smoke: the pool's plumbing on a few interpreter tasks, one worker
-                precompile(MS, result, 1, 120.0, log, limit=4, dev="cpu", xdtype=XDTYPE)
+                pre = Precompiler(MS, 1, log, limit=4, dev="cpu", xdtype=XDTYPE)
+                result["precompile"] = pre.wait(120.0)
         except Exception as exc:  # noqa: BLE001
             result["precompile"] = {"error": repr(exc)}
             traceback.print_exc()
@@ -321,6 +367,11 @@ def main() -> None:
             run_shape(k, n, copy_gbs, result, i == 0, deadline)
         except Exception as exc:  # noqa: BLE001
             result["shapes"].append({"K": k, "N": n, "error": repr(exc), "rows": []})
+            traceback.print_exc()
+    if pre is not None:
+        try:
+            result["precompile_at_end"] = pre.close()
+        except Exception:  # noqa: BLE001
             traceback.print_exc()
     result["total_s"] = time.perf_counter() - T0
     print(table(result), flush=True)

@@ -41,54 +41,82 @@ def compile_task(task, dev: str = "cuda", n: int = PRE_N, k: int = PRE_K,
 
 
 def tasks_for(ms) -> list:
-    """(kernel, view, config, M) for every configuration either kernel may use at these M."""
+    """(kernel, view, config, M) for every configuration either kernel may use at these M,
+    in the order they are needed: kernels that write fp32 partials (split > 1: every shape
+    but the LM head) first, the slowest compiles (the first GEMM) first within each."""
     from kernels.w12 import gemm, gemv
+
+    # split > 1 writes fp32 partials, split 1 writes y: two signatures per configuration
+    def variants(cfg):
+        return [dataclasses.replace(cfg, split=2), dataclasses.replace(cfg, split=1)]
 
     tasks = []
     for m in sorted({1 if m <= 16 else m for m in ms}):  # gemm: M is not specialised
         for cfg in gemm.CONFIGS:
-            # split > 1 writes fp32 partials, split 1 writes y: two signatures per config
-            for c in {cfg, dataclasses.replace(cfg, split=1)}:
+            for rank, c in enumerate(variants(cfg)):
                 for view in ("w12", "w8"):
-                    tasks.append(("gemm", view, c, m))
+                    tasks.append((rank, 0, ("gemm", view, c, m)))
     for m in ms:
         for cfg in gemv.CONFIGS[gemv.bucket(m)]:
-            for view in ("w12", "w8"):
-                tasks.append(("gemv", view, cfg, m))
-    tasks.sort(key=lambda t: (t[0] != "gemm", -t[3]))  # the slowest compiles first
-    return tasks
+            for rank, c in enumerate(variants(cfg)):
+                for view in ("w12", "w8"):
+                    tasks.append((rank, 1, ("gemv", view, c, m)))
+    tasks.sort(key=lambda t: (t[0], t[1], -t[2][3]))
+    return list(dict.fromkeys(t for _, _, t in tasks))  # without repeats, in order
 
 
-def precompile(ms, result: dict, workers: int, timeout_s: float, log=print,
-               limit: int | None = None, dev: str = "cuda",
-               xdtype: torch.dtype = torch.bfloat16) -> None:
-    """Run the tasks in `workers` spawned processes, waiting at most `timeout_s`; records
-    counts, errors and seconds in result["precompile"]. dev="cpu" (--smoke): `limit`
-    tasks under the interpreter on a tiny stand-in, to check the plumbing."""
-    import concurrent.futures as cf
-    import functools
-    import multiprocessing as mp
-
-    tasks = tasks_for(ms)[:limit]
-    run = functools.partial(compile_task, dev=dev, xdtype=xdtype,
-                            **({"n": 48, "k": 64} if dev == "cpu" else {}))
-    t0 = time.perf_counter()
-    done, errors = 0, []
-    ex = cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"))
+def _nice() -> None:
     try:
-        futs = [ex.submit(run, task) for task in tasks]
-        for fut in cf.as_completed(futs, timeout=timeout_s):
-            task, _sec, err = fut.result()
-            done += 1
-            if err:
-                errors.append(f"{task[0]} {task[1]} {task[2]} M={task[3]}: {err}")
-    except cf.TimeoutError:
-        log(f"precompile: stopped waiting after {timeout_s:.0f} s")
-    finally:
-        ex.shutdown(wait=False, cancel_futures=True)
-    result["precompile"] = {"tasks": len(tasks), "done": done, "workers": workers,
-                            "s": time.perf_counter() - t0, "errors": errors}
-    log(f"precompile: {done}/{len(tasks)} kernels in {time.perf_counter() - t0:.1f} s "
-        f"with {workers} workers, {len(errors)} errors")
-    for e in errors[:6]:
-        log(f"  precompile error: {e}")
+        import os
+
+        os.nice(10)   # the main process, which launches and times, comes first
+    except OSError:
+        pass
+
+
+class Precompiler:
+    """Compile every task in `workers` spawned processes (each with its own CUDA context),
+    niced. `wait` blocks until all are done or a timeout passes; the rest go on compiling in
+    the background until `close`, which cancels what has not started and ends the workers.
+    dev="cpu" (--smoke): `limit` tasks under the interpreter on a tiny stand-in."""
+
+    def __init__(self, ms, workers: int, log=print, limit: int | None = None,
+                 dev: str = "cuda", xdtype: torch.dtype = torch.bfloat16):
+        import concurrent.futures as cf
+        import functools
+        import multiprocessing as mp
+
+        self.log, self.t0, self.workers = log, time.perf_counter(), workers
+        self.tasks = tasks_for(ms)[:limit]
+        run = functools.partial(compile_task, dev=dev, xdtype=xdtype,
+                                **({"n": 48, "k": 64} if dev == "cpu" else {}))
+        self.ex = cf.ProcessPoolExecutor(max_workers=workers, initializer=_nice,
+                                         mp_context=mp.get_context("spawn"))
+        self.futs = [self.ex.submit(run, task) for task in self.tasks]
+
+    def summary(self) -> dict:
+        done = [f.result() for f in self.futs if f.done() and not f.cancelled()]
+        errors = [f"{t[0]} {t[1]} {t[2]} M={t[3]}: {e}" for t, _s, e in done if e]
+        return {"tasks": len(self.tasks), "done": len(done), "workers": self.workers,
+                "s": time.perf_counter() - self.t0, "errors": errors}
+
+    def wait(self, timeout_s: float) -> dict:
+        import concurrent.futures as cf
+
+        cf.wait(self.futs, timeout=timeout_s)
+        info = self.summary()
+        rest = "" if info["done"] == info["tasks"] else "; the rest go on in the background"
+        self.log(f"precompile: {info['done']}/{info['tasks']} kernels in {info['s']:.1f} s with "
+                 f"{self.workers} workers, {len(info['errors'])} errors{rest}")
+        for e in info["errors"][:6]:
+            self.log(f"  precompile error: {e}")
+        return info
+
+    def close(self) -> dict:
+        info = self.summary()
+        procs = list((getattr(self.ex, "_processes", None) or {}).values())  # our workers
+        self.ex.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            if proc.is_alive():
+                proc.terminate()
+        return info
