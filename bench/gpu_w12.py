@@ -368,6 +368,7 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001
             result["shapes"].append({"K": k, "N": n, "error": repr(exc), "rows": []})
             traceback.print_exc()
+        save(result, args.out)
     if pre is not None:
         try:
             result["precompile_at_end"] = pre.close()
@@ -376,11 +377,18 @@ def main() -> None:
     result["total_s"] = time.perf_counter() - T0
     print(table(result), flush=True)
     log("done")
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "gpu_w12.json").write_text(json.dumps(result, indent=2))
-        log(f"wrote {out / 'gpu_w12.json'}")
+    save(result, args.out, final=True)
+
+
+def save(result: dict, out: str | None, final: bool = False) -> None:
+    """Write gpu_w12.json (after every shape too, so a run cut short keeps what it measured)."""
+    if not out:
+        return
+    path = Path(out) / "gpu_w12.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
+    if final:
+        log(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -12,11 +12,27 @@ its own CUDA context; a task that fails only costs the main process that compile
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 
 import torch
 
 PRE_N, PRE_K = 1024, 2048   # stand-in shape (N, K)
+
+
+@functools.lru_cache(maxsize=2)
+def _standin(n: int, k: int, dev: str):
+    """The stand-in weight, encoded on the CPU once per worker and copied over: a worker
+    puts little more than the kernels themselves on the GPU while the main process times
+    (each process is its own CUDA context)."""
+    from kernels.w12 import encode
+
+    w = (torch.randn(n, k, generator=torch.Generator().manual_seed(0)) * 0.02).to(torch.bfloat16)
+    t_cpu = encode(w)
+    ptr = t_cpu.row_ptr()
+    t = t_cpu.to(dev)
+    t._row_ptr = ptr.to(dev)
+    return t
 
 
 def compile_task(task, dev: str = "cuda", n: int = PRE_N, k: int = PRE_K,
@@ -26,13 +42,11 @@ def compile_task(task, dev: str = "cuda", n: int = PRE_N, k: int = PRE_K,
     kernel, view, cfg, m = task
     t0 = time.perf_counter()
     try:
-        from kernels.w12 import encode
         from kernels.w12.linear import fused_matmul
 
-        g = torch.Generator(device=dev).manual_seed(0)
-        w = (torch.randn(n, k, device=dev, generator=g) * 0.02).to(torch.bfloat16)
-        x = torch.randn(m, k, device=dev, generator=g).to(xdtype)
-        fused_matmul(kernel)(x, encode(w), view, cfg)
+        t = _standin(n, k, dev)
+        x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(xdtype).to(dev)
+        fused_matmul(kernel)(x, t, view, cfg)
         if dev == "cuda":
             torch.cuda.synchronize()
         return task, time.perf_counter() - t0, None
@@ -83,7 +97,6 @@ class Precompiler:
     def __init__(self, ms, workers: int, log=print, limit: int | None = None,
                  dev: str = "cuda", xdtype: torch.dtype = torch.bfloat16):
         import concurrent.futures as cf
-        import functools
         import multiprocessing as mp
 
         self.log, self.t0, self.workers = log, time.perf_counter(), workers
