@@ -67,12 +67,15 @@ class GemvConfig:
 
 BUCKETS = (1, 4, 16, 64)  # an M bucket is the smallest of these >= M
 CONFIGS: dict[int, tuple[GemvConfig, ...]] = {
-    1: (GemvConfig(16, 512, 4), GemvConfig(32, 256, 4), GemvConfig(8, 1024, 4),
-        GemvConfig(16, 512, 4, split=4)),
-    4: (GemvConfig(16, 256, 4), GemvConfig(32, 128, 4), GemvConfig(8, 512, 4),
-        GemvConfig(16, 512, 8)),
+    # M = 1: CUDA-core FMAs (about 9-10 SASS instructions per weight, Triton 3.9)
+    1: (GemvConfig(16, 512, 4), GemvConfig(32, 512, 4), GemvConfig(32, 256, 4),
+        GemvConfig(8, 1024, 4)),
+    # M = 2..4: FMAs cost about 18-21 instructions per weight here (x unpacked per row of
+    # the tile), tensor cores about 10-13: both kinds, the tuner decides
+    4: (GemvConfig(16, 256, 4), GemvConfig(32, 128, 4), GemvConfig(64, 128, 4, dot=True),
+        GemvConfig(64, 256, 4, dot=True)),
     16: (GemvConfig(64, 128, 4, dot=True), GemvConfig(32, 256, 4, dot=True),
-         GemvConfig(128, 128, 8, dot=True), GemvConfig(16, 128, 4)),
+         GemvConfig(128, 128, 8, dot=True), GemvConfig(64, 256, 4, dot=True)),
     64: (GemvConfig(64, 128, 4, dot=True), GemvConfig(128, 128, 8, dot=True),
          GemvConfig(64, 256, 8, dot=True), GemvConfig(64, 128, 4, split=2, dot=True)),
 }
@@ -177,7 +180,7 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
             wmask = mask_n[:, None] & (j < KH)[None, :]
         h = tl.load(hrow + j[None, :], mask=wmask, other=0).to(tl.int32) & 0xFFFF
         if USE_LO:
-            lo = tl.load(lrow + j[None, :], mask=wmask, other=0).to(tl.int32) & 0xFF
+            lo = tl.load(lrow + j[None, :], mask=wmask, other=0).to(tl.int32)  # uint8: 0..255
             be = ((((h << 4) & 0x7F0) | (lo & 0xF)) + base7) | ((h << 8) & 0x8000)
             bo = ((((h >> 4) & 0x7F0) | (lo >> 4)) + base7) | (h & 0x8000)
         else:
@@ -207,7 +210,8 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
                                   wmask & ((zero_n + mm) < M),
                                   K, X_PAIRS)
                 if BLOCK_M == 1:
-                    acc += we * xe + wo * xo
+                    acc += we * xe   # two FFMAs (a + b*c + d*e would add a FADD)
+                    acc += wo * xo
                 else:
                     s = tl.sum(we * xe + wo * xo, axis=1)
                     acc += tl.where(offs_m[None, :] == mm, s[:, None], 0.0)
