@@ -15,13 +15,13 @@ slow). Designed for M <= 16 (decode and short verify), with a tensor-core path f
   its fp32 bits, so a weight becomes an fp32 value with one shift and one bitcast.
 - Activations: bf16 rows with even K are read as 32-bit pairs (x[2j], x[2j+1]) and split
   with the same shift (exact); other dtypes (fp32/fp16 under the interpreter) per element.
-- `dot=False` (the M = 1 and 2..4 buckets): fp32 FMAs on the CUDA cores. Every tensor of
-  the loop has the weight tile's shape and layout (x rows are read as broadcast tiles, the
-  repeats hit L1), so nothing passes through shared memory: M = 1 accumulates a
-  [BLOCK_N, BLOCK_K/2] tile and reduces it once after the loop; M > 1 reduces each chunk
-  per row of x into a transposed [BLOCK_N, BLOCK_M] accumulator.
-  `dot=True` (most of 5..16, all of 17..64): two tl.dot per chunk (even and odd k), bf16
-  operands on the GPU, fp32 accumulation.
+- `dot=False` (M = 1, and two of the 2..4 configurations): fp32 FMAs on the CUDA cores.
+  Every tensor of the loop has the weight tile's shape and layout (x rows are read as
+  broadcast tiles, the repeats hit L1), so nothing passes through shared memory: M = 1
+  accumulates a [BLOCK_N, BLOCK_K/2] tile and reduces it once after the loop; M > 1 reduces
+  each chunk per row of x into a transposed [BLOCK_N, BLOCK_M] accumulator.
+  `dot=True` (two of 2..4, all of 5..64): two tl.dot per chunk (even and odd k), bf16
+  operands on the GPU, fp32 accumulation, BLOCK_M >= 16.
 - Exceptions exactly, as in the first kernel: the planes give w0 = 2**(b-127) at an
   exception's slot, and the program owning split 0 of a tile adds x[:, k] * w_exc -
   x[:, k] * w0 for each exception of its rows, by selects (never a multiply by 0); the
