@@ -1,16 +1,25 @@
-"""W12 fused GEMM against cuBLAS bf16 on 27B-class layer shapes (one H200 run, <= 120 s).
+"""Both W12 kernels against cuBLAS bf16 on 27B-class layer shapes (one H200 run, <= 100 s).
 
+Kernels: "gemm" (kernels/w12/gemm.py, the first) and "gemv" (kernels/w12/gemv.py, split-K
+for the memory-bound M <= 16 regime), each in the W12 view and the nested W8 view.
+
+0. Precompile: every configuration either kernel may tune over is compiled in parallel
+   worker processes on small stand-in shapes of the same specialisation (dims divisible by
+   16, even chunks), filling Triton's on-disk cache, so tuning below only times.
 1. Copy bandwidth: a device-to-device copy of 1 GiB (read + write bytes over time).
-2. For K x N in 5120x15360, 5120x34816, 17408x5120, 5120x151936 (random normal weights,
+2. For K x N in 5120x15360, 17408x5120, 5120x34816, 5120x151936 (random normal weights,
    std 0.02, bf16): GPU encode; exact-weight check (decode == weight, bitwise); on the first
    shape the GPU encoder against the CPU encoder (first 4096 rows, every plane bitwise).
-3. For M in 1, 2, 4, 8, 16, 32, 64: correctness first (W12 against cuBLAS on the same
-   weights, W8 against x @ decode_w8^T: max abs and relative error), then medians of
-   triton.testing.do_bench (L2 flushed between runs) for cuBLAS (torch.matmul), W12 fused
-   and the W8 view. Effective GB/s = bytes the kernel reads (weight planes, exceptions,
-   x) / time; % copy = that over the measured copy bandwidth.
+   Then tuning of both kernels for this shape (time printed per kernel).
+3. For M in 1, 4, 16, 64 (--full: 1, 2, 4, 8, 16, 32, 64): correctness first (W12 against
+   cuBLAS on the same weights, W8 against x @ decode_w8^T: max abs and relative error),
+   then medians of triton.testing.do_bench (L2 flushed between runs) for cuBLAS
+   (torch.matmul) and each kernel and view. Effective GB/s = bytes the layer must read
+   (weight planes, exceptions, x; the GEMV's fp32 partials are not counted) / time;
+   % copy = that over the measured copy bandwidth.
 
     python bench/gpu_w12.py --out $OUT
+    PYTHONPATH=. TRITON_INTERPRET=1 python bench/gpu_w12.py --smoke
 """
 
 from __future__ import annotations
@@ -28,8 +37,10 @@ if "kernels" not in sys.modules and not any(Path(p, "kernels").is_dir() for p in
 
 import torch  # noqa: E402
 
-SHAPES = [(5120, 15360), (5120, 34816), (17408, 5120), (5120, 151936)]  # K x N
-MS = [1, 2, 4, 8, 16, 32, 64]
+SHAPES = [(5120, 15360), (17408, 5120), (5120, 34816), (5120, 151936)]  # K x N
+MS = [1, 4, 16, 64]
+FULL_MS = [1, 2, 4, 8, 16, 32, 64]
+KERNELS = ("gemm", "gemv")
 T0 = time.perf_counter()
 XDTYPE = torch.bfloat16
 
@@ -55,6 +66,42 @@ def bench(fn, rep_ms: int = 30) -> float:
         fn()
         return 1e6 * (time.perf_counter() - t0)
     return 1000.0 * do_bench(fn, warmup=10, rep=rep_ms, return_mode="median")
+
+
+def bench_graph(fn, calls: int = 10, reps: int = 7) -> float | None:
+    """Median µs per call of `calls` back-to-back calls captured in one CUDA graph: no CPU
+    launch cost (the decode setting), but no L2 flush between calls either."""
+    if DEV != "cuda":
+        return None
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    del graph
+    return 1000.0 * sorted(times)[len(times) // 2] / calls
+
+
+def graph_into(row: dict, key: str, fn) -> None:
+    try:
+        row[key] = bench_graph(fn)
+    except Exception as exc:  # noqa: BLE001
+        row[key.replace("_us", "_error")] = repr(exc)
+        traceback.print_exc()
 
 
 def copy_bandwidth(result: dict) -> float:
@@ -85,15 +132,59 @@ def encoder_check(w: torch.Tensor, t, result: dict) -> None:
 
 def read_bytes(t, m: int, k: int, view: str) -> int:
     planes = t.hi.numel() + (t.lo.numel() if view == "w12" else 0)
-    other = t.base.numel() + t.row_ptr().numel() * 4 + t.exc_idx.numel() * t.exc_idx.element_size() \
-        + t.exc_val.numel() * 2
+    other = (t.base.numel() + t.row_ptr().numel() * 4
+             + t.exc_idx.numel() * t.exc_idx.element_size() + t.exc_val.numel() * 2)
     return planes + other + m * k * 2
+
+
+# ---------------------------------------------------------------- one shape
+def _matmul(kernel: str):
+    from kernels.w12.linear import fused_matmul
+
+    return fused_matmul(kernel)
+
+
+def _config(kernel: str, m: int, t, view: str, dtype) -> str:
+    if kernel == "gemm":
+        from kernels.w12.gemm import _TUNED, _key
+
+        cfg = _TUNED.get(_key(m, t, view, dtype)) or _TUNED.get(_key(1, t, view, dtype))
+        return repr(cfg)
+    from kernels.w12 import gemv
+
+    cfg = gemv.chosen(m, t, view, dtype)
+    if cfg is None:
+        return "None"
+    split, per = gemv.plan(cfg, m, t.shape[0], t.shape[1], t.device)
+    return f"{cfg!r} splits={split}"
+
+
+def tune_shape(t, k: int, g, shape: dict) -> None:
+    """Tune both kernels (both views) for every M of this shape; times printed per kernel."""
+    from kernels.w12 import gemm, gemv
+
+    for kernel in KERNELS:
+        t0 = time.perf_counter()
+        try:
+            for m in (MS[:1] if kernel == "gemm" else MS):  # gemm: M > 16 reuses M <= 16's
+                x = torch.randn(m, k, device=DEV, generator=g).to(XDTYPE)
+                for view in ("w12", "w8"):
+                    if kernel == "gemm":
+                        gemm.tune(x, t, view)
+                    elif gemv.chosen(m, t, view, x.dtype) is None:  # w8 reuses w12's choice
+                        gemv.tune(x, t, view)
+            sync()
+            shape[f"{kernel}_tune_s"] = time.perf_counter() - t0
+        except Exception as exc:  # noqa: BLE001
+            shape[f"{kernel}_tune_error"] = repr(exc)
+            traceback.print_exc()
+    log(f"{k}x{t.shape[0]}: tuning gemm {shape.get('gemm_tune_s', float('nan')):.1f} s, "
+        f"gemv {shape.get('gemv_tune_s', float('nan')):.1f} s")
 
 
 def run_shape(k: int, n: int, copy_gbs: float, result: dict, first: bool, deadline: float):
     from kernels.w12 import encode
     from kernels.w12.format import decode_w8
-    from kernels.w12.gemm import _TUNED, _key, w12_matmul
 
     g = torch.Generator(device=DEV).manual_seed(k + n)
     w = (torch.randn(n, k, device=DEV, generator=g) * 0.02).to(torch.bfloat16)
@@ -116,6 +207,7 @@ def run_shape(k: int, n: int, copy_gbs: float, result: dict, first: bool, deadli
             result["gpu_vs_cpu_encoder"] = {"error": repr(exc)}
             traceback.print_exc()
     w8 = decode_w8(t)
+    tune_shape(t, k, g, shape)
     for m in MS:
         if time.perf_counter() > deadline:
             log(f"deadline reached: skipping {k}x{n} M={m}..")
@@ -126,80 +218,141 @@ def run_shape(k: int, n: int, copy_gbs: float, result: dict, first: bool, deadli
         try:
             x = torch.randn(m, k, device=DEV, generator=g).to(XDTYPE)
             ref = torch.matmul(x, w.T.to(x.dtype))
-            y12 = w12_matmul(x, t, "w12")
-            y8 = w12_matmul(x, t, "w8")
             ref8 = torch.matmul(x, w8.T.to(x.dtype))
-            for name, y, r in (("w12", y12, ref), ("w8", y8, ref8)):
-                d = (y.float() - r.float()).abs()
-                row[f"{name}_max_abs_err"] = d.max().item()
-                row[f"{name}_rel_err"] = ((y.float() - r.float()).norm() / r.float().norm()).item()
             row["ref_max_abs"] = ref.float().abs().max().item()
             row["cublas_us"] = bench(lambda: torch.matmul(x, w.T.to(x.dtype)))
-            row["w12_us"] = bench(lambda: w12_matmul(x, t, "w12"))
-            row["w8_us"] = bench(lambda: w12_matmul(x, t, "w8"))
             row["cublas_GB_s"] = (n * k * 2 + m * k * 2) / row["cublas_us"] / 1e3
-            row["w12_GB_s"] = read_bytes(t, m, k, "w12") / row["w12_us"] / 1e3
-            row["w8_GB_s"] = read_bytes(t, m, k, "w8") / row["w8_us"] / 1e3
-            row["w12_speedup"] = row["cublas_us"] / row["w12_us"]
-            row["w8_speedup"] = row["cublas_us"] / row["w8_us"]
-            row["w8_over_w12"] = row["w12_us"] / row["w8_us"]
-            for name in ("cublas", "w12", "w8"):
-                row[f"{name}_pct_copy"] = 100.0 * row[f"{name}_GB_s"] / copy_gbs if copy_gbs else None
-            for view in ("w12", "w8"):
-                cfg = _TUNED.get(_key(m, t, view, x.dtype)) or _TUNED.get(_key(1, t, view, x.dtype))
-                row[f"{view}_config"] = repr(cfg)
-            pc = row["w12_pct_copy"]
-            log(f"{k}x{n} M={m:2d}: cuBLAS {row['cublas_us']:7.1f} µs | W12 {row['w12_us']:7.1f} µs "
-                f"({row['w12_speedup']:.2f}x, {row['w12_GB_s']:.0f} GB/s"
-                + (f", {pc:.0f}% copy" if pc else "") + f") | W8 {row['w8_us']:7.1f} µs "
-                f"({row['w8_speedup']:.2f}x; {row['w8_over_w12']:.2f}x W12) | err W12 "
-                f"{row['w12_max_abs_err']:.2e} W8 {row['w8_max_abs_err']:.2e}")
+            row["cublas_pct_copy"] = 100.0 * row["cublas_GB_s"] / copy_gbs if copy_gbs else None
+            graph_into(row, "cublas_graph_us", lambda: torch.matmul(x, w.T.to(x.dtype)))
         except Exception as exc:  # noqa: BLE001
             row["error"] = repr(exc)
             traceback.print_exc()
+            continue
+        for kernel in KERNELS:
+            fn = _matmul(kernel)
+            p = "" if kernel == "gemm" else "gemv_"   # gemm keeps the first table's keys
+            try:
+                for view, r in (("w12", ref), ("w8", ref8)):
+                    y = fn(x, t, view)
+                    d = (y.float() - r.float()).abs()
+                    row[f"{p}{view}_max_abs_err"] = d.max().item()
+                    row[f"{p}{view}_rel_err"] = (d.norm() / r.float().norm()).item()
+                    row[f"{p}{view}_ok"] = bool(row[f"{p}{view}_rel_err"] < 1e-2)
+                for view in ("w12", "w8"):
+                    row[f"{p}{view}_us"] = bench(lambda: fn(x, t, view))  # noqa: B023
+                    row[f"{p}{view}_GB_s"] = read_bytes(t, m, k, view) / row[f"{p}{view}_us"] / 1e3
+                    row[f"{p}{view}_speedup"] = row["cublas_us"] / row[f"{p}{view}_us"]
+                    row[f"{p}{view}_pct_copy"] = (100.0 * row[f"{p}{view}_GB_s"] / copy_gbs
+                                                  if copy_gbs else None)
+                    row[f"{p}{view}_config"] = _config(kernel, m, t, view, x.dtype)
+                row[f"{p}w8_over_w12"] = row[f"{p}w12_us"] / row[f"{p}w8_us"]
+                graph_into(row, f"{p}w12_graph_us", lambda: fn(x, t, "w12"))  # noqa: B023
+            except Exception as exc:  # noqa: BLE001
+                row[f"{p}error"] = repr(exc)
+                traceback.print_exc()
+        log(line(k, n, row))
     del w, w8, t
     if DEV == "cuda":
         torch.cuda.empty_cache()
 
 
+def _f(v, fmt: str) -> str:
+    return "" if v is None else format(v, fmt)
+
+
+def line(k: int, n: int, r: dict) -> str:
+    out = (f"{k}x{n} M={r['M']:2d}: cuBLAS {_f(r.get('cublas_us'), '7.1f')} µs "
+           f"(graph {_f(r.get('cublas_graph_us'), '.1f')})")
+    for kernel, p in (("gemm", ""), ("gemv", "gemv_")):
+        if f"{p}w12_us" not in r:
+            out += f" | {kernel} error {r.get(f'{p}error', '?')[:80]}"
+            continue
+        out += (f" | {kernel} W12 {r[f'{p}w12_us']:7.1f} µs ({r[f'{p}w12_speedup']:.2f}x, "
+                f"{r[f'{p}w12_GB_s']:.0f} GB/s, {_f(r[f'{p}w12_pct_copy'], '.0f')}% copy) "
+                f"W8 {r[f'{p}w8_us']:7.1f} µs ({r[f'{p}w8_over_w12']:.2f}x W12) "
+                f"graph W12 {_f(r.get(f'{p}w12_graph_us'), '.1f')}"
+                + ("" if r[f"{p}w12_ok"] and r[f"{p}w8_ok"] else " MISMATCH"))
+    return out
+
+
 def table(result: dict) -> str:
-    lines = ["| K x N | M | cuBLAS µs | W12 µs | W8 µs | W12 × | W8 × | W8/W12 | W12 GB/s | "
-             "W12 % copy | W8 GB/s | cuBLAS GB/s | W12 max err |",
-             "|" + " --- |" * 13]
+    cols = ["K x N", "M", "cuBLAS µs", "W12 µs", "W8 µs", "W12 ×", "W8 ×", "W8/W12",
+            "W12 GB/s", "W12 % copy", "W8 GB/s", "cuBLAS GB/s", "W12 max err",
+            "GEMV W12 µs", "GEMV W8 µs", "GEMV W12 ×", "GEMV W8 ×", "GEMV W8/W12",
+            "GEMV W12 GB/s", "GEMV W12 % copy", "GEMV W12 max err",
+            "graph µs: cuBLAS", "W12", "GEMV W12"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
     for s in result["shapes"]:
         for r in s["rows"]:
-            if "w12_us" not in r:
+            if "cublas_us" not in r:
                 lines.append(f"| {s['K']}x{s['N']} | {r['M']} | error: {r.get('error', '?')} |")
                 continue
-            pc = r["w12_pct_copy"]
-            lines.append(
-                f"| {s['K']}x{s['N']} | {r['M']} | {r['cublas_us']:.1f} | {r['w12_us']:.1f} | "
-                f"{r['w8_us']:.1f} | {r['w12_speedup']:.2f} | {r['w8_speedup']:.2f} | "
-                f"{r['w8_over_w12']:.2f} | {r['w12_GB_s']:.0f} | "
-                f"{'' if pc is None else f'{pc:.0f}'} | {r['w8_GB_s']:.0f} | "
-                f"{r['cublas_GB_s']:.0f} | {r['w12_max_abs_err']:.2e} |")
-    return "\n".join(lines)
+            cells = [f"{s['K']}x{s['N']}", str(r["M"]), f"{r['cublas_us']:.1f}"]
+            for p in ("", "gemv_"):
+                if f"{p}w12_us" not in r:
+                    blanks = 9 if p == "" else 7
+                    cells += [f"error: {r.get(f'{p}error', '?')[:60]}"] + [""] * blanks
+                    continue
+                bad = "" if r[f"{p}w12_ok"] else " (!)"
+                if p == "":
+                    cells += [f"{r['w12_us']:.1f}", f"{r['w8_us']:.1f}", f"{r['w12_speedup']:.2f}",
+                              f"{r['w8_speedup']:.2f}", f"{r['w8_over_w12']:.2f}",
+                              f"{r['w12_GB_s']:.0f}", _f(r["w12_pct_copy"], ".0f"),
+                              f"{r['w8_GB_s']:.0f}", f"{r['cublas_GB_s']:.0f}",
+                              f"{r['w12_max_abs_err']:.2e}{bad}"]
+                else:
+                    cells += [f"{r['gemv_w12_us']:.1f}", f"{r['gemv_w8_us']:.1f}",
+                              f"{r['gemv_w12_speedup']:.2f}", f"{r['gemv_w8_speedup']:.2f}",
+                              f"{r['gemv_w8_over_w12']:.2f}", f"{r['gemv_w12_GB_s']:.0f}",
+                              _f(r["gemv_w12_pct_copy"], ".0f"),
+                              f"{r['gemv_w12_max_abs_err']:.2e}{bad}"]
+            cells += [_f(r.get(key), ".1f") for key in ("cublas_graph_us", "w12_graph_us",
+                                                         "gemv_w12_graph_us")]
+            lines.append("| " + " | ".join(cells) + " |")
+    tunes = [f"{s['K']}x{s['N']}: gemm {_f(s.get('gemm_tune_s'), '.1f')} s, gemv "
+             f"{_f(s.get('gemv_tune_s'), '.1f')} s" for s in result["shapes"]]
+    return "\n".join(lines) + "\n\ntuning per shape: " + "; ".join(tunes)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT"))
-    ap.add_argument("--budget-s", type=float, default=110.0,
+    ap.add_argument("--budget-s", type=float, default=92.0,
                     help="stop starting new measurements after this many seconds")
+    ap.add_argument("--full", action="store_true", help="M in 1, 2, 4, 8, 16, 32, 64")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="precompile worker processes (0: min(14, cpus - 2); -1: none)")
     ap.add_argument("--smoke", action="store_true",
                     help="CPU plumbing check under TRITON_INTERPRET=1 (tiny shapes, fp32 x)")
     args = ap.parse_args()
     deadline = T0 + args.budget_s
     global DEV, SHAPES, MS, XDTYPE
+    if args.full:
+        MS = list(FULL_MS)
     if args.smoke:
-        DEV, SHAPES, MS, XDTYPE = "cpu", [(96, 80), (64, 48)], [1, 3], torch.float32
+        DEV, SHAPES, MS, XDTYPE = "cpu", [(96, 80), (64, 48)], [1, 3, 17], torch.float32
     elif not torch.cuda.is_available():
         sys.exit("bench/gpu_w12.py needs a CUDA device (or --smoke with TRITON_INTERPRET=1)")
     import triton
 
-    result = {"device": torch.cuda.get_device_name() if DEV == "cuda" else "cpu (smoke)", "torch": torch.__version__,
-              "triton": triton.__version__, "shapes": []}
+    result = {"device": torch.cuda.get_device_name() if DEV == "cuda" else "cpu (smoke)",
+              "torch": torch.__version__, "triton": triton.__version__, "Ms": MS, "shapes": []}
     log(f"{result['device']}, torch {torch.__version__}, triton {triton.__version__}")
+    pre = None
+    if args.workers >= 0:
+        from w12_precompile import Precompiler
+
+        workers = args.workers or max(1, min(14, (os.cpu_count() or 4) - 2))
+        try:
+            if DEV == "cuda":
+                pre = Precompiler(MS, workers, log)
+                result["precompile"] = pre.wait(max(10.0, 0.45 * args.budget_s))
+            else:  # --smoke: the pool's plumbing on a few interpreter tasks, one worker
+                pre = Precompiler(MS, 1, log, limit=4, dev="cpu", xdtype=XDTYPE)
+                result["precompile"] = pre.wait(120.0)
+        except Exception as exc:  # noqa: BLE001
+            result["precompile"] = {"error": repr(exc)}
+            traceback.print_exc()
     copy_gbs = 0.0
     try:
         copy_gbs = copy_bandwidth(result)
@@ -215,14 +368,27 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001
             result["shapes"].append({"K": k, "N": n, "error": repr(exc), "rows": []})
             traceback.print_exc()
+        save(result, args.out)
+    if pre is not None:
+        try:
+            result["precompile_at_end"] = pre.close()
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
     result["total_s"] = time.perf_counter() - T0
     print(table(result), flush=True)
     log("done")
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "gpu_w12.json").write_text(json.dumps(result, indent=2))
-        log(f"wrote {out / 'gpu_w12.json'}")
+    save(result, args.out, final=True)
+
+
+def save(result: dict, out: str | None, final: bool = False) -> None:
+    """Write gpu_w12.json (after every shape too, so a run cut short keeps what it measured)."""
+    if not out:
+        return
+    path = Path(out) / "gpu_w12.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
+    if final:
+        log(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -69,18 +69,20 @@ def main() -> None:
     ap.add_argument("--steps", default="1,8", help="new tokens per timed step")
     ap.add_argument("--out", default=os.environ.get("OUT"))
     ap.add_argument("--smoke", action="store_true", help="CPU plumbing check: tiny-qwen3")
+    ap.add_argument("--kernel", default="gemm", choices=("gemm", "gemv"),
+                    help="the W12 CUDA kernel (kernels/w12/gemm.py or gemv.py)")
     args = ap.parse_args()
     global DEV
     if args.smoke:
         DEV, args.preset, args.iters = "cpu", "tiny-qwen3", 2
-    from kernels.w12.linear import W12Linear, convert_model
+    from kernels.w12.linear import W12Linear, convert_model, set_kernel
     from stock.config import PRESETS
     from stock.model import Transformer
 
     steps = [int(s) for s in args.steps.split(",")]
     res = {"preset": args.preset, "iters": args.iters,
            "device": torch.cuda.get_device_name() if DEV == "cuda" else "cpu (smoke)",
-           "steps": {}}
+           "kernel": args.kernel, "steps": {}}
     cfg = PRESETS[args.preset]
     net = Transformer.random(cfg, DEV, torch.bfloat16, seed=0)
     log(f"{args.preset}: random bf16 target on {res['device']}, {gib():.1f} GiB")
@@ -100,11 +102,12 @@ def main() -> None:
             traceback.print_exc()
     t0 = time.perf_counter()
     res["convert"] = convert_model(net)
+    set_kernel(net, args.kernel)
     if DEV == "cuda":
         torch.cuda.synchronize()
     res["convert"]["s"] = time.perf_counter() - t0
     log(f"convert_model: {res['convert']['s']:.1f} s, {res['convert']['bits_per_param']:.3f} "
-        f"bits/param, {gib():.1f} GiB")
+        f"bits/param, {gib():.1f} GiB, kernel {args.kernel}")
     for view in ("w12", "w8"):
         for m in net.modules():
             if isinstance(m, W12Linear):

@@ -5,7 +5,9 @@ the weight is decoded once at load into a dense tensor (bit-identical to the bf1
 and the forward is F.linear: exact, with no speed gain.
 
 `view` selects what the fused forward multiplies by: "w12" (exact) or "w8" (the nested
-8-bit view; see kernels/w12/reference.py).
+8-bit view; see kernels/w12/reference.py). `kernel` selects the CUDA kernel: "gemm" (the
+first, kernels/w12/gemm.py; the default) or "gemv" (split-K for M <= 16,
+kernels/w12/gemv.py).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from torch import nn
 from kernels.w12.format import W12Tensor, decode, decode_w8, encode
 
 PLANES = ("hi", "lo", "base", "exc_idx", "exc_val")
+KERNELS = ("gemm", "gemv")
 
 
 class W12Linear(nn.Module):
@@ -29,6 +32,7 @@ class W12Linear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
         self.dtype = dtype      # the compute dtype of the dense path (the source layer's)
         self.view = "w12"
+        self.kernel = "gemm"    # the CUDA kernel: "gemm" | "gemv"
         self._t = None          # the W12Tensor over the buffers (cached; rebuilt after .to())
         self._dense = dense     # the source weight (keep_dense) or the CPU decode
         if self._dense is None and self.hi.device.type != "cuda":
@@ -59,9 +63,7 @@ class W12Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.is_cuda and self.hi.is_cuda:
-            from kernels.w12.gemm import w12_matmul
-
-            y = w12_matmul(x, self.w12, self.view)
+            y = fused_matmul(self.kernel)(x, self.w12, self.view)
             return y if self.bias is None else y + self.bias.to(y.dtype)
         bias = None if self.bias is None else self.bias.to(x.dtype)
         return F.linear(x, self._dense_weight(x.device).to(x.dtype), bias)
@@ -79,7 +81,29 @@ class W12Linear(nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, exceptions={self.exc_idx.numel()}, "
-                f"view={self.view}")
+                f"view={self.view}, kernel={self.kernel}")
+
+
+def fused_matmul(kernel: str):
+    """The CUDA entry point of a W12 kernel: "gemm" or "gemv" (same signature)."""
+    if kernel == "gemm":
+        from kernels.w12.gemm import w12_matmul
+
+        return w12_matmul
+    if kernel == "gemv":
+        from kernels.w12.gemv import w12_gemv
+
+        return w12_gemv
+    raise ValueError(f"W12 kernel must be one of {KERNELS}, not {kernel!r}")
+
+
+def set_kernel(model: nn.Module, kernel: str) -> int:
+    """Select the CUDA kernel of every W12Linear in `model`; returns how many changed."""
+    fused_matmul(kernel)  # validates the name
+    mods = [m for m in model.modules() if isinstance(m, W12Linear)]
+    for m in mods:
+        m.kernel = kernel
+    return len(mods)
 
 
 def convert_model(model: nn.Module, include_lm_head: bool = True,

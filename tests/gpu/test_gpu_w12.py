@@ -38,8 +38,40 @@ def test_fused_gemm_bf16(m, view):
     _close(w12_matmul(x, t, view), w12_matmul_ref(x, t, view))
 
 
-def test_converted_model_on_cuda_runs_the_fused_kernel_close_to_bf16():
-    from kernels.w12.linear import W12Linear, convert_model
+@pytest.mark.parametrize("m", [1, 3, 16, 40])
+@pytest.mark.parametrize("view", ["w12", "w8"])
+def test_gemv_bf16_first_config_of_each_bucket(m, view):
+    from kernels.w12 import gemv
+    from kernels.w12.reference import w12_matmul_ref
+
+    g = torch.Generator(device="cuda").manual_seed(m)
+    w = (torch.randn(1536, 1024, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+    w.view(-1)[::501] = 0
+    t = encode(w)
+    x = torch.randn(m, 1024, device="cuda", generator=g).to(torch.bfloat16)
+    cfg = gemv.CONFIGS[gemv.bucket(m)][0]
+    y = gemv.w12_gemv(x, t, view, cfg)
+    _close(y, w12_matmul_ref(x, t, view))
+    assert torch.equal(y, gemv.w12_gemv(x, t, view, cfg))  # no atomics: run-to-run identical
+
+
+def test_gemv_tuned_odd_k_and_generic_x():
+    """Odd K: x read per element (not as pairs), K mask on; the M = 1 bucket tuned."""
+    from kernels.w12 import gemv
+    from kernels.w12.reference import w12_matmul_ref
+
+    g = torch.Generator(device="cuda").manual_seed(7)
+    w = (torch.randn(640, 999, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+    w.view(-1)[::333] = 0
+    t = encode(w)
+    x = torch.randn(1, 999, device="cuda", generator=g).to(torch.bfloat16)
+    _close(gemv.w12_gemv(x, t), w12_matmul_ref(x, t))
+    assert gemv.chosen(1, t, "w12", x.dtype) in gemv.CONFIGS[1]
+
+
+@pytest.mark.parametrize("kernel", ["gemm", "gemv"])
+def test_converted_model_on_cuda_runs_the_fused_kernel_close_to_bf16(kernel):
+    from kernels.w12.linear import W12Linear, convert_model, set_kernel
     from stock.config import PRESETS
     from stock.model import Transformer
 
@@ -48,6 +80,7 @@ def test_converted_model_on_cuda_runs_the_fused_kernel_close_to_bf16():
     net = Transformer.random(cfg, "cuda", torch.bfloat16, seed=5)
     stats = convert_model(net)
     assert stats["linears"] == 7 * cfg.num_layers + 1
+    assert set_kernel(net, kernel) == stats["linears"]
     lin = next(m for m in net.modules() if isinstance(m, W12Linear))
     assert lin._dense is None and lin.hi.is_cuda  # the fused path, no dense copy
     ids = torch.randint(0, cfg.vocab_size, (1, 40), device="cuda")

@@ -1,0 +1,377 @@
+"""Split-K W12 GEMV for the memory-bound decode/verify regime: y[M, N] = x[M, K] @ W^T.
+
+The second W12 kernel (the first is kernels/w12/gemm.py; docs/w12.md says why that one is
+slow). Designed for M <= 16 (decode and short verify), with a tensor-core path for 17..64:
+
+- Many programs in flight: the grid is (N tiles, K splits), the split chosen so that the
+  grid covers the SMs several times over (`WAVES`), capped so that the fp32 partial sums
+  stay small against the weight bytes (`PARTIAL_FRACTION`).
+- Each program streams a contiguous [BLOCK_N, split] slab of both planes in chunks of
+  [BLOCK_N, BLOCK_K]: ``hi`` read as 16-bit pairs (weights 2j, 2j+1), ``lo`` as bytes (the
+  pair's two nibbles). The K mask is a constexpr that is off whenever every chunk is full,
+  and the split start is a multiple of the chunk, so the loads can be 16-byte vectors
+  (the first kernel's stride-2 K mask forced 1- and 2-byte loads).
+- Decode with integer ops in registers: the bf16 bits of a weight shifted left by 16 are
+  its fp32 bits, so a weight becomes an fp32 value with one shift and one bitcast.
+- Activations: bf16 rows with even K are read as 32-bit pairs (x[2j], x[2j+1]) and split
+  with the same shift (exact); other dtypes (fp32/fp16 under the interpreter) per element.
+- `dot=False` (M = 1, and two of the 2..4 configurations): fp32 FMAs on the CUDA cores.
+  Every tensor of the loop has the weight tile's shape and layout (x rows are read as
+  broadcast tiles, the repeats hit L1), so nothing passes through shared memory: M = 1
+  accumulates a [BLOCK_N, BLOCK_K/2] tile and reduces it once after the loop; M > 1 reduces
+  each chunk per row of x into a transposed [BLOCK_N, BLOCK_M] accumulator.
+  `dot=True` (two of 2..4, all of 5..64): two tl.dot per chunk (even and odd k), bf16
+  operands on the GPU, fp32 accumulation, BLOCK_M >= 16.
+- Exceptions exactly, as in the first kernel: the planes give w0 = 2**(b-127) at an
+  exception's slot, and the program owning split 0 of a tile adds x[:, k] * w_exc -
+  x[:, k] * w0 for each exception of its rows, by selects (never a multiply by 0); the
+  first BLOCK_E of them are loaded before the main loop, so their latency hides behind it.
+- One split: the kernel stores y in x's dtype (one launch). More: each program stores its
+  fp32 partial [M, BLOCK_N] (no atomics: deterministic) and a small second kernel sums the
+  splits in a fixed order, several loads in flight at a time, and stores y.
+
+``view="w8"`` compiles the same kernel without the ``lo`` plane (the nested 8-bit view).
+Configurations: at most 4 per M bucket (1, 2..4, 5..16, 17..64), timed once per (bucket,
+N, K, view, dtype) at the first call on CUDA; the w8 view reuses the w12 choice of the
+same shape and bucket when there is one. Under TRITON_INTERPRET=1 or during CUDA graph
+capture an untuned shape uses the bucket's first configuration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.w12.format import W12Tensor
+from kernels.w12.gemm import _apply, _num_sms
+
+MAX_M = 64
+WAVES = 8                 # "auto" split: aim for this many programs per SM
+PARTIAL_FRACTION = 0.10   # "auto" split: fp32 partial bytes <= this share of weight bytes
+BLOCK_E = 16              # exceptions loaded at once by a tile's split-0 program
+REDUCE_BLOCK_N = 64
+
+
+@dataclass(frozen=True)
+class GemvConfig:
+    block_n: int
+    block_k: int           # weights per chunk along K (pairs: block_k // 2), >= 32
+    num_warps: int = 4
+    num_stages: int = 2
+    split: str | int = "auto"
+    dot: bool = False      # tensor-core dots (BLOCK_M >= 16) instead of fp32 FMAs
+
+
+BUCKETS = (1, 4, 16, 64)  # an M bucket is the smallest of these >= M
+CONFIGS: dict[int, tuple[GemvConfig, ...]] = {
+    # M = 1: CUDA-core FMAs (about 9-10 SASS instructions per weight, Triton 3.9)
+    1: (GemvConfig(16, 512, 4), GemvConfig(32, 512, 4), GemvConfig(32, 256, 4),
+        GemvConfig(8, 1024, 4)),
+    # M = 2..4: FMAs cost about 18-21 instructions per weight here (x unpacked per row of
+    # the tile), tensor cores about 10-13: both kinds, the tuner decides
+    4: (GemvConfig(16, 256, 4), GemvConfig(32, 128, 4), GemvConfig(64, 128, 4, dot=True),
+        GemvConfig(64, 256, 4, dot=True)),
+    16: (GemvConfig(64, 128, 4, dot=True), GemvConfig(32, 256, 4, dot=True),
+         GemvConfig(128, 128, 8, dot=True), GemvConfig(64, 256, 4, dot=True)),
+    64: (GemvConfig(64, 128, 4, dot=True), GemvConfig(128, 128, 8, dot=True),
+         GemvConfig(64, 256, 8, dot=True), GemvConfig(64, 128, 4, split=2, dot=True)),
+}
+_TUNED: dict[tuple, GemvConfig] = {}
+
+
+def bucket(m: int) -> int:
+    for b in BUCKETS:
+        if m <= b:
+            return b
+    raise ValueError(f"M = {m} is above {MAX_M}; w12_gemv splits larger M itself")
+
+
+@triton.jit
+def _x_pairs(row_ptr, j, mask, K, X_PAIRS: tl.constexpr):
+    """x[., 2j] and x[., 2j+1] in fp32. X_PAIRS: row_ptr is int32 pairs of bf16 (split by
+    shifts, exact); else row_ptr holds x's elements (odd K: the last odd slot reads 0)."""
+    if X_PAIRS:
+        xp = tl.load(row_ptr + j, mask=mask, other=0)
+        xe = (xp << 16).to(tl.float32, bitcast=True)
+        xo = (xp & -65536).to(tl.float32, bitcast=True)
+    else:
+        ke = 2 * j
+        xe = tl.load(row_ptr + ke, mask=mask & (ke < K), other=0.0).to(tl.float32)
+        xo = tl.load(row_ptr + ke + 1, mask=mask & (ke + 1 < K), other=0.0).to(tl.float32)
+    return xe, xo
+
+
+@triton.jit
+def _exceptions(x_ptr, eidx_ptr, eval_ptr, base_ptr, e0, e_end, K, stride_xm, offs_m, mask_m,
+                X_PAIRS: tl.constexpr, BLOCK_E: tl.constexpr):
+    """Exceptions e0 .. min(e0 + BLOCK_E, e_end): their rows (-1 where masked) and the
+    corrections x[:, k] * w_exc - x[:, k] * w0 [BLOCK_M, BLOCK_E] in fp32 (integer decode
+    of the bf16 bits, so no bf16 arithmetic)."""
+    offs_e = e0 + tl.arange(0, BLOCK_E)
+    me = offs_e < e_end
+    idx = tl.load(eidx_ptr + offs_e, mask=me, other=0).to(tl.int64)
+    en = (idx // K).to(tl.int32)
+    ek = idx - en.to(tl.int64) * K
+    wv = (tl.load(eval_ptr + offs_e, mask=me, other=0).to(tl.int32) << 16)
+    wv = wv.to(tl.float32, bitcast=True)
+    w0 = (tl.load(base_ptr + en, mask=me, other=1).to(tl.int32) << 23).to(tl.float32, bitcast=True)
+    xm = mask_m[:, None] & me[None, :]
+    if X_PAIRS:  # the int32 word of pair ek // 2; x[ek] is its low half when ek is even
+        xp = tl.load(x_ptr + offs_m[:, None] * stride_xm + (ek // 2)[None, :], mask=xm, other=0)
+        xv = tl.where((ek % 2 == 0)[None, :], xp << 16, xp & -65536).to(tl.float32, bitcast=True)
+    else:
+        xv = tl.load(x_ptr + offs_m[:, None] * stride_xm + ek[None, :], mask=xm,
+                     other=0.0).to(tl.float32)
+    corr = xv * wv[None, :] - xv * w0[None, :]
+    return tl.where(me, en, -1), corr
+
+
+@triton.jit
+def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval_ptr, out_ptr,
+                     M, N, K, KH, stride_xm, stride_h, stride_l, stride_os, stride_om,
+                     split_pairs,
+                     USE_LO: tl.constexpr, X_PAIRS: tl.constexpr, USE_DOT: tl.constexpr,
+                     DOT_BF16: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
+                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr,
+                     PREFETCH_E: tl.constexpr):
+    """Sums over pairs [pid_k * split_pairs, +split_pairs) of rows of tile pid_n into
+    out[pid_k, :M, tile]: fp32 partials, or y itself when there is one split. The split-0
+    program adds the tile's exception corrections. KH = pairs per row (Kp / 2); x_ptr is
+    int32 pairs when X_PAIRS (stride_xm in pairs), else elements. PREFETCH_E: load the
+    first BLOCK_E exceptions before the main loop (off at BLOCK_M > 16, where the registers
+    they hold would spill)."""
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    HALF: tl.constexpr = BLOCK_K // 2
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_j = tl.arange(0, HALF)
+    mask_n = offs_n < N
+    mask_m = offs_m < M
+    base7 = (tl.load(base_ptr + offs_n, mask=mask_n, other=1).to(tl.int32) << 7)[:, None]
+    hrow = hi_ptr + offs_n[:, None] * stride_h
+    lrow = lo_ptr + offs_n[:, None] * stride_l
+    if USE_DOT:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    elif BLOCK_M == 1:
+        acc = tl.zeros((BLOCK_N, HALF), dtype=tl.float32)     # reduced over K after the loop
+    else:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)  # transposed: no layout change
+    zero_n = (offs_n * 0)[:, None]
+    # exceptions of this tile's rows (split 0 only): the first BLOCK_E are loaded now, so
+    # their latency hides behind the main loop; they are added after it
+    n0 = pid_n * BLOCK_N
+    e_start = tl.load(rowptr_ptr + n0)
+    e_end = tl.load(rowptr_ptr + tl.minimum(n0 + BLOCK_N, N))
+    e_end = tl.where(pid_k == 0, e_end, e_start)
+    if PREFETCH_E:
+        en, corr = _exceptions(x_ptr, eidx_ptr, eval_ptr, base_ptr, e_start, e_end, K,
+                               stride_xm, offs_m, mask_m, X_PAIRS, BLOCK_E)
+    j_lo = pid_k * split_pairs
+    j_hi = tl.minimum(j_lo + split_pairs, KH)
+    for jb in range(j_lo, j_hi, HALF):
+        j = jb + offs_j
+        if EVEN_K:
+            wmask = mask_n[:, None]
+        else:
+            wmask = mask_n[:, None] & (j < KH)[None, :]
+        h = tl.load(hrow + j[None, :], mask=wmask, other=0).to(tl.int32) & 0xFFFF
+        if USE_LO:
+            lo = tl.load(lrow + j[None, :], mask=wmask, other=0).to(tl.int32)  # uint8: 0..255
+            be = ((((h << 4) & 0x7F0) | (lo & 0xF)) + base7) | ((h << 8) & 0x8000)
+            bo = ((((h >> 4) & 0x7F0) | (lo >> 4)) + base7) | (h & 0x8000)
+        else:
+            be = (((h << 4) & 0x7F0) + base7) | ((h << 8) & 0x8000)
+            bo = (((h >> 4) & 0x7F0) + base7) | (h & 0x8000)
+        # bf16 bits << 16 are the fp32 bits of the same value
+        we = (be << 16).to(tl.float32, bitcast=True)
+        wo = (bo << 16).to(tl.float32, bitcast=True)
+        if USE_DOT:
+            if EVEN_K:
+                xmask = mask_m[:, None]
+            else:
+                xmask = mask_m[:, None] & (j < KH)[None, :]
+            xe, xo = _x_pairs(x_ptr + offs_m[:, None] * stride_xm, j[None, :], xmask, K,
+                              X_PAIRS)
+            if DOT_BF16:
+                acc += tl.dot(xe.to(tl.bfloat16), tl.trans(we.to(tl.bfloat16)))
+                acc += tl.dot(xo.to(tl.bfloat16), tl.trans(wo.to(tl.bfloat16)))
+            else:
+                acc += tl.dot(xe, tl.trans(we), input_precision="ieee")
+                acc += tl.dot(xo, tl.trans(wo), input_precision="ieee")
+        else:
+            # x rows read as [BLOCK_N, HALF] broadcasts (same shape and layout as the weight
+            # tile, so nothing moves through shared memory; the repeats hit L1)
+            for mm in tl.static_range(BLOCK_M):
+                xe, xo = _x_pairs(x_ptr + mm * stride_xm, j[None, :] + zero_n,
+                                  wmask & ((zero_n + mm) < M),
+                                  K, X_PAIRS)
+                if BLOCK_M == 1:
+                    acc += we * xe   # two FFMAs (a + b*c + d*e would add a FADD)
+                    acc += wo * xo
+                else:
+                    s = tl.sum(we * xe + wo * xo, axis=1)
+                    acc += tl.where(offs_m[None, :] == mm, s[:, None], 0.0)
+    if USE_DOT:
+        out = acc
+    elif BLOCK_M == 1:
+        out = tl.sum(acc, axis=1)[None, :]
+    else:
+        out = tl.trans(acc)
+    if PREFETCH_E:
+        if e_end > e_start:
+            out = _apply(out, en, corr, offs_n, BLOCK_E)
+        e_next = e_start + BLOCK_E
+    else:
+        e_next = e_start
+    for es in range(e_next, e_end, BLOCK_E):  # the rest (all of them without PREFETCH_E)
+        en, corr = _exceptions(x_ptr, eidx_ptr, eval_ptr, base_ptr, es, e_end, K, stride_xm,
+                               offs_m, mask_m, X_PAIRS, BLOCK_E)
+        out = _apply(out, en, corr, offs_n, BLOCK_E)
+    dst = out_ptr + pid_k * stride_os + offs_m[:, None] * stride_om + offs_n[None, :]
+    tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=mask_m[:, None] & mask_n[None, :])
+
+
+@triton.jit(do_not_specialize=["S"])
+def _w12_reduce_kernel(part_ptr, y_ptr, M, N, S, stride_ps, stride_ym,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, S_CHUNK: tl.constexpr):
+    """y[:, tile] = part[0] + part[1] + ... + part[S-1] (in that order), in y's dtype. The
+    S_CHUNK loads of a step are independent, so they are in flight together."""
+    pid = tl.program_id(0)
+    offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    mask = (offs_m < M)[:, None] & (offs_n < N)[None, :]
+    src = part_ptr + offs_m[:, None] * N + offs_n[None, :]
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for s0 in range(0, S, S_CHUNK):
+        for i in tl.static_range(S_CHUNK):
+            s_ok = (offs_n * 0 + (s0 + i)) < S
+            acc += tl.load(src + (s0 + i) * stride_ps, mask=mask & s_ok[None, :], other=0.0)
+    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :],
+             acc.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def _block_m(m: int, cfg: GemvConfig) -> int:
+    b = triton.next_power_of_2(max(1, m))
+    return max(16, b) if cfg.dot else b
+
+
+def plan(cfg: GemvConfig, m: int, n: int, k: int, device: torch.device) -> tuple[int, int]:
+    """(splits, pairs per split) for this configuration and shape."""
+    half = cfg.block_k // 2
+    kh = (k + 1) // 2
+    chunks = triton.cdiv(kh, half)
+    if cfg.split != "auto":
+        split = max(1, min(int(cfg.split), chunks))
+    else:
+        tiles = triton.cdiv(n, cfg.block_n)
+        want = triton.cdiv(WAVES * _num_sms(device), tiles)
+        weight_bytes_per_row = 1.5 * k
+        cap = max(1, int(PARTIAL_FRACTION * weight_bytes_per_row / (4 * max(1, m))))
+        split = max(1, min(want, cap, chunks))
+    per = triton.cdiv(chunks, split) * half
+    return triton.cdiv(kh, per), per
+
+
+def _interpreting() -> bool:
+    import os
+
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, use_lo: bool, cfg: GemvConfig):
+    m, k = x.shape
+    n = t.shape[0]
+    if cfg.block_k < 32 or cfg.block_k & (cfg.block_k - 1):
+        raise ValueError(f"block_k must be a power of two >= 32, not {cfg.block_k}")
+    kh = t.hi.shape[1] // 2
+    split, per = plan(cfg, m, n, k, x.device)
+    # one split: the kernel writes y itself; more: fp32 partials, summed by the reduce
+    out = y if split == 1 else torch.empty(split, m, n, dtype=torch.float32, device=x.device)
+    hi16 = t.hi.view(torch.int16)
+    bf16 = x.dtype == torch.bfloat16
+    x_pairs = bf16 and k % 2 == 0 and x.stride(0) % 2 == 0 and x.data_ptr() % 4 == 0
+    xk = x.view(torch.int32) if x_pairs else x
+    stride_xm = x.stride(0) // 2 if x_pairs else x.stride(0)
+    grid = (triton.cdiv(n, cfg.block_n), split)
+    _w12_gemv_kernel[grid](
+        xk, hi16, t.lo, t.base, t.row_ptr(), t.exc_idx, t.exc_val, out,
+        m, n, k, kh, stride_xm, hi16.stride(0), t.lo.stride(0),
+        out.stride(0) if split > 1 else 0, out.stride(-2), per,
+        USE_LO=use_lo, X_PAIRS=x_pairs, USE_DOT=cfg.dot,
+        DOT_BF16=bf16 and not _interpreting(), EVEN_K=kh % (cfg.block_k // 2) == 0,
+        BLOCK_M=_block_m(m, cfg), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, BLOCK_E=BLOCK_E,
+        PREFETCH_E=_block_m(m, cfg) <= 16, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if split > 1:
+        bm = triton.next_power_of_2(m)
+        _w12_reduce_kernel[(triton.cdiv(n, REDUCE_BLOCK_N),)](
+            out, y, m, n, split, out.stride(0), y.stride(0),
+            BLOCK_M=bm, BLOCK_N=REDUCE_BLOCK_N, S_CHUNK=8 if bm <= 4 else 4 if bm <= 16 else 2,
+            num_warps=4)
+
+
+def _key(m: int, t: W12Tensor, view: str, dtype) -> tuple:
+    return (bucket(m), t.shape[0], t.shape[1], view, dtype, t.device.index)
+
+
+def tune(x: torch.Tensor, t: W12Tensor, view: str = "w12", configs=None) -> GemvConfig:
+    """Time each configuration of x's M bucket once on CUDA and remember the fastest."""
+    m = x.shape[0]
+    key = _key(m, t, view, x.dtype)
+    if key in _TUNED:
+        return _TUNED[key]
+    configs = CONFIGS[bucket(m)] if configs is None else configs
+    if x.device.type != "cuda" or len(configs) == 1:
+        return configs[0]
+    from triton.testing import do_bench
+
+    y = torch.empty(m, t.shape[0], dtype=x.dtype, device=x.device)
+    best, best_ms = None, float("inf")
+    for cfg in configs:
+        try:
+            ms = do_bench(lambda: _launch(x, t, y, view == "w12", cfg), warmup=3, rep=10)
+        except Exception:  # a config that does not compile or fit is skipped
+            continue
+        if ms < best_ms:
+            best, best_ms = cfg, ms
+    if best is None:
+        raise RuntimeError(f"no W12 GEMV configuration ran for {tuple(t.shape)}, M={m}")
+    _TUNED[key] = best
+    return best
+
+
+def chosen(m: int, t: W12Tensor, view: str, dtype) -> GemvConfig | None:
+    """The configuration a call would use without tuning (None: it would tune first)."""
+    cfg = _TUNED.get(_key(m, t, view, dtype))
+    if cfg is None and view == "w8":
+        cfg = _TUNED.get(_key(m, t, "w12", dtype))
+    return cfg
+
+
+def w12_gemv(x: torch.Tensor, t: W12Tensor, view: str = "w12",
+             config: GemvConfig | None = None) -> torch.Tensor:
+    """y = x @ W^T for x [..., K] (bf16 on CUDA; fp32/fp16/bf16 under the interpreter)."""
+    if view not in ("w12", "w8"):
+        raise ValueError(f"view must be 'w12' or 'w8', not {view!r}")
+    n, k = t.shape
+    if x.shape[-1] != k:
+        raise ValueError(f"x has {x.shape[-1]} features; the W12 weight expects {k}")
+    lead = x.shape[:-1]
+    x2 = x.reshape(-1, k)
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    m = x2.shape[0]
+    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    for m0 in range(0, m, MAX_M):
+        xs = x2[m0:m0 + MAX_M]
+        cfg = config
+        if cfg is None:
+            cfg = chosen(xs.shape[0], t, view, x.dtype)
+            if cfg is None:
+                capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
+                cfg = CONFIGS[bucket(xs.shape[0])][0] if capturing else tune(xs, t, view)
+        _launch(xs, t, y[m0:m0 + MAX_M], view == "w12", cfg)
+    return y.reshape(*lead, n)
