@@ -220,9 +220,9 @@ def tune(x: torch.Tensor, t: W12Tensor, view: str = "w12", configs=CONFIGS) -> C
     return best
 
 
-def w12_matmul(x: torch.Tensor, t: W12Tensor, view: str = "w12",
-               config: Config | None = None) -> torch.Tensor:
-    """y = x @ W^T for x [..., K] (bf16 on CUDA; fp32/fp16 under the interpreter)."""
+def by_row_blocks(x: torch.Tensor, t: W12Tensor, view: str, run) -> torch.Tensor:
+    """Check x [..., K] against the weight, then run(xs, out) on blocks of <= MAX_M rows of
+    x (as [m, K], unit stride) and the matching rows of y [m, N]; returns y as [..., N]."""
     if view not in ("w12", "w8"):
         raise ValueError(f"view must be 'w12' or 'w8', not {view!r}")
     n, k = t.shape
@@ -232,10 +232,16 @@ def w12_matmul(x: torch.Tensor, t: W12Tensor, view: str = "w12",
     x2 = x.reshape(-1, k)
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
-    m = x2.shape[0]
-    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    for m0 in range(0, m, MAX_M):
-        xs = x2[m0:m0 + MAX_M]
+    y = torch.empty(x2.shape[0], n, dtype=x.dtype, device=x.device)
+    for m0 in range(0, x2.shape[0], MAX_M):
+        run(x2[m0:m0 + MAX_M], y[m0:m0 + MAX_M])
+    return y.reshape(*lead, n)
+
+
+def w12_matmul(x: torch.Tensor, t: W12Tensor, view: str = "w12",
+               config: Config | None = None) -> torch.Tensor:
+    """y = x @ W^T for x [..., K] (bf16 on CUDA; fp32/fp16 under the interpreter)."""
+    def run(xs: torch.Tensor, out: torch.Tensor) -> None:
         cfg = config
         if cfg is None:
             key = _key(xs.shape[0], t, view, x.dtype)
@@ -243,5 +249,5 @@ def w12_matmul(x: torch.Tensor, t: W12Tensor, view: str = "w12",
             cfg = _TUNED.get(key) or _TUNED.get(_key(1, t, view, x.dtype))
             if cfg is None:
                 cfg = DEFAULT if capturing else tune(xs, t, view)
-        _launch(xs, t, y[m0:m0 + MAX_M], view == "w12", cfg)
-    return y.reshape(*lead, n)
+        _launch(xs, t, out, view == "w12", cfg)
+    return by_row_blocks(x, t, view, run)

@@ -46,7 +46,7 @@ import triton
 import triton.language as tl
 
 from kernels.w12.format import W12Tensor
-from kernels.w12.gemm import _apply, _num_sms
+from kernels.w12.gemm import _apply, _num_sms, by_row_blocks
 
 MAX_M = 64
 WAVES = 8                 # "auto" split: aim for this many programs per SM
@@ -354,24 +354,12 @@ def chosen(m: int, t: W12Tensor, view: str, dtype) -> GemvConfig | None:
 def w12_gemv(x: torch.Tensor, t: W12Tensor, view: str = "w12",
              config: GemvConfig | None = None) -> torch.Tensor:
     """y = x @ W^T for x [..., K] (bf16 on CUDA; fp32/fp16/bf16 under the interpreter)."""
-    if view not in ("w12", "w8"):
-        raise ValueError(f"view must be 'w12' or 'w8', not {view!r}")
-    n, k = t.shape
-    if x.shape[-1] != k:
-        raise ValueError(f"x has {x.shape[-1]} features; the W12 weight expects {k}")
-    lead = x.shape[:-1]
-    x2 = x.reshape(-1, k)
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
-    m = x2.shape[0]
-    y = torch.empty(m, n, dtype=x.dtype, device=x.device)
-    for m0 in range(0, m, MAX_M):
-        xs = x2[m0:m0 + MAX_M]
+    def run(xs: torch.Tensor, out: torch.Tensor) -> None:
         cfg = config
         if cfg is None:
             cfg = chosen(xs.shape[0], t, view, x.dtype)
             if cfg is None:
                 capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
                 cfg = CONFIGS[bucket(xs.shape[0])][0] if capturing else tune(xs, t, view)
-        _launch(xs, t, y[m0:m0 + MAX_M], view == "w12", cfg)
-    return y.reshape(*lead, n)
+        _launch(xs, t, out, view == "w12", cfg)
+    return by_row_blocks(x, t, view, run)

@@ -15,14 +15,11 @@ from pathlib import Path
 
 
 def main(argv: list[str]) -> int:
-    job = json.loads(Path(argv[1]).read_text())
-    import stock
+    from specpilot.cycle.worker_job import read_job
+
+    job = read_job(argv)
     import torch
 
-    checkout = Path(job["checkout"]).resolve()
-    where = Path(stock.__file__).resolve()
-    if checkout not in where.parents:
-        raise SystemExit(f"stock imported from {where}, not from the checkout {checkout}")
     from specpilot.config import GatesSection
     from specpilot.forcing import Reference, forcing_gate, option_default_gate
     from stock.engine import Engine

@@ -93,14 +93,11 @@ def run_tune(job: dict) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    job = json.loads(Path(argv[1]).read_text())
-    import stock
+    from specpilot.cycle.worker_job import read_job
+
+    job = read_job(argv)
     import torch
 
-    checkout = Path(job["checkout"]).resolve()
-    where = Path(stock.__file__).resolve()
-    if checkout not in where.parents:
-        raise SystemExit(f"stock imported from {where}, not from the checkout {checkout}")
     torch.manual_seed(0)
     t0 = time.perf_counter()
     out = {"analyze": run_analyze, "tune": run_tune}[job["task"]](job)
