@@ -14,24 +14,13 @@ import torch  # noqa: E402
 
 from kernels.w12 import encode  # noqa: E402
 from kernels.w12.reference import w12_matmul_ref  # noqa: E402
-from w12_weights import adversarial, bf16_from_bits, gaussian, student_t  # noqa: E402
+from w12_weights import adversarial, bf16_from_bits, check, gaussian, student_t  # noqa: E402
 
 gemv = pytest.importorskip("kernels.w12.gemv")
 if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("no CUDA and TRITON_INTERPRET is not 1", allow_module_level=True)
 
 C = gemv.GemvConfig
-
-
-def check(y, r, rtol=2e-5):
-    """Same inf/NaN positions; finite entries equal to fp32 summation-order rounding."""
-    y, r = y.float(), r.float()
-    assert torch.equal(torch.isnan(y), torch.isnan(r))
-    assert torch.equal(torch.isinf(y), torch.isinf(r))
-    assert torch.equal(y[torch.isinf(y)], r[torch.isinf(r)])
-    f = torch.isfinite(r)
-    scale = r[f].abs().max().clamp_min(1e-30)
-    assert ((y[f] - r[f]).abs() <= rtol * scale).all(), (y[f] - r[f]).abs().max() / scale
 
 
 def rand_x(m, k, seed, dtype=torch.float32, scale=1.0):

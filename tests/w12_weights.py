@@ -73,3 +73,14 @@ def all_bit_patterns(rows: int = 64, seed: int = 0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     bits = bf16_from_bits(torch.arange(65536)).view(torch.int16)
     return bits[torch.randperm(65536, generator=g)].reshape(rows, -1).view(torch.bfloat16)
+
+
+def check(y, r, rtol=2e-5):
+    """Same inf/NaN positions; finite entries equal to fp32 summation-order rounding."""
+    y, r = y.float(), r.float()
+    assert torch.equal(torch.isnan(y), torch.isnan(r))
+    assert torch.equal(torch.isinf(y), torch.isinf(r))
+    assert torch.equal(y[torch.isinf(y)], r[torch.isinf(r)])
+    f = torch.isfinite(r)
+    scale = r[f].abs().max().clamp_min(1e-30)
+    assert ((y[f] - r[f]).abs() <= rtol * scale).all(), (y[f] - r[f]).abs().max() / scale

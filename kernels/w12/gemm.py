@@ -205,18 +205,25 @@ def tune(x: torch.Tensor, t: W12Tensor, view: str = "w12", configs=CONFIGS) -> C
         return _TUNED[key]
     if x.device.type != "cuda" or len(configs) == 1:
         return configs[0]
+    best = fastest(configs, lambda cfg, y: _launch(x, t, y, view == "w12", cfg),
+                   torch.empty(x.shape[0], t.shape[0], dtype=x.dtype, device=x.device))
+    _TUNED[key] = best or configs[0]
+    return _TUNED[key]
+
+
+def fastest(configs, launch, y: torch.Tensor):
+    """The configuration whose launch(cfg, y) a short do_bench times fastest; None if none
+    compiles or fits (each such configuration is skipped)."""
     from triton.testing import do_bench
 
-    y = torch.empty(x.shape[0], t.shape[0], dtype=x.dtype, device=x.device)
-    best, best_ms = configs[0], float("inf")
+    best, best_ms = None, float("inf")
     for cfg in configs:
         try:
-            ms = do_bench(lambda: _launch(x, t, y, view == "w12", cfg), warmup=3, rep=10)
+            ms = do_bench(lambda: launch(cfg, y), warmup=3, rep=10)
         except Exception:  # a config that does not compile or fit is skipped
             continue
         if ms < best_ms:
             best, best_ms = cfg, ms
-    _TUNED[key] = best
     return best
 
 

@@ -46,7 +46,7 @@ import triton
 import triton.language as tl
 
 from kernels.w12.format import W12Tensor
-from kernels.w12.gemm import _apply, _num_sms, by_row_blocks
+from kernels.w12.gemm import _apply, _num_sms, by_row_blocks, fastest
 
 MAX_M = 64
 WAVES = 8                 # "auto" split: aim for this many programs per SM
@@ -326,17 +326,8 @@ def tune(x: torch.Tensor, t: W12Tensor, view: str = "w12", configs=None) -> Gemv
     configs = CONFIGS[bucket(m)] if configs is None else configs
     if x.device.type != "cuda" or len(configs) == 1:
         return configs[0]
-    from triton.testing import do_bench
-
-    y = torch.empty(m, t.shape[0], dtype=x.dtype, device=x.device)
-    best, best_ms = None, float("inf")
-    for cfg in configs:
-        try:
-            ms = do_bench(lambda: _launch(x, t, y, view == "w12", cfg), warmup=3, rep=10)
-        except Exception:  # a config that does not compile or fit is skipped
-            continue
-        if ms < best_ms:
-            best, best_ms = cfg, ms
+    best = fastest(configs, lambda cfg, y: _launch(x, t, y, view == "w12", cfg),
+                   torch.empty(m, t.shape[0], dtype=x.dtype, device=x.device))
     if best is None:
         raise RuntimeError(f"no W12 GEMV configuration ran for {tuple(t.shape)}, M={m}")
     _TUNED[key] = best
