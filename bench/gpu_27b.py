@@ -264,7 +264,7 @@ class Bench:
         self.report.setdefault("timings", {})[tag] = res
         return res
 
-    def w12(self):
+    def w12(self, kernel: str = "gemm"):
         import kernels.w12.linear as w12
 
         # keep the bf16 logits of T=1 and 16 to compare against after the conversion
@@ -276,6 +276,7 @@ class Bench:
         log(f"free before W12 conversion: {free_bytes() / GiB:.1f} GiB")
         t0 = time.perf_counter()
         stats = w12.convert_model(self.model)
+        w12.set_kernel(self.model, kernel)
         sync()
         empty_cache()
         conv_s = time.perf_counter() - t0
@@ -295,14 +296,43 @@ class Bench:
                       "argmax_equal": bool(torch.equal(got.argmax(-1), ref[t].argmax(-1)))}
         self.report["w12"]["vs_bf16"] = cmp
         log(f"W12 logits against bf16: {cmp}")
-        self.check("w12")
-        self.time_steps("w12")
+        self.tune_then_time("w12" if kernel == "gemm" else f"w12_{kernel}")
+        return True
+
+    def tune_then_time(self, tag: str):
+        """Eager steps at every timed T first, so each W12 shape is autotuned outside a
+        capture (a shape first met inside one runs its default configuration), then
+        re-capture, check and time."""
+        t0 = time.perf_counter()
+        for t in self.args.ts:
+            self.eager.step(self.step_ids(t), self.args.context)
+        sync()
+        self.report.setdefault("tune_s", {})[tag] = round(time.perf_counter() - t0, 1)
+        log(f"[{tag}] eager warm-up/tuning at T={self.args.ts}: "
+            f"{time.perf_counter() - t0:.1f} s")
+        self.runner.reset()
+        self.check(tag)
+        self.time_steps(tag)
+
+    def w12_kernel(self, kernel: str):
+        """The same W12 model on another kernel: gemv (kernels/w12/gemv.py, split-K) or
+        auto (the faster of the two per shape and row bucket, as the engine runs it)."""
+        import kernels.w12.linear as w12
+
+        changed = w12.set_kernel(self.model, kernel)
+        log(f"W12 kernel -> {kernel} on {changed} linears")
+        self.tune_then_time(f"w12_{kernel}")
+        if kernel == "auto":
+            self.report["w12_auto_choice"] = {"x".join(map(str, k[:3])) + f" {k[3]}": v
+                                              for k, v in w12.chosen_kernels().items()}
+            log(f"auto picked: {self.report['w12_auto_choice']}")
 
     # -- table ---------------------------------------------------------------------------------
     def table(self):
         tim = self.report.get("timings", {})
         bf = tim.get("bf16", {})
         w = tim.get("w12", {})
+        extra = {k[4:]: v for k, v in tim.items() if k.startswith("w12_")}
         bw = self.report.get("copy", {}).get("read_plus_write_bytes_per_s")
         wb = self.report.get("weights", {})
         floor = (wb["weight_bytes_excl_embedding"] / bw * 1e3) if bw and wb else None
@@ -326,6 +356,8 @@ class Bench:
         head = f"{'T':>4}{'ms':>10}{'p10-p90':>18}{'x AR':>8}{'x floor':>9}"
         if w:
             head += f"{'W12 ms':>10}{'p10-p90':>18}{'W12/bf16':>10}"
+        for k in extra:
+            head += f"{k + ' ms':>10}{'p10-p90':>18}{'bf16/' + k:>10}"
         print(head)
         rows = []
         for t in self.args.ts:
@@ -343,6 +375,14 @@ class Bench:
                            w12_over_bf16=q["median_ms"] / r["median_ms"])
                 line += (f"{q['median_ms']:>10.3f}{q['p10_ms']:>9.3f}-{q['p90_ms']:<8.3f}"
                          f"{row['w12_over_bf16']:>10.3f}")
+            for k, g in extra.items():
+                q = g.get(f"graph_T{t}")
+                if q:
+                    row.update({f"{k}_ms": q["median_ms"], f"{k}_p10": q["p10_ms"],
+                                f"{k}_p90": q["p90_ms"],
+                                f"bf16_over_{k}": r["median_ms"] / q["median_ms"]})
+                    line += (f"{q['median_ms']:>10.3f}{q['p10_ms']:>9.3f}-{q['p90_ms']:<8.3f}"
+                             f"{row[f'bf16_over_{k}']:>10.3f}")
             rows.append(row)
             print(line)
         self.report["table"] = rows
@@ -376,6 +416,8 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--copy-gib", type=float, default=1.0)
     ap.add_argument("--w12", action="store_true", help="also time kernels.w12.linear")
+    ap.add_argument("--w12-kernels", default="gemm,gemv,auto",
+                    help="W12 kernels to time with --w12, in order (gemm, gemv, auto)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="run the script's logic on CPU in fp32 (use a tiny --preset)")
@@ -396,8 +438,10 @@ def main() -> None:
     if b.part("cache", b.setup_cache) is not None or b.runner is not None:
         b.part("check bf16", lambda: b.check("bf16"))
         b.part("time bf16", lambda: b.time_steps("bf16"))
-        if args.w12:
-            b.part("w12", b.w12)
+        kernels = [k for k in args.w12_kernels.split(",") if k]
+        if args.w12 and b.part("w12", lambda: b.w12(kernels[0])) is not None:
+            for k in kernels[1:]:
+                b.part(f"w12 {k}", lambda k=k: b.w12_kernel(k))
     b.table()
     _write(b)
 

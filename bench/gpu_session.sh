@@ -9,21 +9,9 @@
 # step never costs the whole call; everything lands in $OUT.
 #   bench/gpu_session.sh 300        (carry .whl and .gpub; .gpub/repo.bundle = git bundle --all)
 set -u
-deadline=$(( $(date +%s) + ${1:-300} ))
-left() { echo $(( deadline - $(date +%s) )); }
-step() {  # step NAME SECONDS_WANTED CMD...
-    local name=$1 want=$2; shift 2
-    local t=$(left); [ "$t" -gt "$want" ] && t=$want
-    if [ "$t" -lt 15 ]; then echo "== $name: skipped (${t}s left)"; return; fi
-    echo "== $name (limit ${t}s) $(date +%T)"
-    timeout -k 5 "$t" "$@" > "$OUT/$name.log" 2>&1; echo "== $name rc=$? $(date +%T)"
-    tail -n 40 "$OUT/$name.log"
-}
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl || exit 1
-rm -rf /tmp/repo && git clone -q .gpub/repo.bundle /tmp/repo && cd /tmp/repo || exit 1
-git fetch -q "$OLDPWD/.gpub/repo.bundle" 'refs/specpilot/*:refs/specpilot/*' 'refs/notes/*:refs/notes/*'
-git config user.email gpu@specpilot.local; git config user.name gpu
-export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/repo
+source "$(dirname "$0")/gpu_lib.sh"
+gpu_begin "${1:-300}"
+gpu_repo || exit 1
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 step w12 95 python3 bench/gpu_w12.py --out "$OUT" --budget-s 80
 step b27 120 python3 bench/gpu_27b.py --out "$OUT" --w12

@@ -16,6 +16,7 @@ with the same procedure, cached per deployment under .specpilot/cache/noise/.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import random
@@ -44,6 +45,7 @@ class Side(BaseModel):
     tree: str
     options: dict          # asked
     effective: dict = {}   # reported by the worker
+    drafter: str | None = None   # the drafter class the worker reports serving (None: AR)
 
 
 class Paired(BaseModel):
@@ -54,6 +56,7 @@ class Paired(BaseModel):
     placement: list[str]   # per measured round: "A,B" order, or "A@dev,B@dev"
     diverged: bool         # B's tokens differ from A's on some request
     hardware: str
+    round_wall_s: list[float] = []   # per measured round: wall time of the whole round
 
     def flat(self) -> tuple[list[float], list[float]]:
         return ([t for row in self.times_a for t in row], [t for row in self.times_b for t in row])
@@ -80,6 +83,7 @@ class Comparison(BaseModel):
     rounds: int
     warmup_rounds: int
     paired: Paired
+    drafter_b: str | None = None   # B's drafter when it differs from A's
     estimate: stats.GainEstimate
     sigma: float
     sigma_source: str
@@ -97,6 +101,10 @@ class Job:
     warmup_rounds: int
     model: str
     max_context: int | None = None
+    drafter_b: str | None = None   # B's drafter when not A's (e.g. block against ngram)
+
+    def drafter_of(self, label: str) -> str:
+        return self.drafter_b if label == "B" and self.drafter_b else self.drafter
 
 
 def pick_requests(model: str, count: int, source: str = "dev") -> list[tuple]:
@@ -122,7 +130,8 @@ def _spawn(label: str, co: Checkout, options: dict, device: str, job: Job, cfg: 
            log_dir: Path) -> Worker:
     w = Worker(label, co, cfg.system_paths, job.model, dict(options), device,
                log_dir / f"{label}-{device.replace(':', '')}.log",
-               None if job.drafter == "ar" else job.drafter, job.max_context)
+               None if job.drafter_of(label) == "ar" else job.drafter_of(label),
+               job.max_context)
     try:
         w.start()
     except BaseException:
@@ -134,7 +143,8 @@ def _spawn(label: str, co: Checkout, options: dict, device: str, job: Job, cfg: 
 def paired_run(co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict, job: Job,
                cfg: Config, log_dir: Path,
                progress: Callable[[str], None] = lambda s: None) -> tuple[Paired, dict, dict]:
-    """Run the paired design; returns the times and each side's effective options."""
+    """Run the paired design; returns the times and each side's worker `ready` report
+    (options in effect, tree, drafter)."""
     workers: dict[tuple[str, str], Worker] = {}
     try:
         for dev in job.devices:
@@ -142,7 +152,7 @@ def paired_run(co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict, job: 
             workers["B", dev] = _spawn("B", co_b, opts_b, dev, job, cfg, log_dir)
         hardware = workers["A", job.devices[0]].ready.get("hardware", "?")
         run = _alternate if len(job.devices) == 1 else _side_by_side
-        times_a, times_b, placement, tokens = [], [], [], {}
+        times_a, times_b, placement, walls, tokens = [], [], [], [], {}
         for r in range(job.warmup_rounds + job.rounds):
             measured = r >= job.warmup_rounds
             m = r - job.warmup_rounds
@@ -151,15 +161,16 @@ def paired_run(co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict, job: 
                 for swap in range(len(job.devices)):
                     run(workers, job, swap, tokens)
                 continue
+            t0 = time.perf_counter()
             row_a, row_b, where = run(workers, job, m, tokens)
+            walls.append(time.perf_counter() - t0)
             times_a.append(row_a)
             times_b.append(row_b)
             placement.append(where)
         diverged = any(tokens[rid]["A"] != tokens[rid]["B"] for rid in tokens)
         paired = Paired(times_a=times_a, times_b=times_b, placement=placement,
-                        diverged=diverged, hardware=hardware)
-        return (paired, workers["A", job.devices[0]].ready["options"],
-                workers["B", job.devices[0]].ready["options"])
+                        diverged=diverged, hardware=hardware, round_wall_s=walls)
+        return paired, workers["A", job.devices[0]].ready, workers["B", job.devices[0]].ready
     finally:
         for w in workers.values():
             w.stop()
@@ -244,8 +255,11 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
             opts_b: dict | None = None, devices: list[str] | None = None,
             rounds: int | None = None, model: str | None = None, requests: int | None = None,
             max_new: int | None = None, sigma: float | None = None, source: str = "dev",
-            progress: Callable[[str], None] = lambda s: None) -> Comparison:
-    """Compare B against A; 'stock' names HEAD. σ: given, cached, or measured (A/A)."""
+            progress: Callable[[str], None] = lambda s: None, *, drafter_a: str | None = None,
+            drafter_b: str | None = None) -> Comparison:
+    """Compare B against A; 'stock' names HEAD. σ: given, cached, or measured (A/A).
+    Both sides use the configured drafter unless `drafter_a` / `drafter_b` name others
+    (e.g. `ngram` against `block`; `ar` for none); σ is always A's own A/A."""
     cfg = load_config(root)
     cc = cfg.controller
     store = GitStore(root)
@@ -254,17 +268,21 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
     co_b = clean_checkout(store, "HEAD" if rev_b == "stock" else rev_b, cfg.system_paths, root)
     model = model or cfg.model.path
     job = Job(pick_requests(model, requests or cc.requests, source), max_new or cc.max_new,
-              cc.drafter, devices or [_default_device()], rounds or cc.rounds, cc.warmup_rounds,
-              model)
+              drafter_a or cc.drafter, devices or [_default_device()], rounds or cc.rounds,
+              cc.warmup_rounds, model)
+    if drafter_b and drafter_b != job.drafter:
+        job.drafter_b = drafter_b
     if not job.requests:
         raise SpecPilotError("no requests to compare on")
     if len(job.devices) > 2 or len(set(job.devices)) != len(job.devices):
         raise SpecPilotError("--devices takes one device or two different ones")
     log_dir = root / RUNS_DIR / time.strftime("compare-%Y%m%d-%H%M%S")
-    paired, eff_a, eff_b = paired_run(co_a, opts_a, co_b, opts_b, job, cfg, log_dir, progress)
+    paired, ready_a, ready_b = paired_run(co_a, opts_a, co_b, opts_b, job, cfg, log_dir,
+                                          progress)
+    eff_a, eff_b = ready_a["options"], ready_b["options"]
     est = stats.estimate(*paired.flat(), cc)
     key = noise_key(job, paired.hardware)
-    is_aa = co_a.tree == co_b.tree and eff_a == eff_b
+    is_aa = co_a.tree == co_b.tree and eff_a == eff_b and job.drafter_b is None
     if sigma is not None:
         source_s = "given"
     elif is_aa:
@@ -273,16 +291,20 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
         sigma, source_s = rec.sigma, f"cached A/A of {rec.created}"
     else:
         progress("A/A for σ")
-        aa, _, _ = paired_run(co_a, opts_a, co_a, opts_a, job, cfg, log_dir / "aa", progress)
+        aa_job = dataclasses.replace(job, drafter_b=None)
+        aa, _, _ = paired_run(co_a, opts_a, co_a, opts_a, aa_job, cfg, log_dir / "aa", progress)
         sigma = save_noise(root, key, stats.estimate(*aa.flat(), cc)).sigma
         source_s = "A/A run now (cached)"
     decision = stats.decide(est, sigma, paired.diverged, cc)
     report = Comparison(
-        a=Side(rev=rev_a, commit=co_a.commit, tree=co_a.tree, options=opts_a, effective=eff_a),
-        b=Side(rev=rev_b, commit=co_b.commit, tree=co_b.tree, options=opts_b, effective=eff_b),
+        a=Side(rev=rev_a, commit=co_a.commit, tree=co_a.tree, options=opts_a, effective=eff_a,
+               drafter=ready_a.get("drafter")),
+        b=Side(rev=rev_b, commit=co_b.commit, tree=co_b.tree, options=opts_b, effective=eff_b,
+               drafter=ready_b.get("drafter")),
         model=model, devices=job.devices,
         mode="alternate" if len(job.devices) == 1 else "side-by-side",
         requests=[r[0] for r in job.requests], max_new=job.max_new, drafter=job.drafter,
+        drafter_b=job.drafter_b,
         rounds=job.rounds, warmup_rounds=job.warmup_rounds, paired=paired, estimate=est,
         sigma=sigma, sigma_source=source_s, decision=decision)
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -151,7 +151,8 @@ class Server:
                 "non_default": self.engine.options.non_default(), "tree": self.tree,
                 "stock_file": self.stock_file, "hardware": self.hardware,
                 "torch": torch.__version__, "pid": os.getpid(),
-                "dtype": str(self.engine.model.dtype).removeprefix("torch.")}
+                "dtype": str(self.engine.model.dtype).removeprefix("torch."),
+                "drafter": type(self.drafter).__name__ if self.drafter is not None else None}
 
     def force(self, msg: dict) -> dict:
         fr = self.engine.force(list(msg["ids"]), list(msg["forced"]), chunk=msg.get("chunk"),

@@ -119,6 +119,19 @@ def test_two_devices_run_side_by_side_and_swap_every_round(project):
     assert rep.estimate.gain < 0 and rep.decision.direction == "slower"
 
 
+def test_each_side_can_serve_its_own_drafter_and_sigma_stays_the_aa_of_a(project):
+    """--drafter-a ar --drafter-b ngram: the workers report the drafters they serve, the
+    greedy outputs stay equal (lossless speculation), and the fallback A/A for σ is A's."""
+    rep = compare(project, "stock", "stock", model="random:tiny-qwen3", max_new=12,
+                  rounds=2, drafter_a="ar", drafter_b="ngram")
+    assert (rep.drafter, rep.drafter_b) == ("ar", "ngram")
+    assert rep.a.drafter is None and rep.b.drafter == "NGramDrafter"
+    assert not rep.paired.diverged
+    assert rep.sigma_source == "A/A run now (cached)"
+    assert len(rep.paired.round_wall_s) == 2 and all(w > 0 for w in rep.paired.round_wall_s)
+    assert sum(rep.paired.round_wall_s) >= sum(map(sum, rep.paired.times_a))
+
+
 def noise_key_of(rep):
     from specpilot.controller import Job
 

@@ -169,3 +169,31 @@ def test_list_and_graph_json(project):
     assert {(e["from"], e["to"]) for e in graph["edges"]} == \
         {("a", "b"), ("a", "c"), ("b", "d"), ("c", "d"), ("d", "e")}
     assert graph["bases"] == [project.base]
+
+
+def test_a_controller_verdict_is_attached_to_the_note_without_moving_the_entry(project):
+    done = project.entry("a", {1: "'a'"})
+    report = {"estimate": {"gain": 0.21, "lower_bound": 0.18, "level": 0.95},
+              "decision": {"verdict": "adopted", "threshold": 0.012},
+              "paired": {"hardware": "NVIDIA H200"}, "model": "random:dense-27b",
+              "requests": ["rand-0", "rand-1"], "max_new": 32, "mode": "side-by-side",
+              "devices": ["cuda:0", "cuda:1"], "b": {"options": {"weights": "w12"}},
+              "sigma": 0.001}
+    path = project.path / "cmp.json"
+    path.write_text(json.dumps(report))
+    res = project.specpilot("memory", "add-result", "a", "--comparison", str(path), "--json")
+    assert res.exit_code == 0, res.output
+    assert project.git("rev-parse", "refs/specpilot/entries/a") == done.commit  # tree untouched
+    note = tomllib.loads(project.git("notes", "--ref", "refs/notes/specpilot", "show",
+                                     done.commit))
+    (got,) = note["results"]
+    assert got["metric"] == "controller_gain" and got["value"] == 0.21
+    assert got["ci_low"] == 0.18 and got["verdict"] == "adopted"
+    assert got["hardware"] == "NVIDIA H200" and got["model"] == "random:dense-27b"
+    assert (project.path / "memory/a.toml").read_text().strip() == \
+        project.git("notes", "--ref", "refs/notes/specpilot", "show", done.commit)
+    assert verify(project.memory()).ok
+    path.write_text("{}")   # not a controller report: refused, nothing written
+    bad = project.specpilot("memory", "add-result", "a", "--comparison", str(path))
+    assert bad.exit_code == 2 and "not a controller report" in bad.output
+    assert len(tomllib.loads((project.path / "memory/a.toml").read_text())["results"]) == 1

@@ -6,8 +6,10 @@ and the forward is F.linear: exact, with no speed gain.
 
 `view` selects what the fused forward multiplies by: "w12" (exact) or "w8" (the nested
 8-bit view; see kernels/w12/reference.py). `kernel` selects the CUDA kernel: "gemm" (the
-first, kernels/w12/gemm.py; the default) or "gemv" (split-K for M <= 16,
-kernels/w12/gemv.py).
+first, kernels/w12/gemm.py), "gemv" (split-K, kernels/w12/gemv.py) or "auto" (the default:
+per weight shape and row bucket, both kernels are tuned and timed once, outside any CUDA
+graph capture, and the faster one is kept; a shape first met inside a capture runs "gemm").
+Both kernels compute the same products; only the fp32 summation order differs.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from torch import nn
 from kernels.w12.format import W12Tensor, decode, decode_w8, encode
 
 PLANES = ("hi", "lo", "base", "exc_idx", "exc_val")
-KERNELS = ("gemm", "gemv")
+KERNELS = ("gemm", "gemv", "auto")
+_CHOICE: dict[tuple, str] = {}   # (row bucket, N, K, view, dtype, device) -> kernel
 
 
 class W12Linear(nn.Module):
@@ -32,7 +35,7 @@ class W12Linear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
         self.dtype = dtype      # the compute dtype of the dense path (the source layer's)
         self.view = "w12"
-        self.kernel = "gemm"    # the CUDA kernel: "gemm" | "gemv"
+        self.kernel = "auto"    # the CUDA kernel: "gemm" | "gemv" | "auto"
         self._t = None          # the W12Tensor over the buffers (cached; rebuilt after .to())
         self._dense = dense     # the source weight (keep_dense) or the CPU decode
         if self._dense is None and self.hi.device.type != "cuda":
@@ -85,7 +88,9 @@ class W12Linear(nn.Module):
 
 
 def fused_matmul(kernel: str):
-    """The CUDA entry point of a W12 kernel: "gemm" or "gemv" (same signature)."""
+    """The CUDA entry point of a W12 kernel: "gemm", "gemv" or "auto" (same signature)."""
+    if kernel == "auto":
+        return auto_matmul
     if kernel == "gemm":
         from kernels.w12.gemm import w12_matmul
 
@@ -95,6 +100,41 @@ def fused_matmul(kernel: str):
 
         return w12_gemv
     raise ValueError(f"W12 kernel must be one of {KERNELS}, not {kernel!r}")
+
+
+def auto_matmul(x: torch.Tensor, t: W12Tensor, view: str = "w12") -> torch.Tensor:
+    """The faster of the two kernels for this shape and row count (chosen once, timed)."""
+    from kernels.w12.gemm import MAX_M
+    from kernels.w12.gemv import bucket
+
+    m = x.numel() // max(1, x.shape[-1])
+    key = (bucket(min(m, MAX_M)), t.shape[0], t.shape[1], view, x.dtype, x.device)
+    kernel = _CHOICE.get(key)
+    if kernel is None:
+        if x.is_cuda and torch.cuda.is_current_stream_capturing():
+            kernel = "gemm"
+        else:
+            kernel = _CHOICE[key] = choose(x, t, view)
+    return fused_matmul(kernel)(x, t, view)
+
+
+def choose(x: torch.Tensor, t: W12Tensor, view: str) -> str:
+    """Tune both kernels on x (their own caches), then time each once more; the faster."""
+    if not x.is_cuda:
+        return "gemm"
+    from triton.testing import do_bench
+
+    times = {}
+    for name in ("gemm", "gemv"):
+        fn = fused_matmul(name)
+        fn(x, t, view)   # tunes its configuration for this shape
+        times[name] = do_bench(lambda: fn(x, t, view), warmup=5, rep=20)
+    return min(times, key=times.get)
+
+
+def chosen_kernels() -> dict[tuple, str]:
+    """What "auto" picked so far, for reports: {(rows, N, K, view): kernel}."""
+    return {k[:4]: v for k, v in _CHOICE.items()}
 
 
 def set_kernel(model: nn.Module, kernel: str) -> int:

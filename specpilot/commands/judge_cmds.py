@@ -54,9 +54,12 @@ _root = require_root
 @click.option("--request-set", default="dev", show_default=True, help="dev, sealed or a JSONL file")
 @click.option("--sigma", type=float, default=None, help="noise σ to use instead of the cached A/A")
 @click.option("--model", default=None, help="model (default: config)")
+@click.option("--drafter-a", default=None,
+              help="A's drafter (default: config controller.drafter; ar for none)")
+@click.option("--drafter-b", default=None, help="B's drafter (default: A's)")
 @click.option("--json", "as_json", is_flag=True)
 def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, request_set, sigma,
-                model, as_json):
+                model, drafter_a, drafter_b, as_json):
     """Paired benchmark of B against A (commits, or `stock` for HEAD). Exit 0 if B is
     adopted, 3 if not."""
     from specpilot.controller import compare
@@ -67,7 +70,7 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
 
     rep = compare(_root(), a, b, _pairs(opt_a, "--opt-a"), _pairs(opt_b, "--opt-b"),
                   _devices(devices), rounds, model, n_requests, max_new, sigma, request_set,
-                  progress)
+                  progress, drafter_a=drafter_a, drafter_b=drafter_b)
     if as_json:
         click.echo(rep.model_dump_json(indent=1))
     else:
@@ -75,12 +78,13 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
         method = {"t": "t-interval", "bca": "BCa bootstrap"}[est.method]
         wil = "n/a" if est.wilcoxon_p is None else f"{est.wilcoxon_p:.3g}"
         click.echo(f"A {rep.a.rev} ({rep.a.commit[:10]}, tree {rep.a.tree[:10]}) "
-                   f"options {rep.a.options or 'defaults'}")
+                   f"options {rep.a.options or 'defaults'}, drafter {rep.drafter}")
         click.echo(f"B {rep.b.rev} ({rep.b.commit[:10]}, tree {rep.b.tree[:10]}) "
-                   f"options {rep.b.options or 'defaults'}")
+                   f"options {rep.b.options or 'defaults'}, drafter {rep.drafter_b or rep.drafter}")
         click.echo(f"{rep.mode} on {', '.join(rep.devices)} ({rep.paired.hardware}); "
                    f"{rep.rounds} rounds x {len(rep.requests)} requests = {est.pairs} pairs, "
-                   f"{rep.warmup_rounds} warm-up round(s) excluded")
+                   f"{rep.warmup_rounds} warm-up round(s) excluded; measured rounds took "
+                   f"{sum(rep.paired.round_wall_s):.1f} s")
         click.echo(f"gain of B over A   {est.gain:+.2%}")
         click.echo(f"lower bound        {est.lower_bound:+.2%}  (one-sided {est.level:.0%}, {method})")
         click.echo(f"Wilcoxon p         {wil}  (one-sided, B faster)")

@@ -167,5 +167,25 @@ def rebase_cmd(onto, ids, as_json):
     sys.exit(0 if all(r.status in ("moved", "unchanged") for r in results) else 1)
 
 
+@memory_group.command("add-result")
+@click.argument("entry_id")
+@click.option("--comparison", "comparison", required=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A controller report: the output of `specpilot compare --json`.")
+@click.option("--note", default="", help="Appended to the recorded verdict.")
+@click.option("--no-files", is_flag=True, help="Do not rewrite memory/<id>.toml.")
+@JSON
+def add_result_cmd(entry_id, comparison, note, no_files, as_json):
+    """Attach a controller verdict to an entry's metadata (its note; the tree is unchanged)."""
+    from specpilot.memory.results import add_result, from_comparison
+
+    result = from_comparison(comparison, note)
+    meta = add_result(Memory(), entry_id, result, write_files=not no_files)
+    _emit(as_json, result.model_dump(mode="json"),
+          f"{entry_id}: result {len(meta.results)}: {result.metric} {result.value:+.2%} "
+          f"(lower bound {result.ci_low:+.2%}) on {result.hardware}, {result.model}: "
+          f"{result.verdict}")
+
+
 def register(cli: click.Group) -> None:
     cli.add_command(memory_group)

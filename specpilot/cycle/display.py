@@ -14,12 +14,12 @@ from specpilot.cycle.state import PHASES, RunState
 
 def summary_table(state: RunState) -> Table:
     t = Table(title=f"{state.run_id}: phase {state.phase}", title_justify="left")
-    for col in ("direction", "backend", "status", "gain", "lower bound", "entry"):
+    for col in ("direction", "backend", "device", "status", "gain", "lower bound", "entry"):
         t.add_column(col, no_wrap=True)
     t.add_column("reason", overflow="fold", ratio=1)
     for d in state.directions:
         pct = lambda x: "" if x is None else f"{x:+.1%}"  # noqa: E731
-        t.add_row(d.direction.id, d.direction.backend, d.status, pct(d.gain),
+        t.add_row(d.direction.id, d.direction.backend, d.device or "", d.status, pct(d.gain),
                   pct(d.lower_bound), d.entry or "", (d.reasons or [""])[-1][:160])
     return t
 

@@ -125,7 +125,7 @@ def stock_references(root: Path, cfg: Config, gates: GatesSection, check: str, c
 
 def run_gates(root: Path, cfg: Config, gates: GatesSection, commit: str, options: dict,
               refs: list, check: str, default_gate: bool, log_dir: Path,
-              timeout_s: float = 3600) -> list[dict]:
+              timeout_s: float = 3600, env_extra: dict | None = None) -> list[dict]:
     """The option-default and/or token-forcing gate on `commit`'s clean checkout."""
     co = clean_checkout(GitStore(root), commit, cfg.system_paths, root)
     ctx = max(len(r.prompt_ids) + r.length for r in refs) + 64
@@ -138,6 +138,7 @@ def run_gates(root: Path, cfg: Config, gates: GatesSection, commit: str, options
         job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "out.json"
         job_path.write_text(json.dumps(job))
         env = {k: v for k, v in os.environ.items() if k not in SCRUB_ENV}
+        env.update(env_extra or {})   # a cycle's slot: the one device this direction owns
         env.update(PYTHONPATH=f"{co.path}{os.pathsep}{PACKAGE_ROOT}", PYTHONNOUSERSITE="1")
         with open(log_dir / f"gates-{check}.log", "wb") as log:
             proc = subprocess.run([sys.executable, "-P", "-B", "-s", str(GATE_WORKER),
@@ -151,13 +152,14 @@ def run_gates(root: Path, cfg: Config, gates: GatesSection, commit: str, options
 
 
 def prescreen(root: Path, cfg: Config, base: System, cand: System, requests: int,
-              max_new: int, log_dir: Path) -> dict:
+              max_new: int, log_dir: Path, device: str | None = None) -> dict:
     """Cheapest timing evidence: one paired round (A then B per request), no σ."""
     store = GitStore(root)
     co_a = clean_checkout(store, base.commit, cfg.system_paths, root)
     co_b = clean_checkout(store, cand.commit, cfg.system_paths, root)
     job = controller.Job(controller.pick_requests(cfg.model.path, requests, "dev"), max_new,
-                         cfg.controller.drafter, ["cpu"] if not _cuda() else ["cuda:0"], 1, 0,
+                         cfg.controller.drafter,
+                         [device or ("cuda:0" if _cuda() else "cpu")], 1, 0,
                          cfg.model.path)
     paired, _, _ = controller.paired_run(co_a, base.options, co_b, cand.options, job, cfg,
                                          log_dir)
@@ -168,10 +170,11 @@ def prescreen(root: Path, cfg: Config, base: System, cand: System, requests: int
 
 
 def compare(root: Path, cfg: Config, base: System, cand: System, rounds: int, requests: int,
-            max_new: int, source: str = "dev", progress=lambda s: None) -> dict:
+            max_new: int, source: str = "dev", progress=lambda s: None,
+            devices: list[str] | None = None) -> dict:
     """The controller's paired A/B of cand against base; a summary plus the full report."""
     rep = controller.compare(root, base.commit, cand.commit, base.options, cand.options,
-                             None, rounds, None, requests, max_new, None, source, progress)
+                             devices, rounds, None, requests, max_new, None, source, progress)
     return {"adopted": rep.decision.adopted, "verdict": rep.decision.verdict,
             "gain": rep.estimate.gain, "lower_bound": rep.estimate.lower_bound,
             "threshold": rep.decision.threshold, "sigma": rep.sigma,

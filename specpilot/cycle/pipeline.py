@@ -6,12 +6,13 @@ its first unfinished step (a candidate commit, once made, is kept and never re-p
 
 from __future__ import annotations
 
+import contextlib
 import time
 import traceback
 from pathlib import Path
 
 from specpilot.cycle import judges
-from specpilot.cycle.state import DirectionState, System
+from specpilot.cycle.state import DirectionState, StepTime, System
 from specpilot.errors import SpecPilotError
 
 
@@ -33,9 +34,12 @@ def backend_for(name: str):
 
 def run_direction(cycle, ds: DirectionState, device_env: dict) -> None:
     """Drive `ds` to a final status; every exception becomes status 'error' with a reason."""
+    from specpilot.cycle.runner import slot_device
+
     ds.attempts += 1
     ds.status = "running"
     ds.started = ds.started or time.time()
+    ds.device = slot_device(device_env)
     cycle.save()
     try:
         _steps(cycle, ds, device_env)
@@ -54,10 +58,12 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
     base = ds.base or cycle.state.base
     log_dir = cycle.runs.log_dir(d.id)
     say = lambda msg: cycle.progress(d.id, msg)  # noqa: E731
+    device = ds.device or "cpu"
     if ds.step == "start":
         ctx = cycle.agent_context(ds, device_env)
         say(f"{d.backend}: producing a candidate")
-        ds.candidate = backend_for(d.backend)(ctx)
+        with timed(ds, "candidate"):
+            ds.candidate = backend_for(d.backend)(ctx)
         ds.step = "candidate"
         cycle.save()
     cand = ds.candidate
@@ -71,10 +77,11 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
             gain = cand.predicted_gain or 0.0
             ds.prescreen = {"gain": gain, "source": "tuner (successive halving)"}
         else:
-            say("pre-screen: one short paired round")
-            ds.prescreen = judges.prescreen(root, cfg, base, cand_sys,
-                                            ex.prescreen_requests, ex.prescreen_max_new,
-                                            log_dir / "prescreen")
+            say(f"pre-screen: one short paired round on {device}")
+            with timed(ds, "prescreen"):
+                ds.prescreen = judges.prescreen(root, cfg, base, cand_sys,
+                                                ex.prescreen_requests, ex.prescreen_max_new,
+                                                log_dir / "prescreen", device)
             gain = ds.prescreen["gain"]
         ds.step = "prescreen"
         if gain < ex.prescreen_min_gain:
@@ -87,9 +94,12 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
         if ds.status == "prescreen-rejected":
             return
         say("gates: option-default and dev token forcing")
-        refs = cycle.references("dev")
-        ds.gates = judges.run_gates(root, cfg, cycle.gates_cfg, cand.commit, cand.options,
-                                    refs, "dev", cand.code_changed, log_dir)
+        with timed(ds, "references"):   # shared by all directions, computed once
+            refs = cycle.references("dev")
+        with timed(ds, "gates"):
+            ds.gates = judges.run_gates(root, cfg, cycle.gates_cfg, cand.commit, cand.options,
+                                        refs, "dev", cand.code_changed, log_dir,
+                                        env_extra=device_env)
         ok, reasons = judges.gates_passed(ds.gates)
         ds.step = "gates"
         if not ok:
@@ -100,11 +110,13 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
     if ds.step == "gates":
         if ds.status == "gate-failed":
             return
-        say("controller: paired A/B on clean checkouts")
-        ds.verdict = judges.compare(root, cfg, base, cand_sys,
-                                    ex.controller_rounds, ex.controller_requests,
-                                    ex.controller_max_new,
-                                    progress=lambda m: say(f"controller: {m}"))
+        say(f"controller: paired A/B on clean checkouts, on {device}")
+        with timed(ds, "controller"):
+            ds.verdict = judges.compare(root, cfg, base, cand_sys,
+                                        ex.controller_rounds, ex.controller_requests,
+                                        ex.controller_max_new,
+                                        progress=lambda m: say(f"controller: {m}"),
+                                        devices=[device])
         ds.gain, ds.lower_bound = ds.verdict["gain"], ds.verdict["lower_bound"]
         ds.step = "controller"
         if not ds.verdict["adopted"]:
@@ -124,6 +136,16 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
             ds.reasons.append(f"adopted; options {cand.options} (no code change, no entry)")
         ds.status = "adopted"
         ds.step = "recorded"
+
+
+@contextlib.contextmanager
+def timed(ds: DirectionState, step: str):
+    """Record when a step of the direction ran (wall clock), even when it raises."""
+    t0 = time.time()
+    try:
+        yield
+    finally:
+        ds.timeline.append(StepTime(step=step, start=t0, end=time.time()))
 
 
 def worktree_name(run_id: str, direction_id: str) -> str:

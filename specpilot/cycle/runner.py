@@ -176,7 +176,11 @@ class Cycle:
 
 
 def device_slots(ex) -> list[dict]:
-    """One environment per concurrent sub-agent: a CUDA device each, or N CPU slots."""
+    """One environment per concurrent sub-agent: a CUDA device each, or N CPU slots.
+
+    `CUDA_VISIBLE_DEVICES` in a slot names a device as this process's own environment does
+    (an index into its CUDA_VISIBLE_DEVICES list when that is set), so a child started with
+    the slot sees exactly that one device."""
     devices = list(ex.devices)
     if not devices:
         try:
@@ -186,8 +190,23 @@ def device_slots(ex) -> list[dict]:
         except ImportError:
             devices = []
     if devices:
-        return [{"CUDA_VISIBLE_DEVICES": d} for d in devices]
+        parent = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+                  if d.strip()]
+        return [{"CUDA_VISIBLE_DEVICES": parent[int(d)] if parent and d.isdigit()
+                 and int(d) < len(parent) else d} for d in devices]
     return [{"CUDA_VISIBLE_DEVICES": ""} for _ in range(ex.parallel_cpu)]
+
+
+def slot_device(env: dict) -> str:
+    """The device a slot's environment names, as this process addresses it: `cuda:N`, or
+    `cpu` for a CPU slot. The controller's workers inherit this process's environment, so
+    a physical id listed in our own CUDA_VISIBLE_DEVICES maps back to its index there."""
+    phys = env.get("CUDA_VISIBLE_DEVICES", "")
+    if not phys:
+        return "cpu"
+    parent = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+              if d.strip()]
+    return f"cuda:{parent.index(phys) if phys in parent else phys}"
 
 
 def start(root: Path, progress=lambda who, msg: None, client=None) -> Cycle:

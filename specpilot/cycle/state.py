@@ -61,6 +61,13 @@ class System(BaseModel):
     options: dict[str, str] = Field(default_factory=dict)
 
 
+class StepTime(BaseModel):
+    """When one step of a direction ran (wall clock, seconds since the epoch)."""
+    step: str
+    start: float
+    end: float
+
+
 class DirectionState(BaseModel):
     direction: Direction
     status: Status = "pending"
@@ -79,6 +86,8 @@ class DirectionState(BaseModel):
     attempts: int = 0
     base: System | None = None        # the system it starts from if not the cycle's base
     deps: list[str] = Field(default_factory=list)   # entries that base is made of
+    device: str | None = None         # where its judges ran: cuda:N (its slot) or cpu
+    timeline: list[StepTime] = Field(default_factory=list)
 
 
 class RunState(BaseModel):

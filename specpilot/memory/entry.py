@@ -60,6 +60,7 @@ class Result(_Strict):
     model: str = ""
     request_set: str = ""
     controller_run: str = ""
+    verdict: str = ""          # the controller's verdict, for controller results
     date: datetime | None = None
     stale: bool = False
 

@@ -69,9 +69,9 @@ def test_gemv_tuned_odd_k_and_generic_x():
     assert gemv.chosen(1, t, "w12", x.dtype) in gemv.CONFIGS[1]
 
 
-@pytest.mark.parametrize("kernel", ["gemm", "gemv"])
+@pytest.mark.parametrize("kernel", ["gemm", "gemv", "auto"])
 def test_converted_model_on_cuda_runs_the_fused_kernel_close_to_bf16(kernel):
-    from kernels.w12.linear import W12Linear, convert_model, set_kernel
+    from kernels.w12.linear import W12Linear, chosen_kernels, convert_model, set_kernel
     from stock.config import PRESETS
     from stock.model import Transformer
 
@@ -87,3 +87,6 @@ def test_converted_model_on_cuda_runs_the_fused_kernel_close_to_bf16(kernel):
     want = ref(ids, ref.new_cache(64), 0).logits
     got = net(ids, net.new_cache(64), 0).logits
     _close(got, want)
+    if kernel == "auto":   # every shape met got a timed choice of one of the two kernels
+        picks = chosen_kernels()
+        assert picks and set(picks.values()) <= {"gemm", "gemv"}

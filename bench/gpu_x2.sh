@@ -1,0 +1,146 @@
+#!/bin/bash
+# The two-GPU session (nvidia-h200-x2), three calls on one warm machine (issues 4, 6, 7, 8).
+# Every call carries .whl and .gpub (git bundle create .gpub/repo.bundle --all, after
+# committing); the embedded GGUF travels in halves: call 1 carries .gpu0, call 2 .gpu1.
+#
+#   bash bench/gpu_x2.sh 27b SECONDS        # call 1 (carry .whl .gpub .gpu0)
+#     devices   bench/gpu_devices.py: copy bandwidth and bf16 GEMM rate of each GPU, alone
+#               and both at once
+#     GPU 0+1   controller A/A of stock on random:dense-27b, side by side with swaps
+#     GPU 1     then bench/gpu_w12.py --full (W12 kernels against cuBLAS) and bench/gpu_27b.py
+#               --w12 (27B-class AR and verify steps: bf16, W12 gemm, gemv, auto)
+#     GPU 0     at the same time: the same A/A on one GPU (A B B A), then weights=w12 (memory
+#               entry w12-weights) against stock on one GPU
+#     GPU 0+1   weights=w12 against stock side by side
+#   bash bench/gpu_x2.sh embedded SECONDS   # call 2 (carry .whl .gpub .gpu1)
+#     GPU 1     block-drafter training (stock/drafters/train_block.py), weights to $OUT/block
+#               and /tmp/block
+#     GPU 0     at the same time: embedded A/A on one GPU (A B B A), analyze on CUDA, AR and
+#               n-gram with and without CUDA graphs (bench/gpu_stock.py), tests/gpu
+#   bash bench/gpu_x2.sh pair SECONDS       # call 3 (carry .whl .gpub)
+#     GPU 0+1   embedded A/A side by side; block drafter against n-gram side by side;
+#               specpilot explore with one sub-agent per GPU
+#     GPU 0     bench/gpu_block.py (AR, n-gram, block: tokens/s, τ per category, forcing)
+#     GPU 1     at the same time: block against n-gram on one GPU (A B B A)
+set -u
+here=$(cd "$(dirname "$0")/.." && pwd)
+source "$here/bench/gpu_lib.sh"
+mode=${1:?27b, embedded or pair}
+gpu_begin "${2:-540}"
+cd "$here" && gpu_repo || exit 1
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+CMP="python3 -m specpilot compare"
+summary() {
+    python3 - "$@" <<'PY'
+import json, sys
+for f in sys.argv[1:]:
+    try:
+        r = json.load(open(f))
+    except (OSError, ValueError) as exc:
+        print(f"{f.split('/')[-1]}: no report ({exc.__class__.__name__})"); continue
+    e, d, p = r["estimate"], r["decision"], r["paired"]
+    print(f"{f.split('/')[-1]}: {r['mode']} on {','.join(r['devices'])}, pairs {e['pairs']}, "
+          f"gain {100 * e['gain']:+.3f}%, lower {100 * e['lower_bound']:+.3f}% ({e['method']}), "
+          f"sigma {100 * r['sigma']:.3f}% ({r['sigma_source']}), sd(log ratio) "
+          f"{e['sd_log_ratio']:.4f}, threshold {100 * d['threshold']:.2f}%, "
+          f"{d['verdict']}; measured rounds {sum(p.get('round_wall_s') or [0]):.1f} s")
+PY
+}
+case "$mode" in
+27b)
+    step devices 60 python3 bench/gpu_devices.py --out "$OUT"
+    step aa27_2gpu 130 bash -c "$CMP stock stock --model random:dense-27b --devices 0,1 \
+        --rounds 6 --requests 4 --max-new 32 --json > $OUT/aa27_2gpu.json"
+    ( export CUDA_VISIBLE_DEVICES=1
+      step w12 120 python3 bench/gpu_w12.py --out "$OUT" --full --budget-s 100
+      step b27 170 python3 bench/gpu_27b.py --out "$OUT" --w12 --iters 20 ) \
+        > "$OUT/gpu1.txt" 2>&1 &
+    step aa27_1gpu 130 bash -c "$CMP stock stock --model random:dense-27b --devices 0 \
+        --rounds 6 --requests 4 --max-new 32 --json > $OUT/aa27_1gpu.json"
+    step w12_27b_1gpu 150 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
+        --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
+        --max-new 32 --json > $OUT/w12_27b_1gpu.json"
+    wait; cat "$OUT/gpu1.txt"
+    step w12_27b_2gpu 150 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
+        --opt-b weights=w12 --model random:dense-27b --devices 0,1 --rounds 6 --requests 4 \
+        --max-new 32 --json > $OUT/w12_27b_2gpu.json"
+    summary "$OUT"/aa27_1gpu.json "$OUT"/aa27_2gpu.json "$OUT"/w12_27b_1gpu.json \
+        "$OUT"/w12_27b_2gpu.json
+    ;;
+embedded)
+    python3 -c "from stock.weights import resolve; print('embedded at', resolve('embedded'))" \
+        2>&1 | tail -1
+    rm -rf /tmp/block
+    ( export CUDA_VISIBLE_DEVICES=1
+      step train_block 430 python3 -m stock.drafters.train_block --out /tmp/block --seed 0 \
+        --device cuda --prompts 4096 --max-new 256 --gen-batch 512 --steps 4000 --batch 64 \
+        --anchors 16 --gen-seconds 150 --total-seconds 400
+      mkdir -p "$OUT/block" && cp /tmp/block/* "$OUT/block/" 2>/dev/null
+      TAIL=12 step tau_check 90 python3 bench/gpu_block.py --weights /tmp/block \
+        --per-category 1 --max-new 128 --no-ar --no-force ) > "$OUT/gpu1.txt" 2>&1 &
+    export CUDA_VISIBLE_DEVICES=0
+    step aa_emb_1gpu 110 bash -c "$CMP stock stock --devices 0 --rounds 6 --requests 8 \
+        --max-new 64 --json > $OUT/aa_emb_1gpu.json"
+    step analyze 90 bash -c "python3 -m specpilot analyze --device cuda --requests 4 \
+        --max-new 64 --json > $OUT/analyze_h200.json; python3 -m specpilot analyze \
+        --device cuda --requests 4 --max-new 64 2>&1 | tail -20"
+    step stock_graphs 120 python3 bench/gpu_stock.py --graphs both --prompts 8 --max-new 128 \
+        --drafters ngram --out "$OUT/gpu_stock_graphs.json"
+    step gputests 120 python3 -m pytest -q -x tests/gpu
+    wait; cat "$OUT/gpu1.txt"
+    summary "$OUT"/aa_emb_1gpu.json
+    ;;
+pair)
+    [ -f /tmp/block/manifest.json ] || echo "no trained block drafter in /tmp/block"
+    blk="--drafter-a ngram --drafter-b block --opt-b block_weights=/tmp/block"
+    step aa_emb_2gpu 100 bash -c "$CMP stock stock --devices 0,1 --rounds 6 --requests 8 \
+        --max-new 64 --json > $OUT/aa_emb_2gpu.json"
+    step block_2gpu 100 bash -c "$CMP stock stock $blk --devices 0,1 --rounds 6 --requests 8 \
+        --max-new 64 --json > $OUT/block_2gpu.json"
+    cat >> .specpilot/config.toml <<'TOML'
+
+[explore]
+devices = ["0", "1"]
+max_directions = 2
+analyze_requests = 2
+analyze_max_new = 32
+prescreen_requests = 2
+prescreen_max_new = 64
+gate_requests = 2
+gate_length = 128
+controller_rounds = 4
+controller_requests = 4
+controller_max_new = 64
+validate_requests = 2
+validate_length = 256
+TOML
+    python3 -m specpilot init > "$OUT/init.log" 2>&1 || tail -5 "$OUT/init.log"
+    TAIL=40 step explore 260 python3 -m specpilot explore --json
+    python3 - <<'PY' 2>&1 | tee "$OUT/explore_record.txt"
+import glob, json, os
+runs = sorted(glob.glob(".specpilot/runs/run-*/state.json"), key=os.path.getmtime)
+if not runs:
+    raise SystemExit("no run record")
+s = json.load(open(runs[-1]))
+print(runs[-1], "phase", s["phase"])
+t0 = min((d.get("started") or 9e18) for d in s["directions"]) if s["directions"] else 0
+for d in s["directions"]:
+    st, fin = d.get("started"), d.get("finished")
+    span = f"{st - t0:7.1f}-{(fin or 0) - t0:7.1f} s" if st else "not started"
+    print(f"{d['direction']['id']:<28} {d.get('device')} {d['status']:<18} {span}")
+    for x in d.get("timeline", []):
+        print(f"    {x['step']:<11} {x['start'] - t0:7.1f}-{x['end'] - t0:7.1f} s")
+    print("    " + "; ".join(d.get("reasons", [])[-2:])[:300])
+PY
+    cp "$(ls -t .specpilot/runs/run-*/state.json | head -1)" "$OUT/explore_state.json" 2>/dev/null
+    ( export CUDA_VISIBLE_DEVICES=1
+      step block_1gpu 150 bash -c "$CMP stock stock $blk --devices 0 --rounds 6 \
+        --requests 8 --max-new 64 --json > $OUT/block_1gpu.json" ) > "$OUT/gpu1.txt" 2>&1 &
+    CUDA_VISIBLE_DEVICES=0 TAIL=30 step block_bench 150 python3 bench/gpu_block.py \
+        --weights /tmp/block --per-category 2 --max-new 256 --also ngram --out "$OUT"
+    wait; cat "$OUT/gpu1.txt"
+    summary "$OUT"/aa_emb_2gpu.json "$OUT"/block_2gpu.json "$OUT"/block_1gpu.json
+    ;;
+*) echo "unknown mode $mode"; exit 2 ;;
+esac
+echo "call done at $(date +%T), $(left) s of the budget left"

@@ -1,0 +1,60 @@
+"""`specpilot memory add-result`: attach a measured result to an entry's metadata.
+
+Results live in the entry's note (and `memory/<id>.toml`), never in its tree, so adding one
+changes neither the entry commit nor what replay reproduces. A controller comparison (the
+JSON of `specpilot compare --json`) becomes a `controller_gain` result: the gain, its
+one-sided lower bound, the verdict, the hardware, model and requests it was measured on.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+from specpilot.errors import SpecPilotError
+from specpilot.gitstore import ENTRY_PREFIX
+from specpilot.memory.entry import Result
+from specpilot.memory.store import Memory, write_file_entry
+
+
+def from_comparison(path: Path, note: str = "") -> Result:
+    """A controller report (`specpilot compare --json`) as a result of its B side."""
+    try:
+        rep = json.loads(path.read_text())
+        est, dec = rep["estimate"], rep["decision"]
+        verdict = dec["verdict"] + (f"; {note}" if note else "")
+        return Result(
+            metric="controller_gain", value=est["gain"], ci_low=est["lower_bound"],
+            confidence=est.get("level", 0.95), hardware=rep["paired"]["hardware"],
+            model=rep["model"], request_set=f"{len(rep['requests'])} requests x "
+                                            f"{rep['max_new']} new tokens",
+            controller_run=f"{rep['mode']} on {','.join(rep['devices'])}; B options "
+                           f"{rep['b']['options']}; sigma {rep['sigma']:.4f}; threshold "
+                           f"{dec['threshold']:.4f}",
+            verdict=verdict, date=datetime.now(timezone.utc).replace(microsecond=0))
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise SpecPilotError(f"{path}: not a controller report (specpilot compare --json): "
+                             f"{exc}", code=2) from exc
+
+
+def add_result(memory: Memory, entry_id: str, result: Result, write_files: bool = True):
+    """Append `result` to the entry's note (and memory/<id>.toml); returns the new meta."""
+    store = memory.store
+    with store.writer_lock():
+        refs = memory.ref_entries()
+        if entry_id not in refs:
+            raise SpecPilotError(f"no memory entry {entry_id!r}", code=2)
+        entry = refs[entry_id]
+        meta = entry.meta.model_copy(update={"results": [*entry.meta.results, result]})
+        meta = type(meta).validate_dict(meta.model_dump(), f"entry {entry_id}")
+        raw = meta.to_toml()
+        store.set_note(entry.commit, raw, meta.git_date())
+        if write_files:
+            patch = store.diff_patch(store.parents(entry.commit)[0], entry.commit,
+                                     memory.system_paths)
+            write_file_entry(memory.folder, raw, entry_id, patch)
+    return meta
+
+
+__all__ = ["ENTRY_PREFIX", "add_result", "from_comparison"]
