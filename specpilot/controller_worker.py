@@ -115,6 +115,7 @@ class Server:
         self.tree = tree_hash(checkout, setup["system_paths"])  # before importing any of it
         device = _place(setup["device"])
         import stock
+        import stock.system  # noqa: F401 - registers every option the system defines (drafters')
         import torch
         from stock.options import Options
 

@@ -97,6 +97,21 @@ class Reply:
     steps: int
 
 
+def isolate_device(device: str, visible: str | None) -> tuple[str | None, str]:
+    """A worker for `cuda:N` sees that one GPU alone, as its cuda:0: returns the worker's
+    CUDA_VISIBLE_DEVICES (N's entry in ours when we have one) and the device name it uses.
+    Inside one process a second GPU is never the current device by default, and kernels
+    launched there (graph capture, Triton) then run against the wrong device; a process
+    that sees one GPU cannot get that wrong. CPU devices pass through unchanged."""
+    if not device.startswith("cuda"):
+        return None, device
+    index = int(device.split(":", 1)[1]) if ":" in device else 0
+    ours = [d.strip() for d in (visible or "").split(",") if d.strip()]
+    if ours and index >= len(ours):
+        raise WorkerError(f"{device}: only {len(ours)} visible device(s) ({visible})")
+    return (ours[index] if ours else str(index)), "cuda:0"
+
+
 @dataclass
 class Worker:
     """One system on one device, served from a clean checkout by a separate process."""
@@ -116,6 +131,9 @@ class Worker:
         env = {k: v for k, v in os.environ.items() if k not in SCRUB_ENV}
         env.update(PYTHONPATH=str(self.checkout.path), PYTHONDONTWRITEBYTECODE="1",
                    PYTHONNOUSERSITE="1")
+        visible, device = isolate_device(self.device, env.get("CUDA_VISIBLE_DEVICES"))
+        if visible is not None:
+            env["CUDA_VISIBLE_DEVICES"] = visible
         read_fd, write_fd = os.pipe()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")
@@ -127,7 +145,7 @@ class Worker:
         os.close(write_fd)
         self._replies = os.fdopen(read_fd, "r")
         self._send({"checkout": str(self.checkout.path), "system_paths": self.system_paths,
-                    "model": self.model, "options": self.options, "device": self.device,
+                    "model": self.model, "options": self.options, "device": device,
                     "drafter": self.drafter, "max_context": self.max_context})
         self.ready = self._receive("ready")
         self._check_ready()

@@ -181,3 +181,26 @@ def test_workers_compute_in_stock_dtype_bf16_on_cuda_fp32_on_cpu():
     assert compute_dtype("cuda") is torch.bfloat16
     assert compute_dtype("cuda:1") is torch.bfloat16
     assert compute_dtype("cpu:0") is torch.float32
+
+
+def test_a_cuda_worker_sees_its_one_gpu_as_cuda0():
+    from specpilot.worker_proc import isolate_device
+
+    assert isolate_device("cuda:1", None) == ("1", "cuda:0")
+    assert isolate_device("cuda", None) == ("0", "cuda:0")
+    assert isolate_device("cuda:1", "4,6") == ("6", "cuda:0")   # our cuda:1 is physical 6
+    assert isolate_device("cpu:1", "4,6") == (None, "cpu:1")
+    with pytest.raises(WorkerError, match="visible"):
+        isolate_device("cuda:2", "4,6")
+
+
+def test_worker_accepts_options_registered_by_the_systems_drafters(project, tmp_path):
+    """block_size is registered by stock/drafters/block.py, not stock/options.py: the
+    worker must know it before it parses the options it was asked for."""
+    co = clean_checkout(GitStore(project), "HEAD", ["stock"], project)
+    w = Worker("A", co, ["stock"], "random:tiny-qwen3", {"block_size": "8"}, "cpu",
+               tmp_path / "a.log")
+    try:
+        assert w.start()["options"]["block_size"] == 8
+    finally:
+        w.stop()

@@ -22,6 +22,7 @@ def main(argv: list[str]) -> int:
 
     from specpilot.config import GatesSection
     from specpilot.forcing import Reference, forcing_gate, option_default_gate
+    import stock.system  # noqa: F401 - registers every option the system defines
     from stock.engine import Engine
     from stock.options import Options
 
