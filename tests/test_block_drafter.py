@@ -282,3 +282,65 @@ def test_answering_stops_at_its_time_limit(toy):
     assert short.tokens.shape[0] == 2 and len(short.end) == 2  # only the first batch
     assert torch.equal(short.tokens[:, : short.prompt_cols + 8],
                        data.tokens[:2, : data.prompt_cols + 8])
+
+
+def reference_block_logits(net, target, tokens, pending):
+    """The drafter's logits computed the plain way: the module path (BlockNet.forward), the
+    context built from one target forward, no cache, no mask, no fused weights."""
+    out = target(torch.tensor([tokens]), target.new_cache(256), 0,
+                 hidden_layers=net.cfg.target_layers)
+    n, t = len(tokens), net.cfg.block_size
+    feat = net.features([out.hidden[i] for i in net.cfg.target_layers])
+    ctx = net.context_kv(feat, target.cos[:n][None, None], target.sin[:n][None, None])
+    x = net.block_inputs(target.model.embed_tokens(torch.tensor([pending])))  # [1, T, H]
+    pos = torch.arange(n, n + t)
+    h = net(x, target.cos[pos][None, None], target.sin[pos][None, None], ctx)
+    return target.lm_head(h[0]).float()
+
+
+def test_fused_fixed_shape_drafter_matches_the_module_path(toy, toy_trained):
+    """The inference path (fused GEMMs, block K/V in the cache, bucketed keys under a mask)
+    computes what the modules compute, at several context lengths and for qk-norm targets."""
+    target, prompts, data = toy
+    for net in (toy_trained[0], random_net(target, block_size=5)):
+        drafter = BlockDrafter(net, target, 256)
+        for n in (3, 17, 40):
+            tokens = data.tokens[0, data.pad[0]:][:n].tolist()
+            out = target(torch.tensor([tokens]), target.new_cache(256), 0,
+                         hidden_layers=drafter.hidden_layers)
+            drafter.reset()
+            drafter.extend(out.hidden, n)
+            got = drafter.block_logits(7)
+            ref = reference_block_logits(net, target, tokens, 7)
+            assert got.shape == ref.shape
+            assert torch.allclose(got, ref, atol=1e-4, rtol=1e-4), (n, (got - ref).abs().max())
+            assert drafter.kv_bucket(n + net.cfg.block_size) == 256  # one fixed shape here
+
+
+def test_training_blocks_see_what_the_drafter_sees(toy, toy_trained):
+    """No train/inference mismatch: the training forward's logits for a block at anchor p
+    (left-padded batch, features of the padded forward) equal the drafter's after the
+    engine-style context of the tokens before p, with the token at p pending."""
+    from stock.drafters.train_block import block_forward, extract_features
+
+    target, prompts, data = toy
+    net = toy_trained[0]
+    feats = extract_features(target, data, net.cfg.target_layers, 8)
+    idx = torch.tensor([1, 3])
+    p = torch.stack([data.prompt_cols + torch.tensor([0, 5]),
+                     data.prompt_cols + torch.tensor([2, 9])])
+    logits, labels = block_forward(net, target, data, feats, idx, p)
+    for bi, i in enumerate(idx.tolist()):
+        for ai in range(p.shape[1]):
+            col = int(p[bi, ai])
+            tokens = data.tokens[i, data.pad[i]:col].tolist()
+            drafter = BlockDrafter(net, target, 256)
+            out = target(torch.tensor([tokens]), target.new_cache(256), 0,
+                         hidden_layers=drafter.hidden_layers)
+            drafter.extend(out.hidden, len(tokens))
+            got = drafter.block_logits(int(data.tokens[i, col]))
+            assert torch.allclose(got, logits[bi, ai], atol=1e-4, rtol=1e-4), \
+                (i, col, (got - logits[bi, ai]).abs().max())
+            want = data.tokens[i, col + 1: col + 1 + net.cfg.block_size]
+            ok = labels[bi, ai] >= 0
+            assert torch.equal(labels[bi, ai][ok], want[: int(ok.sum())])

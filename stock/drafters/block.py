@@ -196,12 +196,35 @@ class BlockNet(nn.Module):
         return torch.cat([anchor_embeds.unsqueeze(-2), masks], dim=-2)
 
 
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """RMSNorm as `stock.layers.RMSNorm` computes it, with a weight that may be stacked
+    (broadcast over leading dims): one kernel chain for several norms at once."""
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(x.dtype)
+
+
 class BlockDrafter(Drafter):
-    """The engine-facing adapter: keeps the projected target context, drafts one block."""
+    """The engine-facing adapter: keeps the projected target context, drafts one block.
+
+    Built for a step of fixed shapes and few launches (the drafter runs eagerly between two
+    verification graphs): the k/v projections of every drafter layer for the context are one
+    GEMM, their RoPE one call and their writes two `index_copy_`; the block's own K/V are
+    written into the context cache right after the context (slots [ctx_len, ctx_len + T)), so
+    attention reads a fixed-length prefix of the cache (the smallest bucket of
+    `stock.graphs.kv_buckets` holding ctx_len + T) under an additive mask built on the device;
+    the step's inputs (pending token, ctx_len) sit in one device buffer, staged through pinned
+    memory on CUDA (no host sync); the lattice's top-k ids and log-probs come back to the host
+    in one transfer. The block forward (`_forward`) depends on host values only through its
+    kv bucket, so it could be captured in a CUDA graph per bucket; `extend` has the length of
+    the newly committed span (1 .. draft_len + 1, or the prompt at prefill).
+    The fused weights are copies taken at construction: build the drafter after training."""
 
     name = "block"
 
     def __init__(self, net: BlockNet, target, max_len: int, topk: int = 4):
+        from stock.graphs import kv_buckets  # late: stock.graphs imports the model stack
+
         cfg = net.cfg
         cfg.check_target(target.cfg)
         p = next(net.parameters())
@@ -210,26 +233,54 @@ class BlockDrafter(Drafter):
         self.net = net.eval()
         self.target, self.topk, self.max_len = target, topk, max_len
         self.hidden_layers = tuple(cfg.target_layers)
-        shape = (1, cfg.num_kv_heads, max_len, cfg.head_dim)
+        t = cfg.block_size
         dev, dt = target.device, target.dtype
-        self.k = [torch.zeros(shape, device=dev, dtype=dt) for _ in range(cfg.num_layers)]
-        self.v = [torch.zeros(shape, device=dev, dtype=dt) for _ in range(cfg.num_layers)]
+        self.slots = max_len + t  # room for the block's own K/V after a full context
+        self.kv_buckets = kv_buckets(self.slots)
+        n_layers, hkv, d = cfg.num_layers, cfg.num_kv_heads, cfg.head_dim
+        self.K = torch.zeros(n_layers, hkv, self.slots, d, device=dev, dtype=dt)
+        self.V = torch.zeros(n_layers, hkv, self.slots, d, device=dev, dtype=dt)
+        self.k = [self.K[i:i + 1] for i in range(n_layers)]  # per layer [1, Hkv, slots, D]
+        self.v = [self.V[i:i + 1] for i in range(n_layers)]
         self.ctx_len = 0  # positions [0, ctx_len) hold the target context
+        with torch.no_grad():
+            attn = [layer.self_attn for layer in net.layers]
+            # context k/v of every layer in one GEMM: rows (layer, k|v, head, dim)
+            self._ctx_w = torch.cat([w for a in attn for w in (a.k_proj.weight, a.v_proj.weight)])
+            self._qkv_w = [torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+                           for a in attn]
+            self._gate_up_w = [torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight])
+                               for layer in net.layers]
+            if cfg.qk_norm:
+                self._ctx_knorm = torch.stack([a.k_norm.weight for a in attn])[:, None, None]
+            masks = net.mask_embedding.to(dt)[None].expand(t - 1, -1)
+            self._masks = masks.contiguous()  # block rows 1 .. T-1
+        self._steps = torch.arange(t, device=dev)
+        with torch.inference_mode():
+            self._inp = torch.zeros(2, dtype=torch.long, device=dev)  # pending id, ctx_len
+        self._host = (torch.zeros(2, dtype=torch.long, pin_memory=True)
+                      if dev.type == "cuda" else None)
 
     def reset(self) -> None:
         self.ctx_len = 0
 
-    def _rope(self, start: int, n: int):
-        pos = torch.arange(start, start + n, device=self.target.device)
+    def _rope_at(self, pos: torch.Tensor):
         pos = pos.clamp(max=self.target.cfg.max_position - 1)
         return self.target.cos[pos][None, None], self.target.sin[pos][None, None]
+
+    def kv_bucket(self, end: int) -> int:
+        for b in self.kv_buckets:
+            if b >= end:
+                return b
+        raise BlockDrafterError(f"block drafter: {end} positions exceed its {self.slots} slots")
 
     @torch.inference_mode()
     def extend(self, hidden: dict[int, torch.Tensor], end: int) -> None:
         """Write the context of positions [end - n, end) from the target's hidden states.
 
-        Positions past `end` that were written before (rejected tokens) are simply no longer
-        read: the context is rolled back by length, like the target's KV cache."""
+        Positions past `end` that were written before (rejected tokens, the last block) are
+        simply no longer read: the context is rolled back by length, like the target's KV
+        cache, and the attention mask stops at the context's end."""
         if not hidden:
             if self.ctx_len != end:
                 raise BlockDrafterError(
@@ -245,30 +296,84 @@ class BlockDrafter(Drafter):
         if start < 0 or start > self.ctx_len or end > self.max_len:
             raise BlockDrafterError(f"block drafter: hidden states for positions {start}..{end - 1} "
                                     f"do not extend its context of {self.ctx_len} positions")
-        feat = self.net.features([hidden[layer].to(self.target.dtype)
-                                  for layer in self.hidden_layers])
-        cos, sin = self._rope(start, n)
-        for i, (k, v) in enumerate(self.net.context_kv(feat, cos, sin)):
-            self.k[i][:, :, start:end] = k
-            self.v[i][:, :, start:end] = v
+        net, cfg = self.net, self.net.cfg
+        dt = self.target.dtype
+        feat = net.features([hidden[layer].to(dt) for layer in self.hidden_layers])[0]  # [n, H]
+        layers, hkv, d = cfg.num_layers, cfg.num_kv_heads, cfg.head_dim
+        kv = F.linear(feat, self._ctx_w).view(n, layers, 2, hkv, d)
+        k = kv[:, :, 0].permute(1, 2, 0, 3)  # [L, Hkv, n, D]
+        v = kv[:, :, 1].permute(1, 2, 0, 3)
+        if cfg.qk_norm:
+            k = _rms(k, self._ctx_knorm, cfg.rms_norm_eps)
+        pos = torch.arange(start, end, device=self.target.device)
+        cos, sin = self._rope_at(pos)
+        self.K.index_copy_(2, pos, apply_rope(k, cos, sin))
+        self.V.index_copy_(2, pos, v)
         self.ctx_len = end
+
+    def _load(self, pending: int) -> None:
+        """The step's inputs into the device buffer: no host sync (pinned, async on CUDA;
+        the staging buffer is rewritten only after the step's lattice was read)."""
+        host = torch.tensor([pending, self.ctx_len], dtype=torch.long)
+        if self._host is None:
+            self._inp.copy_(host)
+        else:
+            self._host.copy_(host)
+            self._inp.copy_(self._host, non_blocking=True)
+
+    def _forward(self, kv_len: int) -> torch.Tensor:
+        """fp32 logits [T, vocab] of the block after self._inp's pending token at position
+        self._inp[1]; attention reads cache slots [0, kv_len)."""
+        net, cfg = self.net, self.net.cfg
+        t, h, hkv, d = cfg.block_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        g, eps = h // hkv, cfg.rms_norm_eps
+        ctx_len = self._inp[1]
+        pos = ctx_len + self._steps  # the block's positions (its K/V slots too)
+        cos, sin = self._rope_at(pos)
+        keys = torch.arange(kv_len, device=pos.device)
+        zero = torch.zeros((), dtype=self.target.dtype, device=pos.device)
+        # the context and the whole block (bidirectional): keys before ctx_len + T
+        mask = torch.where(keys < ctx_len + t, zero, torch.full_like(zero, float("-inf")))
+        mask = mask.view(1, 1, 1, kv_len)
+        x = torch.cat([self.target.model.embed_tokens(self._inp[:1]), self._masks])[None]
+        for i, layer in enumerate(net.layers):
+            attn = layer.self_attn
+            y = layer.input_layernorm(x)
+            q, k, v = F.linear(y, self._qkv_w[i]).view(1, t, h + 2 * hkv, d).split(
+                [h, hkv, hkv], dim=2)
+            if cfg.qk_norm:
+                q, k = attn.q_norm(q), attn.k_norm(k)
+            q = apply_rope(q.transpose(1, 2), cos, sin)
+            k = apply_rope(k.transpose(1, 2), cos, sin)
+            self.K[i:i + 1].index_copy_(2, pos, k)
+            self.V[i:i + 1].index_copy_(2, pos, v.transpose(1, 2))
+            # [1, H, T, D] -> [1, Hkv, G*T, D]: query head j uses K/V head j // G (as
+            # enable_gqa) without repeating K/V; every query row has the same mask
+            qg = q.reshape(1, hkv, g * t, d)
+            out = F.scaled_dot_product_attention(qg, self.K[i:i + 1, :, :kv_len],
+                                                 self.V[i:i + 1, :, :kv_len], attn_mask=mask)
+            x = x + attn.o_proj(out.view(1, h, t, d).transpose(1, 2).reshape(1, t, h * d))
+            gate, up = F.linear(layer.post_attention_layernorm(x), self._gate_up_w[i]).chunk(2, -1)
+            x = x + layer.mlp.down_proj(F.silu(gate) * up)
+        return self.target.lm_head(_rms(x[0], net.norm.weight, eps)).float()
 
     @torch.inference_mode()
     def block_logits(self, pending: int, k: int | None = None) -> torch.Tensor:
         """fp32 logits [k, vocab] (default k: block_size) for the tokens after `pending`
         (at ctx_len); the block always has block_size positions, as in training."""
-        t = self.net.cfg.block_size
-        ids = torch.tensor([[pending]], device=self.target.device)
-        x = self.net.block_inputs(self.target.model.embed_tokens(ids))[:, 0]  # [1, T, H]
-        cos, sin = self._rope(self.ctx_len, t)
-        n = self.ctx_len
-        ctx = [(k[:, :, :n], v[:, :, :n]) for k, v in zip(self.k, self.v)]
-        out = self.net(x, cos, sin, ctx)
-        return self.target.lm_head(out[0, :k]).float()
+        self._load(pending)
+        return self._forward(self.kv_bucket(self.ctx_len + self.net.cfg.block_size))[:k]
 
+    @torch.inference_mode()
     def draft(self, ctx: DraftContext, k: int) -> DraftLattice:
         self.extend(ctx.hidden, len(ctx.tokens) - 1)
         k = min(k, self.net.cfg.block_size)
         if k <= 0:
             return DraftLattice.empty(self.topk)
-        return DraftLattice.from_logits(self.block_logits(ctx.tokens[-1], k), self.topk)
+        self._load(ctx.tokens[-1])
+        logits = self._forward(self.kv_bucket(self.ctx_len + self.net.cfg.block_size))
+        top = torch.log_softmax(logits, dim=-1).topk(self.topk, dim=-1)
+        # ids and log-probs in one transfer, the step's only host read of the drafter
+        # (float64 holds both exactly: ids < 2**53, fp32 log-probs)
+        both = torch.stack([top.indices.double(), top.values.double()]).cpu()
+        return DraftLattice(both[0, :k].long(), both[1, :k].float())

@@ -150,17 +150,17 @@ def extract_features(target, data: Data, layers: tuple[int, ...], batch: int) ->
     return out
 
 
-def block_loss(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torch.Tensor,
-               gen: torch.Generator, anchors: int, decay: float):
-    """Weighted CE over a batch of blocks, plus the expected accepted length of the blocks."""
+def block_forward(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torch.Tensor,
+                  p: torch.Tensor):
+    """Logits [B, A, T, vocab] fp32 and labels [B, A, T] (-100 past the answer) of the blocks
+    at anchors p [B, A] (columns of data.tokens) of sequences idx: the block at p holds the
+    token at p then masks, sees the target context of columns [pad, p), positions counted
+    from the sequence's first real column. The same inputs as `BlockDrafter` at inference
+    (tests/test_block_drafter.py checks that both give the same logits)."""
     dev = feats.device
     t = net.cfg.block_size
     end = data.end[idx]
     s = int(end.max())
-    p_lo = data.prompt_cols
-    span = (end - 1 - p_lo).clamp(min=1).float()  # anchors p in [P, end - 2]
-    u = torch.rand(len(idx), anchors, generator=gen)
-    p = p_lo + (u * span[:, None]).long()  # [B, A]
     toks = data.tokens[idx, :s]
     pad = data.pad[idx]
     # labels: the token j + 1 after the anchor, where it is still inside the answer
@@ -183,15 +183,29 @@ def block_loss(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torc
     blk = torch.arange(a, device=dev).repeat_interleave(t)
     mask = torch.cat([ctx_ok, (blk[:, None] == blk[None, :]).expand(b, -1, -1)], dim=-1)
     h = net(x, cos[q_pos][:, None], sin[q_pos][:, None], ctx_kv, mask[:, None])
-    logits = target.lm_head(h).float()
-    lab = labels.to(dev).view(-1)
-    ce = F.cross_entropy(logits.view(-1, logits.shape[-1]), lab, ignore_index=-100,
+    return target.lm_head(h).float().view(b, a, t, -1), labels.to(dev)
+
+
+def sample_anchors(data: Data, idx: torch.Tensor, anchors: int, gen: torch.Generator):
+    """[B, anchors] anchor columns, uniform over each answer's [P, end - 2]."""
+    span = (data.end[idx] - 1 - data.prompt_cols).clamp(min=1).float()
+    u = torch.rand(len(idx), anchors, generator=gen)
+    return data.prompt_cols + (u * span[:, None]).long()
+
+
+def block_loss(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torch.Tensor,
+               gen: torch.Generator, anchors: int, decay: float):
+    """Weighted CE over a batch of blocks, plus the expected accepted length of the blocks."""
+    p = sample_anchors(data, idx, anchors, gen)
+    logits, labels = block_forward(net, target, data, feats, idx, p)
+    b, a, t, vocab = logits.shape
+    ce = F.cross_entropy(logits.view(-1, vocab), labels.view(-1), ignore_index=-100,
                          reduction="none").view(b, a, t)
-    valid = (labels.to(dev) >= 0).float()
-    w = torch.exp(-torch.arange(t, device=dev, dtype=torch.float32) / decay) * valid
+    valid = (labels >= 0).float()
+    w = torch.exp(-torch.arange(t, device=logits.device, dtype=torch.float32) / decay) * valid
     loss = (ce * w).sum() / w.sum().clamp(min=1e-9)
     with torch.no_grad():
-        hit = (logits.argmax(-1).view(b, a, t) == labels.to(dev)).float() * valid
+        hit = (logits.argmax(-1) == labels).float() * valid
         acc_len = 1.0 + hit.cumprod(-1).sum(-1).mean()  # τ if every block were full length
     return loss, float(acc_len)
 
