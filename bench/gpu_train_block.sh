@@ -16,8 +16,8 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 start=$(date +%s)
 # --total-seconds bounds the whole training command (setup, data, training, saving).
 python3 -m stock.drafters.train_block --out "$OUT/block" --seed "$seed" --device cuda \
-    --prompts 4096 --max-new 256 --gen-batch 512 --steps 4000 --batch 64 --anchors 16 \
-    --gen-seconds 150 --total-seconds 400 2>&1 | grep -v Warning | tee "$OUT/train_block.log"
+    --prompts 12000 --max-new 192 --gen-batch 512 --steps 4000 --batch 64 --anchors 16 \
+    --gen-seconds 160 --total-seconds 400 --val-every 250 2>&1 | grep -v Warning | tee "$OUT/train_block.log"
 echo "train rc=${PIPESTATUS[0]} in $(( $(date +%s) - start ))s"
 if [ -f "$OUT/block/manifest.json" ]; then
     timeout $(( 560 - ($(date +%s) - start) )) python3 bench/gpu_block.py --weights "$OUT/block" \

@@ -73,8 +73,8 @@ embedded)
     rm -rf /tmp/block
     ( export CUDA_VISIBLE_DEVICES=1
       step train_block 430 python3 -m stock.drafters.train_block --out /tmp/block --seed 0 \
-        --device cuda --prompts 4096 --max-new 256 --gen-batch 512 --steps 4000 --batch 64 \
-        --anchors 16 --gen-seconds 150 --total-seconds 400
+        --device cuda --prompts 12000 --max-new 192 --gen-batch 512 --steps 4000 --batch 64 \
+        --anchors 16 --gen-seconds 160 --total-seconds 400 --val-every 250
       mkdir -p "$OUT/block" && cp /tmp/block/* "$OUT/block/" 2>/dev/null
       TAIL=12 step tau_check 90 python3 bench/gpu_block.py --weights /tmp/block \
         --per-category 1 --max-new 128 --no-ar --no-force ) > "$OUT/gpu1.txt" 2>&1 &

@@ -266,9 +266,11 @@ def test_train_command_writes_a_manifest(tmp_path):
     from stock.drafters.train_block import main
 
     main(["--out", str(tmp_path), "--seed", "5", "--toy", "--steps", "3", "--prompts", "6",
-          "--max-new", "12"])
+          "--max-new", "12", "--val-every", "2"])
     man = json.loads((tmp_path / "manifest.json").read_text())
     assert man["seed"] == 5 and "--toy" in man["command"] and man["training"]["steps"] == 3
+    assert [h["step"] for h in man["training"]["val_history"]] == [2, 3]
+    assert man["training"]["kept_step"] in (2, 3)
     assert man["config"]["block_size"] == 4 and man["shards"][0]["sha256"]
     target, _ = toy_setup(5, 6)
     net, _ = load_block(tmp_path, target)
@@ -344,3 +346,34 @@ def test_training_blocks_see_what_the_drafter_sees(toy, toy_trained):
             want = data.tokens[i, col + 1: col + 1 + net.cfg.block_size]
             ok = labels[bi, ai] >= 0
             assert torch.equal(labels[bi, ai][ok], want[: int(ok.sum())])
+
+
+def test_validation_keeps_the_best_checkpoint_and_patience_stops(toy):
+    """Periodic validation on fixed anchors: the returned weights are those of the best check
+    (here an early one: the random toy target's answers do not generalise), and --patience
+    stops training after that many checks without a better one."""
+    from stock.drafters.train_block import evaluate, sample_anchors, validation_split
+
+    target, prompts, data = toy
+    cfg = TrainConfig(seed=0, steps=40, val_every=5, **TOY)
+    net, stats, _ = train(target, prompts, cfg, progress=lambda m: None, data=data)
+    hist = stats["val_history"]
+    assert [h["step"] for h in hist] == list(range(5, 41, 5))
+    best = max(hist, key=lambda h: (h["val_acc_len"], -h["val_loss"]))
+    assert stats["kept_step"] == best["step"] < stats["steps"] == 40
+    _, val = validation_split(data, cfg)
+    vsel = val[: cfg.val_seqs]
+    vp = sample_anchors(data, vsel, cfg.anchors, torch.Generator().manual_seed(cfg.seed + 2))
+    loss, acc = evaluate(net, target, data, data_feats(target, data, net), vsel, vp, cfg,
+                         torch.autocast("cpu", enabled=False))
+    assert round(acc, 3) == best["val_acc_len"] and abs(loss - best["val_loss"]) < 1e-3
+    _, stats2, losses2 = train(target, prompts, TrainConfig(seed=0, steps=40, val_every=5,
+                                                            patience=2, **TOY),
+                               progress=lambda m: None, data=data)
+    assert stats2["steps"] == best["step"] + 10 and len(losses2) == stats2["steps"]
+
+
+def data_feats(target, data, net):
+    from stock.drafters.train_block import extract_features
+
+    return extract_features(target, data, net.cfg.target_layers, 8).clone()

@@ -51,9 +51,12 @@ class TrainConfig:
     anchors: int = 16  # blocks per sequence per step
     lr: float = 6e-4
     warmup: int = 100
-    weight_decay: float = 0.01
+    weight_decay: float = 0.1
     decay: float = 7.0  # loss weight exp(-j/decay) at block position j
     holdout: float = 0.05  # fraction of sequences kept for validation
+    val_every: int = 250  # validate every this many steps; the best checkpoint is kept (0: off)
+    val_seqs: int = 128  # validation sequences per periodic check (fixed anchors)
+    patience: int = 0  # stop after this many checks without a better val acc-len (0: never)
     max_seconds: float = 0.0  # stop the training loop after this long (0: never)
     total_seconds: float = 0.0  # stop it so that the whole run ends within this (0: never)
     gen_seconds: float = 0.0  # answer no more prompt batches after this long (0: all)
@@ -198,6 +201,10 @@ def block_loss(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torc
     """Weighted CE over a batch of blocks, plus the expected accepted length of the blocks."""
     p = sample_anchors(data, idx, anchors, gen)
     logits, labels = block_forward(net, target, data, feats, idx, p)
+    return _loss_acc(logits, labels, decay)
+
+
+def _loss_acc(logits: torch.Tensor, labels: torch.Tensor, decay: float):
     b, a, t, vocab = logits.shape
     ce = F.cross_entropy(logits.view(-1, vocab), labels.view(-1), ignore_index=-100,
                          reduction="none").view(b, a, t)
@@ -208,6 +215,29 @@ def block_loss(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torc
         hit = (logits.argmax(-1) == labels).float() * valid
         acc_len = 1.0 + hit.cumprod(-1).sum(-1).mean()  # τ if every block were full length
     return loss, float(acc_len)
+
+
+def evaluate(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torch.Tensor,
+             p: torch.Tensor, cfg: TrainConfig, autocast) -> tuple[float, float]:
+    """(loss, block acc-len) of sequences idx at fixed anchors p, averaged over batches."""
+    vl, va, n = 0.0, 0.0, 0
+    with torch.no_grad(), autocast:
+        for v0 in range(0, len(idx), cfg.batch):
+            logits, labels = block_forward(net, target, data, feats, idx[v0:v0 + cfg.batch],
+                                           p[v0:v0 + cfg.batch])
+            lo, ac = _loss_acc(logits, labels, cfg.decay)
+            w = len(idx[v0:v0 + cfg.batch])
+            vl, va, n = vl + float(lo) * w, va + ac * w, n + w
+    return vl / max(n, 1), va / max(n, 1)
+
+
+def validation_split(data: Data, cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train, validation) sequence indices: answers of at least 2 tokens, shuffled by the
+    seed, `holdout` of them (at least one) for validation."""
+    keep = torch.nonzero(data.end - data.prompt_cols >= 2).flatten()
+    keep = keep[torch.randperm(len(keep), generator=torch.Generator().manual_seed(cfg.seed))]
+    n_val = max(1, int(len(keep) * cfg.holdout)) if len(keep) > 1 else 0
+    return keep[n_val:], keep[:n_val]
 
 
 def _lr(step: int, cfg: TrainConfig) -> float:
@@ -231,15 +261,13 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
         data = generate_data(target, prompts, cfg.max_new, cfg.gen_batch, stop_ids, progress,
                              cfg.gen_seconds)
     gen_s = time.perf_counter() - t0
-    keep = torch.nonzero(data.end - data.prompt_cols >= 2).flatten()
     bcfg = BlockConfig.for_target(target.cfg, cfg.num_layers, cfg.block_size,
                                   num_target_layers=cfg.num_target_layers)
     feats = extract_features(target, data, bcfg.target_layers, cfg.gen_batch).clone()
     feat_s = time.perf_counter() - t0 - gen_s
     gen = torch.Generator().manual_seed(cfg.seed)
-    keep = keep[torch.randperm(len(keep), generator=gen)]
-    n_val = max(1, int(len(keep) * cfg.holdout)) if len(keep) > 1 else 0
-    val, tr = keep[:n_val], keep[n_val:]
+    tr, val = validation_split(data, cfg)
+    keep = torch.cat([tr, val])
     if len(tr) == 0:
         raise ValueError("no training sequences: every answer ended at once")
     answer_tokens = int((data.end[keep] - data.prompt_cols).sum())
@@ -258,6 +286,31 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
     autocast = torch.autocast(dev.type, dtype=torch.bfloat16,
                               enabled=dev.type == "cuda" or target.dtype == torch.bfloat16)
     losses, t1, steps_done = [], time.perf_counter(), 0
+    # periodic validation on fixed sequences and anchors; the best state (by block acc-len,
+    # then loss) is what is returned: later steps that only memorise the training answers
+    # (train acc-len up, validation down) are dropped
+    vsel = val[: cfg.val_seqs]
+    vp = (sample_anchors(data, vsel, cfg.anchors, torch.Generator().manual_seed(cfg.seed + 2))
+          if len(vsel) else None)
+    history: list[dict] = []
+    best: dict | None = None
+    since_best = 0
+
+    def check(step: int) -> None:
+        nonlocal best, since_best
+        net.eval()
+        vl, va = evaluate(net, target, data, feats, vsel, vp, cfg, autocast)
+        net.train()
+        history.append({"step": step, "val_loss": round(vl, 4), "val_acc_len": round(va, 3)})
+        if best is None or (va, -vl) > (best["val_acc_len"], -best["val_loss"]):
+            best = {"step": step, "val_loss": vl, "val_acc_len": va,
+                    "state": {k: v.detach().clone() for k, v in net.state_dict().items()}}
+            since_best = 0
+        else:
+            since_best += 1
+        progress(f"  validate at step {step}: loss {vl:.4f}  block acc-len {va:.3f}"
+                 f"{'  (best)' if best['step'] == step else ''}")
+
     for step in range(cfg.steps):
         for g in opt.param_groups:
             g["lr"] = _lr(step, cfg)
@@ -273,6 +326,12 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
         if step % max(cfg.steps // 20, 1) == 0 or step == cfg.steps - 1:
             progress(f"  step {step:5d}  loss {losses[-1]:.4f}  block acc-len {acc:.2f}  "
                      f"lr {_lr(step, cfg):.2e}  {time.perf_counter() - t1:.1f}s")
+        if vp is not None and cfg.val_every and steps_done % cfg.val_every == 0:
+            check(steps_done)
+            if cfg.patience and since_best >= cfg.patience:
+                progress(f"  stopped at step {steps_done}: no better validation in "
+                         f"{cfg.patience} checks (--patience)")
+                break
         if cfg.max_seconds and time.perf_counter() - t1 > cfg.max_seconds:
             progress(f"  stopped at step {step + 1}: --max-seconds {cfg.max_seconds}")
             break
@@ -280,11 +339,20 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
             progress(f"  stopped at step {step + 1}: --total-seconds {cfg.total_seconds} "
                      "(30 s kept for validation and saving)")
             break
+    if vp is not None and cfg.val_every and (not history or history[-1]["step"] != steps_done):
+        check(steps_done)
+    kept = steps_done
+    if best is not None:
+        net.load_state_dict(best["state"])
+        kept = best["step"]
+        progress(f"kept the checkpoint of step {kept} (validation block acc-len "
+                 f"{best['val_acc_len']:.3f}, loss {best['val_loss']:.4f})")
     train_s = time.perf_counter() - t1
     stats = {"steps": steps_done, "stopped_early": steps_done < cfg.steps, "first_loss": round(losses[0], 4),
              "last_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4),
              "gen_s": round(gen_s, 1), "features_s": round(feat_s, 1),
-             "train_s": round(train_s, 1), "answers": len(keep), "answer_tokens": answer_tokens}
+             "train_s": round(train_s, 1), "answers": len(keep), "answer_tokens": answer_tokens,
+             "kept_step": kept, "val_history": history}
     if len(val):
         vgen = torch.Generator().manual_seed(cfg.seed + 1)
         vl, va = [], []

@@ -6,13 +6,15 @@ Sources (nothing is downloaded):
   the committed dev prompts (used to measure τ) are excluded by exact text;
 - instructions written for the project (`INSTRUCTIONS`);
 - the Python standard library of the running interpreter: module and function docstrings
-  and function sources, read with `ast` from its folder (never imported).
+  and function sources, read with `ast` from its folder (never imported), and the reference
+  text it ships for `help()` (pydoc_data/topics.py) as passages to summarise or explain.
 The drafter learns from the target's own greedy answers to these prompts (train_block.py).
 """
 
 from __future__ import annotations
 
 import ast
+import functools
 import random
 import sysconfig
 from pathlib import Path
@@ -50,7 +52,57 @@ TASKS = [
     "compresses a string like 'aaabcc' into 'a3b1c2'",
     "rounds every number in a list to two decimals",
     "checks that brackets in a string are balanced",
+    "returns the k smallest numbers of a list without sorting the whole list",
+    "counts how often each letter occurs in a text, ignoring case",
+    "converts a Roman numeral to an integer",
+    "converts an integer to its binary representation as a string",
+    "checks whether a number is a perfect square",
+    "returns the intersection of two lists without duplicates",
+    "groups a list of words by their first letter",
+    "finds all pairs in a list that add up to a target",
+    "returns the factorial of n using a loop",
+    "chunks a list into pieces of a given size",
+    "removes all vowels from a string",
+    "returns the difference in days between two dates given as strings",
+    "finds the first repeated character in a string",
+    "checks whether a list is sorted in ascending order",
+    "returns the transpose of a matrix given as a list of rows",
+    "converts a temperature between Celsius and Fahrenheit",
+    "parses a line of comma-separated values into a list of numbers",
+    "returns a dictionary that counts word lengths in a sentence",
+    "flattens a nested list of any depth",
+    "returns the longest common prefix of a list of strings",
+    "rotates a list to the right by k places",
+    "computes a moving average over a window of size k",
+    "finds the missing number in a list of 1 to n",
+    "checks whether a string is a palindrome, ignoring spaces and case",
+    "returns the number of times a substring occurs in a string",
+    "sorts a list of dictionaries by one of their keys",
+    "returns the cumulative sum of a list",
+    "validates a password: length, a digit and an upper-case letter",
+    "simulates rolling two dice a thousand times and counts the totals",
+    "reads a text file and returns its ten most common words",
 ]
+CODE_FORMS = [
+    "Write a Python function that {task}. {extra}",
+    "Implement a function in Python that {task}, and explain how it works.",
+    "Show two different ways to write a Python function that {task}, and compare them.",
+    "Write a Python function that {task}. Then write three assert statements that test it.",
+    "I need a Python helper that {task}. Can you write it with a docstring?",
+    "Write a Python function that {task}, and say what its time complexity is.",
+]
+CODE_EXTRAS = ["Add a docstring and two example calls.", "Use type hints.",
+               "Explain the code afterwards.", "Handle empty input.",
+               "Keep it short and readable.", "Add comments to each step.",
+               "Raise a ValueError for invalid input.", "Do not use any imports."]
+CONCEPTS = ["list comprehensions", "dictionaries", "exceptions", "generators", "decorators",
+            "classes and objects", "inheritance", "f-strings", "the `with` statement",
+            "lambda functions", "sets", "tuples", "slicing", "recursion", "modules and imports",
+            "`*args` and `**kwargs`", "default arguments", "the `enumerate` function",
+            "the `zip` function", "type hints", "dataclasses", "iterators", "string methods",
+            "sorting with a key function", "virtual environments", "unit tests with pytest",
+            "reading and writing files", "JSON in Python", "the `collections` module",
+            "variable scope"]
 CHAT = [
     "How can I make my mornings less rushed?",
     "What are some good habits for learning a new language?",
@@ -78,10 +130,70 @@ CHAT = [
     "How can I save energy at home in winter?",
     "What is the difference between a comet and an asteroid?",
 ]
+MECHANISMS = ["a refrigerator", "a bicycle's gears", "a vaccine", "GPS", "a microwave oven",
+              "a solar panel", "a compass", "a thermostat", "a credit card payment",
+              "an electric car battery", "a dishwasher", "Wi-Fi", "a camera lens", "a lock and key",
+              "a touch screen", "a hot-air balloon", "a submarine", "an elevator", "a smoke detector",
+              "the stock market", "a heat pump", "a search engine", "a 3D printer", "email",
+              "a pressure cooker", "a wind-up watch", "the human immune system", "a dam",
+              "noise in a city", "a library catalogue"]
+PAIRS = [("a lake", "a pond"), ("a crocodile", "an alligator"), ("a loan", "a mortgage"),
+         ("baking soda", "baking powder"), ("a hurricane", "a tornado"), ("a psychologist",
+         "a psychiatrist"), ("speed", "velocity"), ("a fruit", "a vegetable"), ("weather",
+         "climate"), ("a democracy", "a republic"), ("an ocean", "a sea"), ("a frog", "a toad"),
+         ("RAM", "storage"), ("a meteor", "a meteorite"), ("a simile", "a metaphor"),
+         ("a debit card", "a credit card"), ("an epidemic", "a pandemic"), ("butter",
+         "margarine"), ("a college", "a university"), ("a hill", "a mountain"), ("yeast",
+         "sourdough starter"), ("a rabbit", "a hare"), ("a cold", "the flu"), ("a poem",
+         "a song"), ("renting", "buying a home")]
+ACTIVITIES = ["learning to swim as an adult", "saving money each month", "studying for exams",
+              "starting a vegetable garden", "running a first 5 km race", "learning to cook",
+              "keeping a tidy desk", "giving a presentation", "travelling on a budget",
+              "learning to draw", "making friends in a new city", "sleeping better",
+              "writing a CV", "reading more books", "learning to play the guitar",
+              "taking care of a puppy", "preparing for a job interview", "working from home",
+              "planning a birthday party", "staying focused while studying", "moving house",
+              "cycling to work", "learning a second language", "eating more vegetables",
+              "organising family photos", "starting a small business", "camping with kids",
+              "reducing stress before exams", "learning to type faster", "volunteering"]
+PHENOMENA = ["the sea is salty", "we get goosebumps", "bread goes stale", "the moon has phases",
+             "onions make us cry", "we yawn", "ice floats", "the sky is dark at night",
+             "birds migrate", "metal feels colder than wood", "we dream", "popcorn pops",
+             "the wind blows", "some people are left-handed", "cats land on their feet",
+             "stars twinkle", "hair turns grey", "we hiccup", "soap removes grease",
+             "mountains have snow on top"]
+
+
+def _chat_question(rng: random.Random) -> str:
+    kind = rng.randrange(6)
+    if kind == 0:
+        return rng.choice(CHAT)
+    if kind == 1:
+        return f"How does {rng.choice(MECHANISMS)} work?"
+    if kind == 2:
+        a, b = rng.choice(PAIRS)
+        return f"What is the difference between {a} and {b}?"
+    if kind == 3:
+        return rng.choice(["Can you give me some tips for {a}?", "I want to get better at {a}. "
+                           "Where should I start?", "What are common mistakes when {a}?",
+                           "Can you make a simple plan for {a}?"]).format(a=rng.choice(ACTIVITIES))
+    if kind == 4:
+        return f"Why {rng.choice(PHENOMENA)}?"
+    return f"What is {rng.choice(TOPICS)}, and why is it interesting?"
+
+
 TOPICS = ["glaciers", "the printing press", "honeybees", "lighthouses", "the human heart",
           "recycling plastic", "tides", "the history of tea", "wind turbines", "octopuses",
           "public libraries", "the Silk Road", "earthquakes", "photosynthesis", "trains",
-          "the invention of paper", "deserts", "owls", "compound interest", "rainforests"]
+          "the invention of paper", "deserts", "owls", "compound interest", "rainforests",
+          "volcanoes", "the Moon landing", "coral reefs", "bridges", "the Roman roads",
+          "electric cars", "vaccines", "chess", "the Olympic Games", "maps", "clocks",
+          "bread baking", "the internet", "penguins", "the solar system", "rivers",
+          "ancient Egypt", "bicycles", "coffee", "the piano", "migration of birds",
+          "the periodic table", "cities of the future", "music in films", "sleep",
+          "the ocean floor", "robots", "ants", "the Great Wall of China", "weather forecasts",
+          "the printing of money", "languages", "space telescopes", "forests in winter",
+          "the history of football"]
 INSTRUCTIONS = [
     "List five tips for writing clear Python code, with one sentence on each.",
     "Explain the difference between a process and a thread in a few paragraphs.",
@@ -108,12 +220,19 @@ INSTRUCTIONS = [
 
 def _code(rng: random.Random) -> str:
     task, ent, attr = rng.choice(TASKS), rng.choice(ENTITIES), rng.choice(ATTRS)
-    kind = rng.randrange(5)
+    kind = rng.randrange(7)
     if kind == 0:
-        extra = rng.choice(["Add a docstring and two example calls.", "Use type hints.",
-                            "Explain the code afterwards.", "Handle empty input.",
-                            "Keep it short and readable.", "Add comments to each step."])
-        return f"Write a Python function that {task}. {extra}"
+        return rng.choice(CODE_FORMS).format(task=task, extra=rng.choice(CODE_EXTRAS))
+    if kind == 5:
+        return rng.choice([
+            "Explain {c} in Python with a short example.",
+            "What are {c} in Python, and when should I use them? Show code.",
+            "Give a beginner-friendly explanation of {c} in Python, with two examples.",
+            "What are common mistakes with {c} in Python? Show how to avoid them."]).format(
+                c=rng.choice(CONCEPTS))
+    if kind == 6:
+        return (f"Write a Python function that {task}. Then write a second function that uses "
+                f"it on a list of {ent}s and prints the result for each {ent}.")
     if kind == 1:
         return (f"Write a Python class `{ent.title()}` with attributes `{attr}` and `id`, a "
                 f"method that returns a readable description, and a function that sorts a list "
@@ -174,7 +293,7 @@ INSTRUCTION_STYLES = ["", " Keep it concise.", " Use headings.", " Use a numbere
 
 
 def _chat(rng: random.Random) -> str:
-    return rng.choice(CHAT_OPENERS) + rng.choice(CHAT) + rng.choice(CHAT_CLOSERS)
+    return rng.choice(CHAT_OPENERS) + _chat_question(rng) + rng.choice(CHAT_CLOSERS)
 
 
 def _long_form(rng: random.Random) -> str:
@@ -185,6 +304,7 @@ def _instruction(rng: random.Random) -> str:
     return rng.choice(INSTRUCTIONS) + rng.choice(INSTRUCTION_STYLES)
 
 
+@functools.lru_cache(maxsize=4)
 def stdlib_snippets(limit_files: int | None = None) -> list[tuple[str, str, str]]:
     """(kind, name, text) for module docstrings and function sources of the stdlib folder."""
     root = Path(sysconfig.get_paths()["stdlib"])
@@ -211,6 +331,53 @@ def stdlib_snippets(limit_files: int | None = None) -> list[tuple[str, str, str]
     return out
 
 
+@functools.lru_cache(maxsize=2)
+def reference_passages(max_chars: int = 1200) -> list[tuple[str, str]]:
+    """(topic, passage) from the Python reference text the interpreter ships for `help()`
+    (pydoc_data/topics.py, read with `ast`, never imported): paragraphs joined up to
+    `max_chars`; empty where the file is missing."""
+    path = Path(sysconfig.get_paths()["stdlib"]) / "pydoc_data" / "topics.py"
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return []
+    topics = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+            try:
+                topics = ast.literal_eval(node.value)
+            except ValueError:
+                return []
+    out = []
+    for name in sorted(topics):
+        part = ""
+        for para in str(topics[name]).split("\n\n"):
+            para = para.strip()
+            if not para or set(para) <= set("*=-"):
+                continue
+            if part and len(part) + len(para) > max_chars:
+                if len(part) > 300:
+                    out.append((name, part))
+                part = ""
+            part = f"{part}\n\n{para}" if part else para[:max_chars]
+        if len(part) > 300:
+            out.append((name, part))
+    return out
+
+
+SUMMARY_FORMS = [
+    "Summarise the following text in three sentences:\n\n{t}",
+    "Summarise this passage from the Python documentation for a beginner:\n\n{t}",
+    "Read this text and list its main points as bullet points:\n\n{t}",
+    "Write a one-paragraph summary of the following:\n\n{t}",
+    "Explain the following passage in simple words, then give a short example:\n\n{t}",
+]
+
+
+def _summarisation(rng: random.Random, passages) -> str:
+    return rng.choice(SUMMARY_FORMS).format(t=rng.choice(passages)[1])
+
+
 def _stdlib(rng: random.Random, snippets) -> str:
     kind, name, text = rng.choice(snippets)
     if kind == "doc":
@@ -227,8 +394,8 @@ def _stdlib(rng: random.Random, snippets) -> str:
 
 
 # Share of each source in the prompt mix (stdlib: documentation summaries and code).
-MIX = {"code": 0.22, "math": 0.18, "chat": 0.18, "long-form": 0.14, "instruction": 0.08,
-       "stdlib": 0.20}
+MIX = {"code": 0.24, "math": 0.16, "chat": 0.18, "long-form": 0.12, "instruction": 0.02,
+       "summarisation": 0.12, "stdlib": 0.16}
 
 
 def build_prompts(seed: int, n: int, exclude: set[str] = frozenset(),
@@ -239,10 +406,14 @@ def build_prompts(seed: int, n: int, exclude: set[str] = frozenset(),
     mix = dict(MIX if mix is None else mix)
     rng = random.Random(seed)
     snippets = stdlib_snippets(limit_files) if mix.get("stdlib") else []
+    passages = reference_passages() if mix.get("summarisation") else []
     makers = {"code": _code, "math": _math, "chat": _chat, "long-form": _long_form,
-              "instruction": _instruction, "stdlib": lambda r: _stdlib(r, snippets)}
+              "instruction": _instruction, "stdlib": lambda r: _stdlib(r, snippets),
+              "summarisation": lambda r: _summarisation(r, passages)}
     if not snippets:
         mix.pop("stdlib", None)
+    if not passages:
+        mix.pop("summarisation", None)
     total = sum(mix.values())
     out: list[tuple[str, str]] = []
     seen = set(exclude)
