@@ -13,6 +13,11 @@ verifies 17). Untrained or toy weights give a meaningless τ; the script says wh
 
     python3 bench/gpu_block.py --per-category 2 --max-new 256 --out $OUT          # H200
     python3 bench/gpu_block.py --device cpu --per-category 1 --max-new 32         # CPU
+
+Per mode it also reports ms per decoding step, ms of it inside the drafter's draft() (which
+ends with the drafter's one host read, so no extra sync is added), and how many verify graphs
+were captured during each timed run (captures inside a timed run inflate its step time).
+`--also block-graphs` adds the block drafter with its forward replayed from CUDA graphs.
 """
 
 from __future__ import annotations
@@ -75,10 +80,35 @@ def main() -> None:
     reqs = select(load_dev(), None, args.per_category)
     modes = (["ar"] if not args.no_ar else []) + ["block"] + [d for d in args.also.split(",") if d]
     prompt0 = tok.chat(reqs[0].prompt)
-    for m in modes:  # warm-up: kernels, allocator
-        eng.generate(prompt0, 8, system.drafter(None if m == "ar" else m))
 
-    stats = {m: {c: {"tokens": 0, "s": 0.0, "steps": 0, "acc": 0} for c in CATEGORIES}
+    def make(m):
+        """A fresh drafter; "block-graphs": the block drafter replaying its forward from CUDA
+        graphs (option block_graphs); every drafter's draft() is timed (it ends with its one
+        host read, so its wall time is its launches plus its GPU work)."""
+        d = system.drafter(None if m == "ar" else m.replace("-graphs", ""))
+        if d is None:
+            return None
+        if m.endswith("-graphs"):
+            d.graphs = True
+        inner = d.draft
+
+        def timed(ctx, k):
+            t = time.perf_counter()
+            try:
+                return inner(ctx, k)
+            finally:
+                draft_s[m] = draft_s.get(m, 0.0) + time.perf_counter() - t
+        d.draft = timed
+        return d
+
+    draft_s: dict[str, float] = {}
+    for m in modes:  # warm-up: kernels, allocator
+        eng.generate(prompt0, 8, make(m))
+    draft_s.clear()
+    slots = lambda: len(eng.runner.slots) if eng.runner is not None else 0  # noqa: E731
+
+    stats = {m: {c: {"tokens": 0, "s": 0.0, "steps": 0, "acc": 0, "dec": 0.0, "draft": 0.0}
+                 for c in CATEGORIES}
              for m in modes}
     rows, errors = [], []
     for i, req in enumerate(reqs):
@@ -87,7 +117,10 @@ def main() -> None:
         outs = {}
         for m in modes:
             try:
-                res = eng.generate(prompt, max_new, system.drafter(None if m == "ar" else m))
+                before, d0 = slots(), draft_s.get(m, 0.0)
+                res = eng.generate(prompt, max_new, make(m))
+                res.new_slots = slots() - before  # verify graphs captured inside this run
+                res.draft_ms = 1e3 * (draft_s.get(m, 0.0) - d0) / max(res.steps, 1)
             except Exception as exc:  # one failure must not lose the rest
                 errors.append(f"{req.id} {m}: {exc!r}")
                 traceback.print_exc()
@@ -98,8 +131,13 @@ def main() -> None:
             s["s"] += res.prefill_s + res.decode_s
             s["steps"] += res.steps
             s["acc"] += sum(res.accepted)
+            s["dec"] += res.decode_s
+            s["draft"] += res.draft_ms * res.steps / 1e3
         row = {"request": req.id, "category": req.category,
-               "tau": {m: round(r.tau, 3) for m, r in outs.items()}}
+               "tau": {m: round(r.tau, 3) for m, r in outs.items()},
+               "step_ms": {m: round(r.step_ms, 3) for m, r in outs.items()},
+               "draft_ms": {m: round(r.draft_ms, 3) for m, r in outs.items()},
+               "graphs_captured": {m: r.new_slots for m, r in outs.items()}}
         if "ar" in outs:
             forced = None
             for m in outs:
@@ -116,14 +154,18 @@ def main() -> None:
                         errors.append(f"{req.id} force: {exc!r}")
         rows.append(row)
         print(f"  [{i + 1}/{len(reqs)}] {req.id}: " + ", ".join(
-            f"{m} τ {r.tau:.2f} {r.tokens_per_s:.1f} tok/s" for m, r in outs.items())
+            f"{m} τ {r.tau:.2f} {r.tokens_per_s:.1f} tok/s step {r.step_ms:.2f} ms (draft "
+            f"{r.draft_ms:.2f}, +{r.new_slots} graphs)" for m, r in outs.items())
             + "".join(f"  {k}={v}" for k, v in row.items() if "identical" in k or "margin" in k),
             flush=True)
 
     def agg(m, cats):
-        s = {k: sum(stats[m][c][k] for c in cats) for k in ("tokens", "s", "steps", "acc")}
+        s = {k: sum(stats[m][c][k] for c in cats)
+             for k in ("tokens", "s", "steps", "acc", "dec", "draft")}
         return {"tau": round(s["acc"] / max(s["steps"], 1), 3),
-                "tokens_per_s": round(s["tokens"] / max(s["s"], 1e-9), 2)}
+                "tokens_per_s": round(s["tokens"] / max(s["s"], 1e-9), 2),
+                "step_ms": round(1e3 * s["dec"] / max(s["steps"], 1), 3),
+                "draft_ms": round(1e3 * s["draft"] / max(s["steps"], 1), 3)}
 
     table = {m: {c: agg(m, [c]) for c in CATEGORIES} | {"all": agg(m, CATEGORIES)}
              for m in modes}
@@ -143,6 +185,9 @@ def main() -> None:
     for m in modes:
         print(f"{m:<8}{'τ':<6}" + "".join(f"{table[m][c]['tau']:>14}" for c in cols))
         print(f"{'':<8}{'tok/s':<6}" + "".join(f"{table[m][c]['tokens_per_s']:>14}" for c in cols))
+        print(f"{'':<8}{'ms/st':<6}" + "".join(f"{table[m][c]['step_ms']:>14}" for c in cols))
+        if m != "ar":
+            print(f"{'':<8}{'draft':<6}" + "".join(f"{table[m][c]['draft_ms']:>14}" for c in cols))
         if "ar" in table and m != "ar":
             ratio = table[m]["all"]["tokens_per_s"] / max(table["ar"]["all"]["tokens_per_s"], 1e-9)
             same = sum(bool(r.get(f"{m}_identical")) for r in rows)

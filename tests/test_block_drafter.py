@@ -377,3 +377,10 @@ def data_feats(target, data, net):
     from stock.drafters.train_block import extract_features
 
     return extract_features(target, data, net.cfg.target_layers, 8).clone()
+
+
+def test_block_graphs_need_cuda():
+    target = Transformer.random(PRESETS["tiny-qwen3"], seed=3)
+    with pytest.raises(BlockDrafterError, match="CUDA"):
+        BlockDrafter(random_net(target), target, 64, graphs=True)
+    assert Options()["block_graphs"] is False  # eager unless asked for

@@ -31,6 +31,8 @@ from stock.options import register
 register("block_size", int, 16, "block drafter: positions per drafter forward (the pending "
          "token and block_size - 1 masks); it proposes up to block_size tokens")
 register("block_topk", int, 4, "block drafter: tokens kept per position in its draft lattice")
+register("block_graphs", bool, False, "block drafter: replay its block forward from a CUDA "
+         "graph per key-length bucket (CUDA only; off: eager, as on CPU)")
 register("block_weights", str, "", "block drafter: folder with manifest.json and safetensors "
          "shards; empty: the weights shipped for the embedded model")
 
@@ -207,8 +209,7 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 class BlockDrafter(Drafter):
     """The engine-facing adapter: keeps the projected target context, drafts one block.
 
-    Built for a step of fixed shapes and few launches (the drafter runs eagerly between two
-    verification graphs): the k/v projections of every drafter layer for the context are one
+    Built for a step of fixed shapes, few launches and one host read: the k/v projections of every drafter layer for the context are one
     GEMM, their RoPE one call and their writes two `index_copy_`; the block's own K/V are
     written into the context cache right after the context (slots [ctx_len, ctx_len + T)), so
     attention reads a fixed-length prefix of the cache (the smallest bucket of
@@ -216,13 +217,15 @@ class BlockDrafter(Drafter):
     the step's inputs (pending token, ctx_len) sit in one device buffer, staged through pinned
     memory on CUDA (no host sync); the lattice's top-k ids and log-probs come back to the host
     in one transfer. The block forward (`_forward`) depends on host values only through its
-    kv bucket, so it could be captured in a CUDA graph per bucket; `extend` has the length of
-    the newly committed span (1 .. draft_len + 1, or the prompt at prefill).
+    kv bucket: with `graphs` (option block_graphs, CUDA) it and its top-k are replayed from a
+    CUDA graph per bucket; otherwise they run eagerly (as on CPU). `extend` stays eager: its
+    length is that of the newly committed span (1 .. draft_len + 1, or the prompt at prefill).
     The fused weights are copies taken at construction: build the drafter after training."""
 
     name = "block"
 
-    def __init__(self, net: BlockNet, target, max_len: int, topk: int = 4):
+    def __init__(self, net: BlockNet, target, max_len: int, topk: int = 4,
+                 graphs: bool = False):
         from stock.graphs import kv_buckets  # late: stock.graphs imports the model stack
 
         cfg = net.cfg
@@ -260,6 +263,11 @@ class BlockDrafter(Drafter):
             self._inp = torch.zeros(2, dtype=torch.long, device=dev)  # pending id, ctx_len
         self._host = (torch.zeros(2, dtype=torch.long, pin_memory=True)
                       if dev.type == "cuda" else None)
+        if graphs and dev.type != "cuda":
+            raise BlockDrafterError("block_graphs needs a CUDA device")
+        self.graphs = graphs
+        self._graphs: dict[int, tuple] = {}  # kv bucket -> (CUDA graph, its packed output)
+        self._pool = None
 
     def reset(self) -> None:
         self.ctx_len = 0
@@ -364,6 +372,34 @@ class BlockDrafter(Drafter):
         self._load(pending)
         return self._forward(self.kv_bucket(self.ctx_len + self.net.cfg.block_size))[:k]
 
+    def _packed(self, kv_len: int) -> torch.Tensor:
+        """[2, T, topk] float64 on the device: top-k ids, then their log-probs (float64 holds
+        both exactly: ids < 2**53, fp32 log-probs), so one transfer brings the lattice."""
+        top = torch.log_softmax(self._forward(kv_len), dim=-1).topk(self.topk, dim=-1)
+        return torch.stack([top.indices.double(), top.values.double()])
+
+    def _replay(self, kv_len: int) -> torch.Tensor:
+        """The packed lattice from this bucket's CUDA graph, captured on first use (after
+        two warm-up runs on a side stream; they and the capture write the block's K/V only
+        at the step's own slots, which this step rewrites anyway)."""
+        entry = self._graphs.get(kv_len)
+        if entry is None:
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            main = torch.cuda.current_stream(self.target.device)
+            side = torch.cuda.Stream(self.target.device)
+            side.wait_stream(main)
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self._packed(kv_len)
+            main.wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool):
+                out = self._packed(kv_len)
+            entry = self._graphs[kv_len] = (graph, out)
+        entry[0].replay()
+        return entry[1]
+
     @torch.inference_mode()
     def draft(self, ctx: DraftContext, k: int) -> DraftLattice:
         self.extend(ctx.hidden, len(ctx.tokens) - 1)
@@ -371,9 +407,7 @@ class BlockDrafter(Drafter):
         if k <= 0:
             return DraftLattice.empty(self.topk)
         self._load(ctx.tokens[-1])
-        logits = self._forward(self.kv_bucket(self.ctx_len + self.net.cfg.block_size))
-        top = torch.log_softmax(logits, dim=-1).topk(self.topk, dim=-1)
-        # ids and log-probs in one transfer, the step's only host read of the drafter
-        # (float64 holds both exactly: ids < 2**53, fp32 log-probs)
-        both = torch.stack([top.indices.double(), top.values.double()]).cpu()
+        kv_len = self.kv_bucket(self.ctx_len + self.net.cfg.block_size)
+        packed = self._replay(kv_len) if self.graphs else self._packed(kv_len)
+        both = packed.cpu()  # the step's only host read of the drafter
         return DraftLattice(both[0, :k].long(), both[1, :k].float())
