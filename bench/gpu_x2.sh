@@ -76,8 +76,9 @@ embedded)
         --device cuda --prompts 12000 --max-new 192 --gen-batch 512 --steps 4000 --batch 64 \
         --anchors 16 --gen-seconds 160 --total-seconds 400 --val-every 250
       mkdir -p "$OUT/block" && cp /tmp/block/* "$OUT/block/" 2>/dev/null
-      TAIL=12 step tau_check 90 python3 bench/gpu_block.py --weights /tmp/block \
-        --per-category 1 --max-new 128 --no-ar --no-force ) > "$OUT/gpu1.txt" 2>&1 &
+      TAIL=16 step tau_check 90 python3 bench/gpu_block.py --weights /tmp/block \
+        --per-category 1 --max-new 128 --no-ar --no-force --also block-graphs \
+        ) > "$OUT/gpu1.txt" 2>&1 &
     export CUDA_VISIBLE_DEVICES=0
     step aa_emb_1gpu 110 bash -c "$CMP stock stock --devices 0 --rounds 6 --requests 8 \
         --max-new 64 --json > $OUT/aa_emb_1gpu.json"
@@ -136,8 +137,9 @@ PY
     ( export CUDA_VISIBLE_DEVICES=1
       step block_1gpu 150 bash -c "$CMP stock stock $blk --devices 0 --rounds 6 \
         --requests 8 --max-new 64 --json > $OUT/block_1gpu.json" ) > "$OUT/gpu1.txt" 2>&1 &
-    CUDA_VISIBLE_DEVICES=0 TAIL=30 step block_bench 150 python3 bench/gpu_block.py \
-        --weights /tmp/block --per-category 2 --max-new 256 --also ngram --out "$OUT"
+    CUDA_VISIBLE_DEVICES=0 TAIL=36 step block_bench 180 python3 bench/gpu_block.py \
+        --weights /tmp/block --per-category 2 --max-new 256 --also ngram,block-graphs \
+        --out "$OUT"
     wait; cat "$OUT/gpu1.txt"
     summary "$OUT"/aa_emb_2gpu.json "$OUT"/block_2gpu.json "$OUT"/block_1gpu.json
     ;;
