@@ -384,3 +384,21 @@ def test_block_graphs_need_cuda():
     with pytest.raises(BlockDrafterError, match="CUDA"):
         BlockDrafter(random_net(target), target, 64, graphs=True)
     assert Options()["block_graphs"] is False  # eager unless asked for
+
+
+def test_validation_holds_out_whole_prompt_groups(toy):
+    from stock.drafters.train_block import validation_split
+    from stock.drafters.train_prompts import build_prompts, prompt_group
+
+    target, prompts, data = toy
+    cfg = TrainConfig(seed=0, holdout=0.25, **TOY)
+    groups = ["a", "a", "b", "b", "c", "c", "d", "d"]
+    tr, val = validation_split(data, cfg, groups)
+    assert len(val) == 2 and len(tr) == 6
+    assert not {groups[i] for i in val.tolist()} & {groups[i] for i in tr.tolist()}
+    # near-duplicate prompts (one question, other openers and closers) share a group
+    pairs = [(c, t) for c, t in build_prompts(1, 300, limit_files=5) if c == "chat"]
+    cores = {prompt_group(c, t) for c, t in pairs}
+    assert 1 < len(cores) < len(pairs)
+    assert prompt_group("chat", "Hi! Why do we yawn? Thanks!") == \
+        prompt_group("chat", "Why do we yawn? Explain it simply.")

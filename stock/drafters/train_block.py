@@ -231,13 +231,31 @@ def evaluate(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torch.
     return vl / max(n, 1), va / max(n, 1)
 
 
-def validation_split(data: Data, cfg: TrainConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def validation_split(data: Data, cfg: TrainConfig, groups: list | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """(train, validation) sequence indices: answers of at least 2 tokens, shuffled by the
-    seed, `holdout` of them (at least one) for validation."""
+    seed, `holdout` of them (at least one) for validation. With `groups` (one key per
+    sequence, e.g. `train_prompts.prompt_group`), whole groups are held out, in a seeded
+    order, until the holdout is reached: no validation answer has a near-copy in training."""
     keep = torch.nonzero(data.end - data.prompt_cols >= 2).flatten()
     keep = keep[torch.randperm(len(keep), generator=torch.Generator().manual_seed(cfg.seed))]
     n_val = max(1, int(len(keep) * cfg.holdout)) if len(keep) > 1 else 0
-    return keep[n_val:], keep[:n_val]
+    if groups is None or n_val == 0:
+        return keep[n_val:], keep[:n_val]
+    order: dict = {}
+    for i in keep.tolist():  # groups in the order their first member was shuffled to
+        order.setdefault(groups[i], []).append(i)
+    val: list[int] = []
+    for members in order.values():
+        if len(val) >= n_val:
+            break
+        if len(val) + len(members) <= max(n_val, 1) * 2 or not val:
+            val += members
+    held = set(val)
+    if len(held) == len(keep):  # one group only: fall back to sequences
+        return keep[n_val:], keep[:n_val]
+    return torch.tensor([i for i in keep.tolist() if i not in held], dtype=torch.long), \
+        torch.tensor(val, dtype=torch.long)
 
 
 def _lr(step: int, cfg: TrainConfig) -> float:
@@ -248,9 +266,10 @@ def _lr(step: int, cfg: TrainConfig) -> float:
 
 
 def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progress=log,
-          data: Data | None = None, started: float | None = None):
+          data: Data | None = None, started: float | None = None, groups: list | None = None):
     """Returns (net, stats, losses). `target` stays frozen; the net trains in fp32 (bf16
-    autocast on CUDA). `started`: perf_counter at the start of the run (for total_seconds)."""
+    autocast on CUDA). `started`: perf_counter at the start of the run (for total_seconds).
+    `groups`: one key per prompt; validation then holds out whole groups."""
     started = time.perf_counter() if started is None else started
     torch.manual_seed(cfg.seed)
     for prm in target.parameters():
@@ -266,7 +285,7 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
     feats = extract_features(target, data, bcfg.target_layers, cfg.gen_batch).clone()
     feat_s = time.perf_counter() - t0 - gen_s
     gen = torch.Generator().manual_seed(cfg.seed)
-    tr, val = validation_split(data, cfg)
+    tr, val = validation_split(data, cfg, groups[: len(data.end)] if groups else None)
     keep = torch.cat([tr, val])
     if len(tr) == 0:
         raise ValueError("no training sequences: every answer ended at once")
@@ -384,7 +403,7 @@ def toy_setup(seed: int, n_prompts: int = 24):
 def embedded_setup(cfg: TrainConfig, device: str | None, log_files: int | None = None):
     from stock.requests import load_dev
     from stock.system import load_system
-    from stock.drafters.train_prompts import build_prompts
+    from stock.drafters.train_prompts import build_prompts, prompt_group
 
     system = load_system("embedded", device=device, max_context=4096)
     dev_texts = {r.prompt for r in load_dev()}
@@ -395,7 +414,8 @@ def embedded_setup(cfg: TrainConfig, device: str | None, log_files: int | None =
     for c, _ in pairs:
         cats[c] = cats.get(c, 0) + 1
     stops = set(system.engine.stop_ids)
-    return system.engine.model, prompts, stops, cats
+    groups = [prompt_group(c, text) for c, text in pairs]
+    return system.engine.model, prompts, stops, cats, groups
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -424,12 +444,13 @@ def main(argv: list[str] | None = None) -> None:
         target, prompts = toy_setup(cfg.seed, cfg.prompts)
         target = target.to(args.device or "cpu")
         stops, cats, name = set(), {"random": len(prompts)}, "tiny-qwen3 (random weights)"
+        groups = None
     else:
-        target, prompts, stops, cats = embedded_setup(cfg, args.device)
+        target, prompts, stops, cats, groups = embedded_setup(cfg, args.device)
         name = "embedded (SmolLM2-135M-Instruct)"
     log(f"target {name} on {target.device} {target.dtype}; {len(prompts)} prompts "
         f"({cats}); setup {time.perf_counter() - t0:.1f}s")
-    net, stats, _ = train(target, prompts, cfg, stops, started=t0)
+    net, stats, _ = train(target, prompts, cfg, stops, started=t0, groups=groups)
     from stock.drafters.block_weights import save_block
 
     data_desc = {"prompts": len(prompts), "categories": cats,

@@ -429,3 +429,20 @@ def build_prompts(seed: int, n: int, exclude: set[str] = frozenset(),
             got, misses = got + 1, 0
     rng.shuffle(out)
     return out
+
+
+def prompt_group(source: str, text: str) -> str:
+    """The content a prompt shares with its near-duplicates (the same question under another
+    opener, the same task in another form, the same passage under another instruction), so
+    that validation holds out whole groups: answers to a held-out group's prompts are not
+    near-copies of training answers."""
+    if source in ("stdlib", "summarisation"):
+        return source + ":" + text.split("\n\n", 1)[-1][:400]
+    if source == "math":
+        return "math:" + "".join("#" if ch.isdigit() else ch for ch in text)
+    items = {"code": TASKS + CONCEPTS, "chat": CHAT + MECHANISMS + ACTIVITIES + PHENOMENA
+             + [f"{a} and {b}" for a, b in PAIRS] + TOPICS, "long-form": TOPICS,
+             "instruction": INSTRUCTIONS}.get(source, [])
+    found = [item for item in items if item in text]
+    return f"{source}:{max(found, key=len)}" if found else f"{source}:{text}"
+
