@@ -266,6 +266,7 @@ class BlockDrafter(Drafter):
         if graphs and dev.type != "cuda":
             raise BlockDrafterError("block_graphs needs a CUDA device")
         self.graphs = graphs
+        self._copied = None  # CUDA event after the last staged copy of the step inputs
         self._graphs: dict[int, tuple] = {}  # kv bucket -> (CUDA graph, its packed output)
         self._pool = None
 
@@ -326,8 +327,12 @@ class BlockDrafter(Drafter):
         if self._host is None:
             self._inp.copy_(host)
         else:
+            if self._copied is not None:  # done long ago after draft()'s host read; a
+                self._copied.synchronize()  # second block_logits() call may still wait
             self._host.copy_(host)
             self._inp.copy_(self._host, non_blocking=True)
+            self._copied = torch.cuda.Event()
+            self._copied.record()
 
     def _forward(self, kv_len: int) -> torch.Tensor:
         """fp32 logits [T, vocab] of the block after self._inp's pending token at position
