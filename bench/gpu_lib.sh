@@ -2,7 +2,7 @@
 #   gpu_begin SECONDS   sets the call's deadline (seconds from now)
 #   left                seconds left before it
 #   step NAME SECONDS CMD...   runs CMD with at most SECONDS (and never past the deadline),
-#                       output in $OUT/NAME.log, its tail printed; a step that would get under
+#                       output in ${LOGDIR:-$OUT}/NAME.log, its tail printed; a step that would get under
 #                       15 s is skipped, so a slow step never costs the whole call
 #   gpu_repo            wheels into the image's own site-packages (controller workers start
 #                       with a clean PYTHONPATH), the embedded GGUF reassembled there from
@@ -16,8 +16,9 @@ step() {
     local t; t=$(left); [ "$t" -gt "$want" ] && t=$want
     if [ "$t" -lt 15 ]; then echo "== $name: skipped (${t}s left)"; return; fi
     echo "== $name (limit ${t}s) $(date +%T)"
-    timeout -k 5 "$t" "$@" > "$OUT/$name.log" 2>&1; echo "== $name rc=$? $(date +%T)"
-    tail -n "${TAIL:-25}" "$OUT/$name.log"
+    local log="${LOGDIR:-$OUT}/$name.log"; mkdir -p "${LOGDIR:-$OUT}"
+    timeout -k 5 "$t" "$@" > "$log" 2>&1; echo "== $name rc=$? $(date +%T)"
+    tail -n "${TAIL:-25}" "$log"
 }
 gpu_repo() {
     local site here=$PWD

@@ -17,16 +17,17 @@
 #               and /tmp/block
 #     GPU 0     at the same time: embedded A/A on one GPU (A B B A), analyze on CUDA, AR and
 #               n-gram with and without CUDA graphs (bench/gpu_stock.py), tests/gpu
-#   bash bench/gpu_x2.sh pair SECONDS       # call 3 (carry .whl .gpub)
-#     GPU 0+1   embedded A/A side by side; block drafter against n-gram side by side;
-#               specpilot explore with one sub-agent per GPU
-#     GPU 0     bench/gpu_block.py (AR, n-gram, block: tokens/s, τ per category, forcing)
-#     GPU 1     at the same time: block against n-gram on one GPU (A B B A)
+#   bash bench/gpu_x2.sh pair SECONDS       # after `embedded` or with .gpu1 after a .gpu0 call
+#     GPU 0+1   embedded A/A side by side; a known gain (n-gram drafter against AR) side by
+#               side, then on one GPU (A B B A); specpilot explore, one sub-agent per GPU
+#   bash bench/gpu_x2.sh 27b2 SECONDS       # the two-GPU steps of `27b` alone
+#   bash bench/gpu_x2.sh train SECONDS      # block-drafter retraining experiment (GGUF staged)
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 source "$here/bench/gpu_lib.sh"
 mode=${1:?27b, embedded or pair}
 gpu_begin "${2:-540}"
+export LOGDIR=/tmp/steplogs-$mode-$(date +%H%M%S); mkdir -p "$LOGDIR"
 cd "$here" && gpu_repo || exit 1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 CMP="python3 -m specpilot compare"
@@ -54,13 +55,13 @@ case "$mode" in
     ( export CUDA_VISIBLE_DEVICES=1
       step w12 120 python3 bench/gpu_w12.py --out "$OUT" --full --budget-s 100
       step b27 170 python3 bench/gpu_27b.py --out "$OUT" --w12 --iters 20 ) \
-        > "$OUT/gpu1.txt" 2>&1 &
+        > "$LOGDIR/gpu1.txt" 2>&1 &
     step aa27_1gpu 130 bash -c "$CMP stock stock --model random:dense-27b --devices 0 \
         --rounds 6 --requests 4 --max-new 32 --json > $OUT/aa27_1gpu.json"
     step w12_27b_1gpu 150 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
         --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
         --max-new 32 --json > $OUT/w12_27b_1gpu.json"
-    wait; cat "$OUT/gpu1.txt"
+    wait; cat "$LOGDIR/gpu1.txt"
     step w12_27b_2gpu 150 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
         --opt-b weights=w12 --model random:dense-27b --devices 0,1 --rounds 6 --requests 4 \
         --max-new 32 --json > $OUT/w12_27b_2gpu.json"
@@ -78,7 +79,7 @@ embedded)
       mkdir -p "$OUT/block" && cp /tmp/block/* "$OUT/block/" 2>/dev/null
       TAIL=16 step tau_check 90 python3 bench/gpu_block.py --weights /tmp/block \
         --per-category 1 --max-new 128 --no-ar --no-force --also block-graphs \
-        ) > "$OUT/gpu1.txt" 2>&1 &
+        ) > "$LOGDIR/gpu1.txt" 2>&1 &
     export CUDA_VISIBLE_DEVICES=0
     step aa_emb_1gpu 110 bash -c "$CMP stock stock --devices 0 --rounds 6 --requests 8 \
         --max-new 64 --json > $OUT/aa_emb_1gpu.json"
@@ -88,16 +89,34 @@ embedded)
     step stock_graphs 120 python3 bench/gpu_stock.py --graphs both --prompts 8 --max-new 128 \
         --drafters ngram --out "$OUT/gpu_stock_graphs.json"
     step gputests 120 python3 -m pytest -q -x tests/gpu
-    wait; cat "$OUT/gpu1.txt"
+    wait; cat "$LOGDIR/gpu1.txt"
     summary "$OUT"/aa_emb_1gpu.json
     ;;
+27b2)   # the two-GPU half of `27b` alone (a re-run after a fix)
+    step aa27_2gpu 150 bash -c "$CMP stock stock --model random:dense-27b --devices 0,1 \
+        --rounds 6 --requests 4 --max-new 32 --json > $OUT/aa27_2gpu.json"
+    step aa27_1gpu 130 bash -c "$CMP stock stock --model random:dense-27b --devices 0 \
+        --rounds 6 --requests 4 --max-new 32 --json > $OUT/aa27_1gpu.json"
+    step w12_27b_2gpu 170 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
+        --opt-b weights=w12 --model random:dense-27b --devices 0,1 --rounds 6 --requests 4 \
+        --max-new 32 --json > $OUT/w12_27b_2gpu.json"
+    summary "$OUT"/aa27_2gpu.json "$OUT"/aa27_1gpu.json "$OUT"/w12_27b_2gpu.json
+    ;;
 pair)
-    [ -f /tmp/block/manifest.json ] || echo "no trained block drafter in /tmp/block"
-    blk="--drafter-a ngram --drafter-b block --opt-b block_weights=/tmp/block"
+    # a known real gain: the n-gram drafter against none (AR), both with CUDA graphs
+    known="--drafter-a ar --drafter-b ngram"
     step aa_emb_2gpu 100 bash -c "$CMP stock stock --devices 0,1 --rounds 6 --requests 8 \
         --max-new 64 --json > $OUT/aa_emb_2gpu.json"
-    step block_2gpu 100 bash -c "$CMP stock stock $blk --devices 0,1 --rounds 6 --requests 8 \
-        --max-new 64 --json > $OUT/block_2gpu.json"
+    step aa_emb_1gpu 100 bash -c "$CMP stock stock --devices 0 --rounds 6 --requests 8 \
+        --max-new 64 --json > $OUT/aa_emb_1gpu.json"
+    sigma_of() { python3 -c "import json; print(json.load(open('$OUT/$1.json'))['sigma'])" \
+                 2>/dev/null || echo 0.01; }
+    # σ: the A/A of stock (n-gram drafter) by the same procedure, given explicitly (the
+    # cached A/A is keyed by A's drafter, here AR)
+    step ngram_2gpu 100 bash -c "$CMP stock stock $known --sigma $(sigma_of aa_emb_2gpu) \
+        --devices 0,1 --rounds 6 --requests 8 --max-new 64 --json > $OUT/ngram_2gpu.json"
+    step ngram_1gpu 100 bash -c "$CMP stock stock $known --sigma $(sigma_of aa_emb_1gpu) \
+        --devices 0 --rounds 6 --requests 8 --max-new 64 --json > $OUT/ngram_1gpu.json"
     cat >> .specpilot/config.toml <<'TOML'
 
 [explore]
@@ -114,16 +133,17 @@ controller_requests = 4
 controller_max_new = 64
 validate_requests = 2
 validate_length = 256
+kernel_categories = 0
 TOML
-    python3 -m specpilot init > "$OUT/init.log" 2>&1 || tail -5 "$OUT/init.log"
-    TAIL=40 step explore 260 python3 -m specpilot explore --json
+    python3 -m specpilot init > "$LOGDIR/init.log" 2>&1 || tail -5 "$LOGDIR/init.log"
+    TAIL=30 step explore 280 python3 -m specpilot explore --json
     python3 - <<'PY' 2>&1 | tee "$OUT/explore_record.txt"
 import glob, json, os
 runs = sorted(glob.glob(".specpilot/runs/run-*/state.json"), key=os.path.getmtime)
 if not runs:
     raise SystemExit("no run record")
 s = json.load(open(runs[-1]))
-print(runs[-1], "phase", s["phase"])
+print(runs[-1], "phase", s["phase"], "validation", (s.get("validation") or {}).get("passed"))
 t0 = min((d.get("started") or 9e18) for d in s["directions"]) if s["directions"] else 0
 for d in s["directions"]:
     st, fin = d.get("started"), d.get("finished")
@@ -134,15 +154,24 @@ for d in s["directions"]:
     print("    " + "; ".join(d.get("reasons", [])[-2:])[:300])
 PY
     cp "$(ls -t .specpilot/runs/run-*/state.json | head -1)" "$OUT/explore_state.json" 2>/dev/null
-    ( export CUDA_VISIBLE_DEVICES=1
-      step block_1gpu 150 bash -c "$CMP stock stock $blk --devices 0 --rounds 6 \
-        --requests 8 --max-new 64 --json > $OUT/block_1gpu.json" ) > "$OUT/gpu1.txt" 2>&1 &
-    CUDA_VISIBLE_DEVICES=0 TAIL=36 step block_bench 180 python3 bench/gpu_block.py \
-        --weights /tmp/block --per-category 2 --max-new 256 --also ngram,block-graphs \
-        --out "$OUT"
-    wait; cat "$OUT/gpu1.txt"
-    summary "$OUT"/aa_emb_2gpu.json "$OUT"/block_2gpu.json "$OUT"/block_1gpu.json
+    summary "$OUT"/aa_emb_2gpu.json "$OUT"/aa_emb_1gpu.json "$OUT"/ngram_2gpu.json \
+        "$OUT"/ngram_1gpu.json
+    ;;
+train)  # block drafter retraining experiment on GPU 0 (the GGUF staged by an earlier call)
+    export CUDA_VISIBLE_DEVICES=0
+    rm -rf /tmp/block2
+    step train_block2 "${TRAIN_S:-300}" python3 -m stock.drafters.train_block --out /tmp/block2 \
+        --seed 0 --device cuda ${TRAIN_ARGS:---prompts 12000 --steps 3000} --max-new 192 \
+        --gen-batch 512 --batch 64 --anchors 16 --gen-seconds 130 --total-seconds 280 \
+        --val-every 250
+    TAIL=16 step tau_check2 80 python3 bench/gpu_block.py --weights /tmp/block2 \
+        --per-category 1 --max-new 128 --no-ar --no-force --also block-graphs
     ;;
 *) echo "unknown mode $mode"; exit 2 ;;
 esac
+# at most 8 files come back from a call: the step logs and the controller's own logs of
+# this call travel as one archive
+[ "$LOGDIR" != "$OUT" ] && tar czf "$OUT/logs.tgz" -C / "${LOGDIR#/}" \
+    $(find .specpilot/runs -maxdepth 1 -newer "$LOGDIR" 2>/dev/null | sed 's|^|tmp/repo/|') \
+    2>/dev/null
 echo "call done at $(date +%T), $(left) s of the budget left"

@@ -100,3 +100,22 @@ def test_stock_passes_both_gates_and_a_large_margin_change_fails(smol, tmp_path)
     assert not rep.passed
     hard = [m for m in rep.mismatches if not m.near_tie]
     assert hard and hard[0].position == 10 and hard[0].reference_margin > CFG.near_tie_epsilon
+
+
+def test_stock_is_judged_by_its_forced_choice_not_by_what_its_generation_emitted(tiny,
+                                                                                 tiny_ref):
+    """bf16 generation can emit the other token of an exact tie; its forced pass (the gate's
+    procedure) is what stock chooses there. Build such a reference on CPU: the generation
+    'emitted' another token at position 40, and stock's forced pass over those tokens is the
+    reference's argmax. Stock itself must pass, and a real fault must still fail."""
+    k = 40
+    tokens = list(tiny_ref.tokens)
+    tokens[k] = (tokens[k] + 1) % PRESETS["tiny-qwen3"].vocab_size
+    forced = Engine(tiny, Options(), 512).force(tiny_ref.prompt_ids, tokens, chunk=CFG.chunk)
+    assert forced.argmax[k] != tokens[k]   # stock would not have emitted it
+    ref = tiny_ref.model_copy(update={"tokens": tokens, "argmax": forced.argmax,
+                                      "margins": forced.margin, "digests": []})
+    ok = forcing_gate(Engine(tiny, Options(), 512), [ref], CFG)
+    assert ok.passed and not ok.mismatches
+    bad = forcing_gate(Engine(tiny, Options({"fault_logit_bias_after": 60}), 512), [ref], CFG)
+    assert not bad.passed and min(m.position for m in bad.mismatches) == 60

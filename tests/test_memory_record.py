@@ -197,3 +197,13 @@ def test_a_controller_verdict_is_attached_to_the_note_without_moving_the_entry(p
     bad = project.specpilot("memory", "add-result", "a", "--comparison", str(path))
     assert bad.exit_code == 2 and "not a controller report" in bad.output
     assert len(tomllib.loads((project.path / "memory/a.toml").read_text())["results"]) == 1
+    typed = project.specpilot("memory", "add-result", "a", "--gain", "-0.144",
+                              "--lower-bound", "-0.154", "--hardware", "NVIDIA H200",
+                              "--model", "random:dense-27b", "--verdict", "not adopted",
+                              "--stale")
+    assert typed.exit_code == 0, typed.output
+    second = tomllib.loads((project.path / "memory/a.toml").read_text())["results"][1]
+    assert second["value"] == -0.144 and second["stale"] and second["verdict"] == "not adopted"
+    both = project.specpilot("memory", "add-result", "a", "--gain", "0.1", "--comparison",
+                             str(path))
+    assert both.exit_code == 2 and "either" in both.output

@@ -169,22 +169,40 @@ def rebase_cmd(onto, ids, as_json):
 
 @memory_group.command("add-result")
 @click.argument("entry_id")
-@click.option("--comparison", "comparison", required=True,
+@click.option("--comparison", "comparison", default=None,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="A controller report: the output of `specpilot compare --json`.")
+@click.option("--gain", type=float, default=None,
+              help="Without a report: the gain as a fraction (0.05 = +5%).")
+@click.option("--lower-bound", type=float, default=None, help="Without a report: its bound.")
+@click.option("--hardware", default="", help="Without a report: where it was measured.")
+@click.option("--model", default="", help="Without a report: the model.")
+@click.option("--verdict", default="", help="Without a report: the controller's verdict.")
+@click.option("--stale", is_flag=True,
+              help="Measured on an earlier commit of the entry (before a rebase).")
 @click.option("--note", default="", help="Appended to the recorded verdict.")
 @click.option("--no-files", is_flag=True, help="Do not rewrite memory/<id>.toml.")
 @JSON
-def add_result_cmd(entry_id, comparison, note, no_files, as_json):
-    """Attach a controller verdict to an entry's metadata (its note; the tree is unchanged)."""
-    from specpilot.memory.results import add_result, from_comparison
+def add_result_cmd(entry_id, comparison, gain, lower_bound, hardware, model, verdict, stale,
+                   note, no_files, as_json):
+    """Attach a controller verdict to an entry's metadata (its note; the tree is unchanged).
+    From a report (--comparison), or typed in (--gain, --lower-bound, --hardware, --model,
+    --verdict) when the report itself did not survive."""
+    from specpilot.memory.results import add_result, from_comparison, typed_in
 
-    result = from_comparison(comparison, note)
+    if (comparison is None) == (gain is None):
+        raise SpecPilotError("give either --comparison REPORT.json or --gain (with "
+                             "--lower-bound, --hardware, --model, --verdict)", code=2)
+    result = (from_comparison(comparison, note) if comparison is not None else
+              typed_in(gain, lower_bound, hardware, model, verdict, note))
+    if stale:
+        result = result.model_copy(update={"stale": True})
     meta = add_result(Memory(), entry_id, result, write_files=not no_files)
+    bound = "" if result.ci_low is None else f" (lower bound {result.ci_low:+.2%})"
     _emit(as_json, result.model_dump(mode="json"),
-          f"{entry_id}: result {len(meta.results)}: {result.metric} {result.value:+.2%} "
-          f"(lower bound {result.ci_low:+.2%}) on {result.hardware}, {result.model}: "
-          f"{result.verdict}")
+          f"{entry_id}: result {len(meta.results)}: {result.metric} {result.value:+.2%}{bound} "
+          f"on {result.hardware or '?'}, {result.model or '?'}: {result.verdict}"
+          + (" (stale)" if result.stale else ""))
 
 
 def register(cli: click.Group) -> None:

@@ -153,13 +153,15 @@ def run_gates(root: Path, cfg: Config, gates: GatesSection, commit: str, options
 
 def prescreen(root: Path, cfg: Config, base: System, cand: System, requests: int,
               max_new: int, log_dir: Path, device: str | None = None) -> dict:
-    """Cheapest timing evidence: one paired round (A then B per request), no σ."""
+    """Cheapest timing evidence: one paired round (A then B per request), no σ, after one
+    warm-up round (uncounted): a first request pays CUDA-graph capture and kernel autotuning,
+    which on the H200 made a W12 candidate look 91% slower in its pre-screen."""
     store = GitStore(root)
     co_a = clean_checkout(store, base.commit, cfg.system_paths, root)
     co_b = clean_checkout(store, cand.commit, cfg.system_paths, root)
     job = controller.Job(controller.pick_requests(cfg.model.path, requests, "dev"), max_new,
                          cfg.controller.drafter,
-                         [device or ("cuda:0" if _cuda() else "cpu")], 1, 0,
+                         [device or ("cuda:0" if _cuda() else "cpu")], 1, 1,
                          cfg.model.path)
     paired, _, _ = controller.paired_run(co_a, base.options, co_b, cand.options, job, cfg,
                                          log_dir)

@@ -38,6 +38,17 @@ def from_comparison(path: Path, note: str = "") -> Result:
                              f"{exc}", code=2) from exc
 
 
+def typed_in(gain: float, lower_bound: float | None, hardware: str, model: str, verdict: str,
+             note: str = "") -> Result:
+    """A controller result typed in from what a run printed (its report did not survive)."""
+    if not hardware or not model or not verdict:
+        raise SpecPilotError("a typed-in result needs --hardware, --model and --verdict", code=2)
+    return Result(metric="controller_gain", value=gain, ci_low=lower_bound, hardware=hardware,
+                  model=model, verdict=verdict + (f"; {note}" if note else ""),
+                  controller_run="typed in from the printed report",
+                  date=datetime.now(timezone.utc).replace(microsecond=0))
+
+
 def add_result(memory: Memory, entry_id: str, result: Result, write_files: bool = True):
     """Append `result` to the entry's note (and memory/<id>.toml); returns the new meta."""
     store = memory.store
@@ -57,4 +68,4 @@ def add_result(memory: Memory, entry_id: str, result: Result, write_files: bool 
     return meta
 
 
-__all__ = ["ENTRY_PREFIX", "add_result", "from_comparison"]
+__all__ = ["ENTRY_PREFIX", "add_result", "from_comparison", "typed_in"]
