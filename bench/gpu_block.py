@@ -113,8 +113,10 @@ def main() -> None:
         # ask for none, the block drafter for its context layers), captured before timing
         t1 = time.perf_counter()
         end = max(len(tok.chat(r.prompt)) for r in reqs) + args.max_new + 64
-        for layers in {(), *((tuple(make(m).hidden_layers),) if any(
-                m.startswith("block") for m in modes) else ())}:
+        sets = {()}
+        if any(m.startswith("block") for m in modes):
+            sets.add(tuple(system.drafter("block").hidden_layers))
+        for layers in sets:
             eng.runner.capture_upto(min(end, eng.max_context), layers)
         print(f"captured {slots()} verify graphs in {time.perf_counter() - t1:.1f}s", flush=True)
 
