@@ -242,20 +242,23 @@ def validation_split(data: Data, cfg: TrainConfig, groups: list | None = None
     n_val = max(1, int(len(keep) * cfg.holdout)) if len(keep) > 1 else 0
     if groups is None or n_val == 0:
         return keep[n_val:], keep[:n_val]
-    order: dict = {}
-    for i in keep.tolist():  # groups in the order their first member was shuffled to
-        order.setdefault(groups[i], []).append(i)
+    members: dict = {}
+    for i in keep.tolist():
+        members.setdefault(groups[i], []).append(i)
+    keys = list(members)
+    gen = torch.Generator().manual_seed(cfg.seed + 3)
     val: list[int] = []
-    for members in order.values():
+    for j in torch.randperm(len(keys), generator=gen).tolist():  # every group equally likely
         if len(val) >= n_val:
             break
-        if len(val) + len(members) <= max(n_val, 1) * 2 or not val:
-            val += members
+        if len(val) + len(members[keys[j]]) <= 2 * n_val or not val:
+            val += members[keys[j]]
     held = set(val)
     if len(held) == len(keep):  # one group only: fall back to sequences
         return keep[n_val:], keep[:n_val]
-    return torch.tensor([i for i in keep.tolist() if i not in held], dtype=torch.long), \
-        torch.tensor(val, dtype=torch.long)
+    val_t = torch.tensor(val, dtype=torch.long)
+    val_t = val_t[torch.randperm(len(val_t), generator=gen)]  # any prefix is a fair sample
+    return torch.tensor([i for i in keep.tolist() if i not in held], dtype=torch.long), val_t
 
 
 def _lr(step: int, cfg: TrainConfig) -> float:
