@@ -355,6 +355,42 @@ class PrivateIndex:
         self.tree = self.store.run("write-tree", env=self.env).strip()
         return self.tree
 
+    def resolve_additions(self, only_additions) -> list[str]:
+        """Resolve every conflict of a 3-way apply in which both sides only added lines (as
+        judged by `only_additions` on git's diff3 text): keep ours (the new base), then
+        theirs (the patch). Returns the resolved paths, or [] (and changes nothing) if any
+        conflict is not of that kind or lacks a common base."""
+        out = self.store.run("ls-files", "-u", "-z", env=self.env)
+        stages: dict[str, dict[int, tuple[str, str]]] = {}
+        for item in out.split("\0"):
+            if "\t" not in item:
+                continue
+            info, path = item.split("\t", 1)
+            mode, sha, stage = info.split()
+            stages.setdefault(path, {})[int(stage)] = (mode, sha)
+        merged: dict[str, tuple[str, bytes]] = {}
+        with tempfile.TemporaryDirectory(prefix="specpilot-merge-") as tmp:
+            for path, st in stages.items():
+                if set(st) != {1, 2, 3}:
+                    return []
+                files = []
+                for stage in (2, 1, 3):
+                    f = Path(tmp) / str(stage)
+                    f.write_bytes(self.store.call("cat-file", "blob", st[stage][1]).out)
+                    files.append(str(f))
+                diff3 = self.store.call("merge-file", "-p", "--diff3", *files).out
+                if not only_additions(diff3.decode(errors="replace")):
+                    return []
+                union = self.store.call("merge-file", "-p", "--union", *files).out
+                merged[path] = (st[2][0], union)
+        for path, (mode, data) in merged.items():
+            sha = self.store.hash_object(data)
+            self.store.run("update-index", "--force-remove", "--", path, env=self.env)
+            self.store.run("update-index", "--add", "--cacheinfo", f"{mode},{sha},{path}",
+                           env=self.env)
+        self.tree = None
+        return sorted(merged)
+
 
 def _virtual_tree(entries: dict[str, tuple[str, str]]) -> str:
     """Hash a git tree made of `path -> (mode, sha)` entries; paths may be nested."""

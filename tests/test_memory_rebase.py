@@ -97,3 +97,19 @@ def test_rebase_cli_exit_code_and_json(project):
     result = project.specpilot("memory", "rebase", "--onto", "stock2", "--json")
     assert result.exit_code == 1
     assert json.loads(result.output)[0]["status"] == "conflict"
+
+
+def test_conflicts_where_both_sides_only_add_lines_keep_both(project):
+    """Every entry registers its option in one file: the new stock and the entry both
+    appending a line at its end is a 3-way conflict that loses nothing when both are kept.
+    A conflict that edits a common line still stops the entry (test_statuses_per_entry)."""
+    opts = "a = 1\nb = 2\n"
+    base = project.make_commit(project.base, {"stock/opts.py": opts}, "opts", branch="base2")
+    project.entry("x", {}, base=base, extra={"stock/opts.py": opts + "x = 3\n"})
+    onto = project.make_commit(base, {"stock/opts.py": opts + "y = 4\n"}, "stock adds y",
+                               branch="stock3")
+    (res,) = [r for r in rebase(project.memory(), onto) if r.id == "x"]
+    assert res.status == "moved" and res.kept_both == ["stock/opts.py"], res.error
+    text = project.git("show", "refs/specpilot/entries/x:stock/opts.py")
+    assert text.splitlines() == ["a = 1", "b = 2", "y = 4", "x = 3"]
+    assert verify(project.memory()).ok

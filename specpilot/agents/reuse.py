@@ -14,6 +14,7 @@ from specpilot.agents.context import AgentContext, commit_worktree
 from specpilot.cycle.state import Candidate
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
+from specpilot.memory.patches import only_additions
 from specpilot.memory.store import Memory
 
 
@@ -50,29 +51,12 @@ def _resolve_additions(wt: GitStore, folder: Path) -> bool:
                 f.write_bytes(res.out)
                 files.append(str(f))
             diff3 = wt.call("merge-file", "-p", "--diff3", *files).out.decode(errors="replace")
-            if not _only_additions(diff3):
+            if not only_additions(diff3):
                 return False
             merged[path] = wt.call("merge-file", "-p", "--union", *files).out
     for path, data in merged.items():
         (folder / path).write_bytes(data)
         wt.run("add", "--", path)
-    return True
-
-
-def _only_additions(diff3: str) -> bool:
-    """True if every conflict block of a diff3 merge has an empty base section."""
-    state = None
-    for line in diff3.splitlines():
-        if line.startswith("<<<<<<< "):
-            state = "ours"
-        elif line.startswith("||||||| ") and state == "ours":
-            state = "base"
-        elif line.startswith("=======") and state == "base":
-            state = "theirs"
-        elif line.startswith(">>>>>>> "):
-            state = None
-        elif state == "base":
-            return False
     return True
 
 

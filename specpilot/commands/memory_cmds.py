@@ -160,6 +160,9 @@ def rebase_cmd(onto, ids, as_json):
         line = f"{r.status:<10} {r.id}"
         if r.new_commit and r.status == "moved":
             line += f" {r.old_commit[:12]} -> {r.new_commit[:12]} (results now stale)"
+        if r.kept_both:
+            line += (f"; both sides only added lines in {', '.join(r.kept_both)}: "
+                     f"kept both (the new stock's first)")
         if r.error:
             line += f"  {r.error}"
         lines.append(line)

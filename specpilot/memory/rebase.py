@@ -33,6 +33,7 @@ class RebaseOutcome:
     new_commit: str | None = None
     paths: list[str] = field(default_factory=list)
     error: str | None = None
+    kept_both: list[str] = field(default_factory=list)  # pure-addition conflicts resolved
 
     def to_json(self) -> dict:
         return self.__dict__.copy()
@@ -75,7 +76,9 @@ def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
                 continue
             index.load(deps_tree)
             res = index.apply(old.patches[eid], three_way=True)
-            if res.rc != 0:
+            if res.rc != 0 and index.unmerged():
+                out.kept_both = index.resolve_additions(patches.only_additions)
+            if res.rc != 0 and not out.kept_both:
                 conflicted = index.unmerged()
                 index.tree = None
                 if conflicted:
