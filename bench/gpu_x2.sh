@@ -1,7 +1,9 @@
 #!/bin/bash
-# The two-GPU session (nvidia-h200-x2), three calls on one warm machine (issues 4, 6, 7, 8).
-# Every call carries .whl and .gpub (git bundle create .gpub/repo.bundle --all, after
-# committing); the embedded GGUF travels in halves: call 1 carries .gpu0, call 2 .gpu1.
+# The two-GPU session (nvidia-h200-x2): one mode per call, calls back to back on one warm
+# machine (issues 4, 6, 7, 8). Every call carries .whl and .gpub (git bundle create
+# .gpub/repo.bundle --all, after committing); the embedded GGUF travels in halves: the first
+# call carries .gpu0, the next .gpu1 (later calls on the same machine need neither). At most
+# 8 files come back from a call: step logs go to one archive, $OUT/logs.tgz.
 #
 #   bash bench/gpu_x2.sh 27b SECONDS        # call 1 (carry .whl .gpub .gpu0)
 #     devices   bench/gpu_devices.py: copy bandwidth and bf16 GEMM rate of each GPU, alone
