@@ -278,6 +278,34 @@ class GitStore:
             path.write_bytes(data)
             return self.run("hash-object", "-w", "--no-filters", str(path)).strip()
 
+    def union_of_additions(self, env: dict | None = None) -> dict[str, tuple[str, bytes]] | None:
+        """For the unmerged paths of an index (ours: stage 2, base: 1, theirs: 3), the
+        merge that keeps ours then theirs, if every conflict only added lines on both sides
+        (e.g. two option registrations appended to stock/options.py); None if any conflict
+        is of another kind or lacks a common base. `env` selects the index (GIT_INDEX_FILE).
+        Returns {path: (mode, merged bytes)}; {} when nothing is unmerged."""
+        stages: dict[str, dict[int, tuple[str, str]]] = {}
+        for item in self.run("ls-files", "-u", "-z", env=env).split("\0"):
+            if "\t" in item:
+                info, path = item.split("\t", 1)
+                mode, sha, stage = info.split()
+                stages.setdefault(path, {})[int(stage)] = (mode, sha)
+        merged: dict[str, tuple[str, bytes]] = {}
+        with tempfile.TemporaryDirectory(prefix="specpilot-merge-") as tmp:
+            for path, st in stages.items():
+                if set(st) != {1, 2, 3}:
+                    return None
+                files = []
+                for stage in (2, 1, 3):
+                    f = Path(tmp) / str(stage)
+                    f.write_bytes(self.call("cat-file", "blob", st[stage][1]).out)
+                    files.append(str(f))
+                diff3 = self.call("merge-file", "-p", "--diff3", *files).out
+                if not only_additions(diff3.decode(errors="replace")):
+                    return None
+                merged[path] = (st[2][0], self.call("merge-file", "-p", "--union", *files).out)
+        return merged
+
     # -- private index ----------------------------------------------------------------
 
     @contextlib.contextmanager
@@ -355,41 +383,18 @@ class PrivateIndex:
         self.tree = self.store.run("write-tree", env=self.env).strip()
         return self.tree
 
-    def resolve_additions(self, only_additions) -> list[str]:
-        """Resolve every conflict of a 3-way apply in which both sides only added lines (as
-        judged by `only_additions` on git's diff3 text): keep ours (the new base), then
-        theirs (the patch). Returns the resolved paths, or [] (and changes nothing) if any
-        conflict is not of that kind or lacks a common base."""
-        out = self.store.run("ls-files", "-u", "-z", env=self.env)
-        stages: dict[str, dict[int, tuple[str, str]]] = {}
-        for item in out.split("\0"):
-            if "\t" not in item:
-                continue
-            info, path = item.split("\t", 1)
-            mode, sha, stage = info.split()
-            stages.setdefault(path, {})[int(stage)] = (mode, sha)
-        merged: dict[str, tuple[str, bytes]] = {}
-        with tempfile.TemporaryDirectory(prefix="specpilot-merge-") as tmp:
-            for path, st in stages.items():
-                if set(st) != {1, 2, 3}:
-                    return []
-                files = []
-                for stage in (2, 1, 3):
-                    f = Path(tmp) / str(stage)
-                    f.write_bytes(self.store.call("cat-file", "blob", st[stage][1]).out)
-                    files.append(str(f))
-                diff3 = self.store.call("merge-file", "-p", "--diff3", *files).out
-                if not only_additions(diff3.decode(errors="replace")):
-                    return []
-                union = self.store.call("merge-file", "-p", "--union", *files).out
-                merged[path] = (st[2][0], union)
-        for path, (mode, data) in merged.items():
+    def resolve_additions(self) -> list[str]:
+        """Resolve the conflicts of a 3-way apply in this index where both sides only added
+        lines (GitStore.union_of_additions); returns the resolved paths, or [] (and changes
+        nothing) when any conflict is of another kind."""
+        merged = self.store.union_of_additions(env=self.env)
+        for path, (mode, data) in (merged or {}).items():
             sha = self.store.hash_object(data)
             self.store.run("update-index", "--force-remove", "--", path, env=self.env)
             self.store.run("update-index", "--add", "--cacheinfo", f"{mode},{sha},{path}",
                            env=self.env)
         self.tree = None
-        return sorted(merged)
+        return sorted(merged or {})
 
 
 def _virtual_tree(entries: dict[str, tuple[str, str]]) -> str:
@@ -416,3 +421,22 @@ def _hash_node(node: dict) -> str:
         rows.append((sort_key.encode(), mode.encode(), name.encode(), bytes.fromhex(sha)))
     body = b"".join(m + b" " + n + b"\0" + s for _k, m, n, s in sorted(rows))
     return hashlib.sha1(b"tree %d\0" % len(body) + body).hexdigest()
+
+
+def only_additions(diff3: str) -> bool:
+    """True if every conflict block of a `git merge-file --diff3` result has an empty base
+    section: both sides only added lines at the same place (e.g. two option registrations
+    appended to stock/options.py), so keeping both loses nothing."""
+    state = None
+    for line in diff3.splitlines():
+        if line.startswith("<<<<<<< "):
+            state = "ours"
+        elif line.startswith("||||||| ") and state == "ours":
+            state = "base"
+        elif line.startswith("=======") and state == "base":
+            state = "theirs"
+        elif line.startswith(">>>>>>> "):
+            state = None
+        elif state == "base":
+            return False
+    return True

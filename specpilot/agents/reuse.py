@@ -14,7 +14,6 @@ from specpilot.agents.context import AgentContext, commit_worktree
 from specpilot.cycle.state import Candidate
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
-from specpilot.memory.patches import only_additions
 from specpilot.memory.store import Memory
 
 
@@ -33,28 +32,12 @@ def entry_patch(root: Path, entry_id: str) -> tuple[bytes, object]:
 
 def _resolve_additions(wt: GitStore, folder: Path) -> bool:
     """Resolve conflicts where both sides only added lines at the same place (e.g. two
-    option registrations appended to stock/options.py): keep ours, then theirs. Any other
-    conflict is left alone and reported (False)."""
-    unmerged = sorted({line.split("\t", 1)[1] for line in
-                       wt.run("ls-files", "-u").splitlines() if "\t" in line})
-    if not unmerged:
+    option registrations appended to stock/options.py): keep ours, then theirs, in the
+    worktree and its index. Any other conflict is left alone and reported (False)."""
+    merged = wt.union_of_additions()
+    if not merged:
         return False
-    merged: dict[str, bytes] = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for path in unmerged:
-            files = []
-            for stage in (2, 1, 3):
-                res = wt.call("show", f":{stage}:{path}")
-                if res.rc != 0:
-                    return False
-                f = Path(tmp) / f"{stage}"
-                f.write_bytes(res.out)
-                files.append(str(f))
-            diff3 = wt.call("merge-file", "-p", "--diff3", *files).out.decode(errors="replace")
-            if not only_additions(diff3):
-                return False
-            merged[path] = wt.call("merge-file", "-p", "--union", *files).out
-    for path, data in merged.items():
+    for path, (_mode, data) in merged.items():
         (folder / path).write_bytes(data)
         wt.run("add", "--", path)
     return True

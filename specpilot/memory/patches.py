@@ -129,21 +129,3 @@ def _unquote(raw: bytes) -> str:
     text = raw.decode("utf-8", "replace")
     return text.split("\t", 1)[0]
 
-
-def only_additions(diff3: str) -> bool:
-    """True if every conflict block of a `git merge-file --diff3` result has an empty base
-    section: both sides only added lines at the same place (e.g. two option registrations
-    appended to stock/options.py), so keeping both loses nothing."""
-    state = None
-    for line in diff3.splitlines():
-        if line.startswith("<<<<<<< "):
-            state = "ours"
-        elif line.startswith("||||||| ") and state == "ours":
-            state = "base"
-        elif line.startswith("=======") and state == "base":
-            state = "theirs"
-        elif line.startswith(">>>>>>> "):
-            state = None
-        elif state == "base":
-            return False
-    return True

@@ -77,7 +77,7 @@ def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
             index.load(deps_tree)
             res = index.apply(old.patches[eid], three_way=True)
             if res.rc != 0 and index.unmerged():
-                out.kept_both = index.resolve_additions(patches.only_additions)
+                out.kept_both = index.resolve_additions()
             if res.rc != 0 and not out.kept_both:
                 conflicted = index.unmerged()
                 index.tree = None
