@@ -15,9 +15,13 @@ mkdir -p "$OUT/block"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 start=$(date +%s)
 # --total-seconds bounds the whole training command (setup, data, training, saving).
+# Drafter layers start as the target's last three; 24000 prompts (about 22,700 distinct) are
+# answered 2048 at a time, then 2048 prompts summarising the target's own prose answers; the
+# learning-rate schedule follows the clock (bench/NOTES.md "Block drafter, issue 6 round 3").
 python3 -m stock.drafters.train_block --out "$OUT/block" --seed "$seed" --device cuda \
-    --prompts 12000 --max-new 192 --gen-batch 512 --steps 4000 --batch 64 --anchors 16 \
-    --gen-seconds 160 --total-seconds 400 --val-every 250 2>&1 | grep -v Warning | tee "$OUT/train_block.log"
+    --init-from-target last --prompts 24000 --summaries 2048 --max-new 192 --gen-batch 2048 \
+    --feat-batch 512 --steps 8000 --batch 64 --anchors 16 --gen-seconds 150 \
+    --total-seconds 420 --val-every 500 2>&1 | grep -v Warning | tee "$OUT/train_block.log"
 echo "train rc=${PIPESTATUS[0]} in $(( $(date +%s) - start ))s"
 if [ -f "$OUT/block/manifest.json" ]; then
     timeout $(( 560 - ($(date +%s) - start) )) python3 bench/gpu_block.py --weights "$OUT/block" \

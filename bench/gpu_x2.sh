@@ -75,9 +75,10 @@ embedded)
         2>&1 | tail -1
     rm -rf /tmp/block
     ( export CUDA_VISIBLE_DEVICES=1
-      step train_block 430 python3 -m stock.drafters.train_block --out /tmp/block --seed 0 \
-        --device cuda --prompts 12000 --max-new 192 --gen-batch 512 --steps 4000 --batch 64 \
-        --anchors 16 --gen-seconds 160 --total-seconds 400 --val-every 250
+      step train_block 445 python3 -m stock.drafters.train_block --out /tmp/block --seed 0 \
+        --device cuda --init-from-target last --prompts 24000 --summaries 2048 --max-new 192 \
+        --gen-batch 2048 --feat-batch 512 --steps 8000 --batch 64 --anchors 16 \
+        --gen-seconds 150 --total-seconds 420 --val-every 500
       mkdir -p "$OUT/block" && cp /tmp/block/* "$OUT/block/" 2>/dev/null
       TAIL=16 step tau_check 90 python3 bench/gpu_block.py --weights /tmp/block \
         --per-category 1 --max-new 128 --no-ar --no-force --also block-graphs \
@@ -162,10 +163,10 @@ PY
 train)  # block drafter retraining experiment on GPU 0 (the GGUF staged by an earlier call)
     export CUDA_VISIBLE_DEVICES=0
     rm -rf /tmp/block2
-    step train_block2 "${TRAIN_S:-300}" python3 -m stock.drafters.train_block --out /tmp/block2 \
-        --seed 0 --device cuda ${TRAIN_ARGS:---prompts 12000 --steps 3000} --max-new 192 \
-        --gen-batch 512 --batch 64 --anchors 16 --gen-seconds 130 --total-seconds 280 \
-        --val-every 250
+    step train_block2 "${TRAIN_S:-445}" python3 -m stock.drafters.train_block --out /tmp/block2 \
+        --seed 0 --device cuda ${TRAIN_ARGS:---init-from-target last --prompts 24000 \
+        --summaries 2048 --steps 8000} --max-new 192 --gen-batch 2048 --feat-batch 512 \
+        --batch 64 --anchors 16 --gen-seconds 150 --total-seconds 420 --val-every 500
     TAIL=16 step tau_check2 80 python3 bench/gpu_block.py --weights /tmp/block2 \
         --per-category 1 --max-new 128 --no-ar --no-force --also block-graphs
     ;;

@@ -402,3 +402,67 @@ def test_validation_holds_out_whole_prompt_groups(toy):
     assert 1 < len(cores) < len(pairs)
     assert prompt_group("chat", "Hi! Why do we yawn? Thanks!") == \
         prompt_group("chat", "Why do we yawn? Explain it simply.")
+
+
+def test_init_from_target_copies_the_chosen_layers():
+    """--init-from-target: every drafter layer starts as the chosen target layer (each weight
+    equal), fc selects the deepest context layer, and the init is recorded in the stats."""
+    from stock.drafters.train_block import init_layers
+
+    target = Transformer.random(PRESETS["tiny-qwen3"], seed=4, std=0.2)
+    n = target.cfg.num_layers
+    for layers in (None, (n - 1, 0)):
+        net = random_net(target, num_target_layers=2).init_from_target(target, layers)
+        chosen = layers or (n - 2, n - 1)
+        for mine, i in zip(net.layers, chosen):
+            theirs = target.model.layers[i].state_dict()
+            for name, p in mine.state_dict().items():
+                assert torch.equal(p, theirs[name]), (i, name)
+        hidden = [torch.randn(1, 5, target.cfg.hidden_size) for _ in net.cfg.target_layers]
+        deepest = net.cfg.target_layers.index(max(net.cfg.target_layers))
+        assert torch.allclose(net.fc(torch.cat(hidden, -1)), hidden[deepest])
+    fresh = random_net(target)
+    assert not torch.equal(fresh.layers[0].mlp.up_proj.weight,
+                           target.model.layers[n - 2].mlp.up_proj.weight)
+    with pytest.raises(BlockDrafterError, match="init from target"):
+        random_net(target).init_from_target(target, (0, n))
+    assert init_layers("last", 30, 3) == (27, 28, 29) and init_layers("3,9", 30, 2) == (3, 9)
+    with pytest.raises(ValueError, match="init-from-target"):
+        init_layers("27,28", 30, 3)
+
+
+def test_training_from_target_init_records_it(toy):
+    target, prompts, data = toy
+    cfg = TrainConfig(seed=0, steps=4, val_every=0, init_from_target="last", **TOY)
+    net, stats, losses = train(target, prompts, cfg, progress=lambda m: None, data=data)
+    last = target.cfg.num_layers - 1
+    assert stats["init"].startswith(f"target layers [{last}]")
+    moved = net.layers[0].mlp.up_proj.weight - target.model.layers[last].mlp.up_proj.weight
+    assert 0 < moved.abs().max() < 0.05  # trained a little from the target's weights
+
+
+def test_merge_data_keeps_every_row(toy):
+    """Two answer sets of different prompt widths and answer lengths merge into one padded
+    Data whose rows hold the same tokens between their padding and their end."""
+    from stock.drafters.train_block import merge_data
+
+    target, prompts, data = toy
+    other = generate_data(target, [p[:3] for p in prompts[:3]], 12, 8, set(),
+                          progress=lambda m: None)
+    both = merge_data(data, other)
+    assert both.prompt_cols == max(data.prompt_cols, other.prompt_cols)
+    for src, rows in ((data, range(len(data.end))), (other, range(len(other.end)))):
+        off = 0 if src is data else len(data.end)
+        for i in rows:
+            got = both.tokens[off + i, int(both.pad[off + i]):int(both.end[off + i])]
+            assert torch.equal(got, src.tokens[i, int(src.pad[i]):int(src.end[i])])
+            assert int(both.end[off + i]) - both.prompt_cols == int(src.end[i]) - src.prompt_cols
+
+
+def test_math_prompts_group_by_template():
+    from stock.drafters.train_prompts import _math_more, prompt_group
+    import random
+
+    a, b = (_math_more(random.Random(s), 8) for s in (1, 2))
+    assert a != b and prompt_group("math", a) == prompt_group("math", b)
+    assert prompt_group("math", a) != prompt_group("math", _math_more(random.Random(1), 9))

@@ -177,6 +177,49 @@ class BlockNet(nn.Module):
                     p.normal_(0.0, std, generator=gen)
         return self
 
+    def init_from_target(self, target, layers: tuple[int, ...] | None = None) -> "BlockNet":
+        """Start from the target's own layers instead of random weights.
+
+        Drafter layer i becomes a copy of target layer `layers[i]` (default: the last
+        num_layers layers): q/k/v/o projections (the k/v projections also turn the context
+        into keys and values, as the target's do for its own past), q/k norms, MLP and both
+        norms. `fc` selects the deepest context layer's hidden state (identity on its block,
+        zero on the others, which still get gradients) and `context_norm` takes the mean of
+        the chosen layers' input norms, so each layer's context keys/values start as the
+        target's layer would compute them from that state. The final norm is the target's."""
+        cfg = self.cfg
+        n = target.cfg.num_layers
+        if layers is None:
+            layers = tuple(range(n - cfg.num_layers, n))
+        layers = tuple(int(i) for i in layers)
+        if len(layers) != cfg.num_layers or any(not 0 <= i < n for i in layers):
+            raise BlockDrafterError(f"init from target layers {list(layers)}: need "
+                                    f"{cfg.num_layers} layers in 0..{n - 1}")
+        cfg_t = target.cfg
+        if (cfg_t.hidden_size, cfg_t.intermediate_size, cfg_t.qk_norm) != (
+                cfg.hidden_size, cfg.intermediate_size, cfg.qk_norm):
+            raise BlockDrafterError("init from target: the drafter's layer shapes differ "
+                                    "from the target's")
+        h = cfg.hidden_size
+        with torch.no_grad():
+            for mine, i in zip(self.layers, layers):
+                theirs = target.model.layers[i].state_dict()
+                own = mine.state_dict()
+                if set(own) != set(theirs):
+                    raise BlockDrafterError(f"init from target layer {i}: parameters "
+                                            f"{sorted(set(own) ^ set(theirs))} differ")
+                for name, p in own.items():
+                    p.copy_(theirs[name].to(p.dtype))
+            deepest = max(range(len(cfg.target_layers)), key=lambda j: cfg.target_layers[j])
+            self.fc.weight.zero_()
+            self.fc.weight[:, deepest * h:(deepest + 1) * h].copy_(
+                torch.eye(h, dtype=self.fc.weight.dtype))
+            norms = torch.stack([target.model.layers[i].input_layernorm.weight.float()
+                                 for i in layers])
+            self.context_norm.weight.copy_(norms.mean(0))
+            self.norm.weight.copy_(target.model.norm.weight.float())
+        return self
+
     def features(self, hidden: list[torch.Tensor]) -> torch.Tensor:
         """Target hidden states (one [B, S, H] per chosen layer) -> context [B, S, H]."""
         return self.context_norm(self.fc(torch.cat(hidden, dim=-1)))

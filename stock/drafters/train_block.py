@@ -42,7 +42,13 @@ class TrainConfig:
     prompts: int = 4096
     max_prompt: int = 256  # prompt tokens kept (the end of longer prompts is kept)
     max_new: int = 256  # greedy answer tokens per prompt
-    gen_batch: int = 256
+    gen_batch: int = 256  # prompts answered at once (greedy decoding is launch-bound: larger
+    # batches give more answers per second; KV for 2048 x 512 tokens of the embedded model
+    # is ~21 GB in bf16)
+    feat_batch: int = 512  # sequences per feature-extraction forward (full attention)
+    summaries: int = 0  # second-stage prompts: summarise/explain the target's own prose answers
+    init_from_target: str = ""  # "" random init; "last": the target's last num_layers layers;
+    # or comma-separated target layer indices (see BlockNet.init_from_target)
     num_layers: int = 3
     num_target_layers: int = 4
     block_size: int = 16
@@ -60,6 +66,8 @@ class TrainConfig:
     max_seconds: float = 0.0  # stop the training loop after this long (0: never)
     total_seconds: float = 0.0  # stop it so that the whole run ends within this (0: never)
     gen_seconds: float = 0.0  # answer no more prompt batches after this long (0: all)
+    # with total_seconds, the learning-rate schedule runs on whichever is further along, the
+    # step count or the clock, so the cosine decay ends when the time is up
 
 
 @dataclass
@@ -135,12 +143,22 @@ def generate_data(target, prompts: list[list[int]], max_new: int, batch: int,
     return Data(tokens, pad, end, p_cols)
 
 
-@torch.inference_mode()
 def extract_features(target, data: Data, layers: tuple[int, ...], batch: int) -> torch.Tensor:
-    """[N, S, len(layers) * H] target hidden states (target dtype, target device)."""
+    """[N, S, len(layers) * H] target hidden states (target dtype, target device). A normal
+    tensor (allocated outside inference mode, filled inside it): usable by autograd without
+    a copy, so the largest buffer of a run exists once."""
     dev = target.device
     n, s = data.tokens.shape
     out = torch.empty(n, s, len(layers) * target.cfg.hidden_size, dtype=target.dtype, device=dev)
+    with torch.inference_mode():
+        _fill_features(target, data, layers, batch, out)
+    return out
+
+
+def _fill_features(target, data: Data, layers: tuple[int, ...], batch: int,
+                   out: torch.Tensor) -> None:
+    dev = target.device
+    n, s = data.tokens.shape
     for b0 in range(0, n, batch):
         ids = data.tokens[b0:b0 + batch].to(dev)
         b = ids.shape[0]
@@ -150,7 +168,22 @@ def extract_features(target, data: Data, layers: tuple[int, ...], batch: int) ->
         res = target(ids, cache, 0, positions=(cols - vfrom[:, None]).clamp(min=0),
                      mask=_mask(vfrom, cols, s), logits="none", hidden_layers=layers)
         out[b0:b0 + b] = torch.cat([res.hidden[i] for i in layers], dim=-1)
-    return out
+
+
+def merge_data(a: Data, b: Data) -> Data:
+    """One Data of a's rows then b's, both right-aligned to the larger prompt width (the
+    narrower one shifted right, its padding widened) and padded to the wider answer span."""
+    p = max(a.prompt_cols, b.prompt_cols)
+    span = max(a.tokens.shape[1] - a.prompt_cols, b.tokens.shape[1] - b.prompt_cols)
+
+    def widen(d: Data):
+        shift = p - d.prompt_cols
+        t = torch.zeros(len(d.tokens), p + span, dtype=torch.long)
+        t[:, shift:shift + d.tokens.shape[1]] = d.tokens
+        return t, d.pad + shift, d.end + shift
+
+    (ta, pa, ea), (tb, pb, eb) = widen(a), widen(b)
+    return Data(torch.cat([ta, tb]), torch.cat([pa, pb]), torch.cat([ea, eb]), p)
 
 
 def block_forward(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torch.Tensor,
@@ -261,18 +294,22 @@ def validation_split(data: Data, cfg: TrainConfig, groups: list | None = None
     return torch.tensor([i for i in keep.tolist() if i not in held], dtype=torch.long), val_t
 
 
-def _lr(step: int, cfg: TrainConfig) -> float:
+def _lr(step: int, cfg: TrainConfig, time_frac: float = 0.0) -> float:
+    """Linear warm-up, then cosine to 10% over the steps, or over the time left when
+    `time_frac` (elapsed share of the training time, see TrainConfig) is further along."""
     if step < cfg.warmup:
         return cfg.lr * (step + 1) / cfg.warmup
-    frac = (step - cfg.warmup) / max(cfg.steps - cfg.warmup, 1)
+    frac = max((step - cfg.warmup) / max(cfg.steps - cfg.warmup, 1), time_frac)
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
 
 
 def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progress=log,
-          data: Data | None = None, started: float | None = None, groups: list | None = None):
+          data: Data | None = None, started: float | None = None, groups: list | None = None,
+          data_stats: dict | None = None):
     """Returns (net, stats, losses). `target` stays frozen; the net trains in fp32 (bf16
     autocast on CUDA). `started`: perf_counter at the start of the run (for total_seconds).
-    `groups`: one key per prompt; validation then holds out whole groups."""
+    `groups`: one key per data row; validation then holds out whole groups. `data_stats`:
+    added to the stats (how a `data` passed in was made)."""
     started = time.perf_counter() if started is None else started
     torch.manual_seed(cfg.seed)
     for prm in target.parameters():
@@ -285,7 +322,7 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
     gen_s = time.perf_counter() - t0
     bcfg = BlockConfig.for_target(target.cfg, cfg.num_layers, cfg.block_size,
                                   num_target_layers=cfg.num_target_layers)
-    feats = extract_features(target, data, bcfg.target_layers, cfg.gen_batch).clone()
+    feats = extract_features(target, data, bcfg.target_layers, cfg.feat_batch)
     feat_s = time.perf_counter() - t0 - gen_s
     gen = torch.Generator().manual_seed(cfg.seed)
     tr, val = validation_split(data, cfg, groups[: len(data.end)] if groups else None)
@@ -299,6 +336,12 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
     net = BlockNet(bcfg).to(dev).init_weights(cfg.seed)
     with torch.no_grad():  # start in the scale the target's head expects
         net.norm.weight.copy_(target.model.norm.weight.float())
+    init = "random (seeded normal, std 0.02)"
+    if cfg.init_from_target:
+        layers = init_layers(cfg.init_from_target, target.cfg.num_layers, cfg.num_layers)
+        net.init_from_target(target, layers)
+        init = f"target layers {list(layers)} (fc selects target layer {max(bcfg.target_layers)})"
+    progress(f"drafter init: {init}")
     decay, no_decay = [], []
     for name, prm in net.named_parameters():
         (no_decay if prm.ndim < 2 else decay).append(prm)
@@ -333,9 +376,18 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
         progress(f"  validate at step {step}: loss {vl:.4f}  block acc-len {va:.3f}"
                  f"{'  (best)' if best['step'] == step else ''}")
 
+    deadline = started + cfg.total_seconds - 30 if cfg.total_seconds else 0.0
+
+    def time_frac() -> float:
+        if not deadline:
+            return 0.0
+        return min(1.0, (time.perf_counter() - t1) / max(deadline - t1, 1e-9))
+
+    lr = cfg.lr
     for step in range(cfg.steps):
+        lr = _lr(step, cfg, time_frac())
         for g in opt.param_groups:
-            g["lr"] = _lr(step, cfg)
+            g["lr"] = lr
         idx = tr[torch.randint(len(tr), (min(cfg.batch, len(tr)),), generator=gen)]
         with autocast:
             loss, acc = block_loss(net, target, data, feats, idx, gen, cfg.anchors, cfg.decay)
@@ -347,7 +399,7 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
         steps_done = step + 1
         if step % max(cfg.steps // 20, 1) == 0 or step == cfg.steps - 1:
             progress(f"  step {step:5d}  loss {losses[-1]:.4f}  block acc-len {acc:.2f}  "
-                     f"lr {_lr(step, cfg):.2e}  {time.perf_counter() - t1:.1f}s")
+                     f"lr {lr:.2e}  {time.perf_counter() - t1:.1f}s")
         if vp is not None and cfg.val_every and steps_done % cfg.val_every == 0:
             check(steps_done)
             if cfg.patience and since_best >= cfg.patience:
@@ -374,7 +426,8 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
              "last_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4),
              "gen_s": round(gen_s, 1), "features_s": round(feat_s, 1),
              "train_s": round(train_s, 1), "answers": len(keep), "answer_tokens": answer_tokens,
-             "kept_step": kept, "val_history": history}
+             "kept_step": kept, "val_history": history, "init": init, "last_lr": lr,
+             **(data_stats or {})}
     if len(val):
         vgen = torch.Generator().manual_seed(cfg.seed + 1)
         vl, va = [], []
@@ -389,6 +442,21 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
         progress(f"validation: loss {stats['val_loss']}  block acc-len "
                  f"{stats['val_block_accept_len']} (1 + accepted of full blocks, not τ)")
     return net.eval(), stats, losses
+
+
+def init_layers(spec: str, num_target: int, num_layers: int) -> tuple[int, ...]:
+    """--init-from-target: "last" (the last num_layers target layers) or indices "27,28,29"."""
+    if spec == "last":
+        return tuple(range(num_target - num_layers, num_target))
+    try:
+        layers = tuple(int(x) for x in spec.split(","))
+    except ValueError:
+        raise ValueError(f"--init-from-target {spec!r}: 'last' or comma-separated layer "
+                         "indices") from None
+    if len(layers) != num_layers or any(not 0 <= i < num_target for i in layers):
+        raise ValueError(f"--init-from-target {spec!r}: need {num_layers} indices in "
+                         f"0..{num_target - 1}")
+    return layers
 
 
 def toy_setup(seed: int, n_prompts: int = 24):
@@ -418,7 +486,34 @@ def embedded_setup(cfg: TrainConfig, device: str | None, log_files: int | None =
         cats[c] = cats.get(c, 0) + 1
     stops = set(system.engine.stop_ids)
     groups = [prompt_group(c, text) for c, text in pairs]
-    return system.engine.model, prompts, stops, cats, groups
+    return system.engine.model, prompts, stops, cats, groups, tok, [c for c, _ in pairs]
+
+
+def prose_rows(data: Data, sources: list[str], n: int, seed: int, min_tokens: int = 96,
+               kinds: tuple[str, ...] = ("long-form", "chat")) -> list[int]:
+    """Up to n rows (seeded choice) whose answers are prose of at least min_tokens: the
+    passages of the second-stage summarisation prompts."""
+    ok = [i for i in range(len(data.end)) if sources[i] in kinds
+          and int(data.end[i]) - data.prompt_cols >= min_tokens]
+    order = torch.randperm(len(ok), generator=torch.Generator().manual_seed(seed + 5)).tolist()
+    return sorted(ok[j] for j in order[:n])
+
+
+def summary_prompts(tok, data: Data, rows: list[int], stop_ids, seed: int, max_prompt: int,
+                    max_passage: int = 180) -> list[list[int]]:
+    """Chat prompts asking to summarise the target's own answers of `rows` (their first
+    `max_passage` tokens, stop tokens dropped)."""
+    import random
+
+    from stock.drafters.train_prompts import prose_summary_prompt
+
+    rng = random.Random(seed + 7)
+    out = []
+    for i in rows:
+        ids = data.tokens[i, data.prompt_cols:int(data.end[i])].tolist()
+        ids = [t for t in ids if t not in stop_ids][:max_passage]
+        out.append(tok.chat(prose_summary_prompt(rng, tok.decode(ids)))[-max_prompt:])
+    return out
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -449,16 +544,42 @@ def main(argv: list[str] | None = None) -> None:
         stops, cats, name = set(), {"random": len(prompts)}, "tiny-qwen3 (random weights)"
         groups = None
     else:
-        target, prompts, stops, cats, groups = embedded_setup(cfg, args.device)
+        target, prompts, stops, cats, groups, tok, sources = embedded_setup(cfg, args.device)
         name = "embedded (SmolLM2-135M-Instruct)"
     log(f"target {name} on {target.device} {target.dtype}; {len(prompts)} prompts "
         f"({cats}); setup {time.perf_counter() - t0:.1f}s")
-    net, stats, _ = train(target, prompts, cfg, stops, started=t0, groups=groups)
+    data, data_stats = None, {}
+    if cfg.summaries and not args.toy:
+        # stage 1: answers to the corpus; stage 2: summaries of some of its prose answers
+        t1 = time.perf_counter()
+        data = generate_data(target, prompts, cfg.max_new, cfg.gen_batch, stops, log,
+                             cfg.gen_seconds)
+        late = cfg.gen_seconds and time.perf_counter() - t1 > 1.25 * cfg.gen_seconds
+        rows = [] if late else prose_rows(data, sources, cfg.summaries, cfg.seed,
+                                          min_tokens=min(96, cfg.max_new // 2))
+        more = summary_prompts(tok, data, rows, stops, cfg.seed, cfg.max_prompt)
+        log(f"stage 2: {len(more)} prompts summarising the target's own prose answers"
+            + (" (skipped: stage 1 ran past 1.25 x --gen-seconds)" if late else ""))
+        t2 = time.perf_counter()
+        groups = groups[:len(data.end)]
+        if more:
+            data2 = generate_data(target, more, cfg.max_new, cfg.gen_batch, stops, log)
+            groups += [groups[i] for i in rows[:len(data2.end)]]
+            data = merge_data(data, data2)
+            cats = {**cats, "own-prose summaries": len(data2.end)}
+        data_stats = {"gen_s": round(time.perf_counter() - t1, 1),
+                      "gen_stage2_s": round(time.perf_counter() - t2, 1),
+                      "stage2_summaries": len(more)}
+    net, stats, _ = train(target, prompts, cfg, stops, started=t0, groups=groups, data=data,
+                          data_stats=data_stats)
     from stock.drafters.block_weights import save_block
 
     data_desc = {"prompts": len(prompts), "categories": cats,
                  "sources": "stock/drafters/train_prompts.py templates + INSTRUCTIONS + stdlib "
-                            "docstrings/functions (dev prompts excluded, sealed set not used)",
+                            "docstrings/functions (dev prompts excluded, sealed set not used)"
+                            + (f"; stage 2: {cfg.summaries} prompts summarising the target's "
+                               "own long-form/chat answers" if cfg.summaries else ""),
+                 "init": stats.get("init", ""),
                  "python": platform.python_version(), "max_prompt": cfg.max_prompt,
                  "max_new": cfg.max_new, "labels": "target greedy tokens"}
     man = save_block(net, Path(args.out), target=target, seed=cfg.seed, command=command,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import ast
 import functools
 import random
+import re
 import sysconfig
 from pathlib import Path
 
@@ -82,6 +83,53 @@ TASKS = [
     "validates a password: length, a digit and an upper-case letter",
     "simulates rolling two dice a thousand times and counts the totals",
     "reads a text file and returns its ten most common words",
+]
+# (signature, what it does): tasks named the way a user names the function they want
+NAMED_TASKS = [
+    ("count_words(text)", "returns how many words a string contains, treating runs of spaces as one"),
+    ("is_prime(n)", "returns True when n is a prime number and False otherwise"),
+    ("average(values)", "returns the mean of a list of numbers, or None for an empty list"),
+    ("title_case(sentence)", "capitalises every word except short words such as 'a', 'of' and 'the'"),
+    ("unique_sorted(items)", "returns the distinct items of a list in ascending order"),
+    ("digits_to_words(n)", "spells out each digit of a number, so 42 becomes 'four two'"),
+    ("safe_divide(a, b)", "divides a by b and returns None instead of failing when b is zero"),
+    ("count_by_type(values)", "returns a dictionary counting how many values of each type a list holds"),
+    ("longest_run(numbers)", "returns the length of the longest run of equal neighbouring numbers"),
+    ("mask_email(address)", "hides all but the first letter of the name part of an email address"),
+    ("seconds_to_clock(total)", "formats a number of seconds as a string like '01:05:09'"),
+    ("pairwise_sums(numbers)", "returns the sums of each pair of neighbouring numbers"),
+    ("invert_dict(mapping)", "swaps the keys and values of a dictionary, collecting repeated values in lists"),
+    ("char_histogram(text)", "prints a bar of stars for each letter, as long as its count"),
+    ("nth_largest(values, n)", "returns the n-th largest distinct value of a list"),
+    ("normalise_spaces(text)", "trims a string and replaces every run of whitespace with one space"),
+    ("to_snake_case(name)", "turns a name like 'MyVariableName' into 'my_variable_name'"),
+    ("dedupe_emails(emails)", "removes e-mail addresses that differ only in letter case"),
+    ("grade(score)", "turns a score from 0 to 100 into a letter grade from A to F"),
+    ("shopping_total(prices, quantities)", "returns the total cost of a shopping list"),
+    ("vowel_positions(word)", "returns the indexes of the vowels in a word"),
+    ("split_sentences(text)", "splits a paragraph into sentences at full stops, question and exclamation marks"),
+    ("bmi(weight_kg, height_m)", "computes the body mass index and rounds it to one decimal"),
+    ("days_in_month(month, year)", "returns the number of days in a month, leap years included"),
+    ("closest_to_zero(numbers)", "returns the number nearest to zero, preferring the positive one on ties"),
+    ("interleave(a, b)", "merges two lists by alternating their items, appending what is left"),
+    ("word_lengths(sentence)", "returns a list with the length of every word in a sentence"),
+    ("common_letters(a, b)", "returns the letters two words share, in alphabetical order"),
+    ("percent_change(old, new)", "returns the percentage change between two values"),
+    ("fill_template(template, values)", "replaces each {name} in a string by its value from a dictionary"),
+    ("matrix_sum(matrix)", "adds up every number in a list of rows"),
+    ("is_valid_date(text)", "checks whether a string in the form YYYY-MM-DD is a real date"),
+    ("batch(items, size)", "yields successive lists of at most size items"),
+    ("stars_pyramid(height)", "prints a centred pyramid of stars of the given height"),
+    ("count_islands(grid)", "counts groups of neighbouring 1s in a grid of 0s and 1s"),
+    ("queue_simulation(arrivals)", "simulates a queue at a counter and returns the average waiting time"),
+]
+NAMED_FORMS = [
+    "Write a Python function `{sig}` that {desc}.",
+    "Write a Python function `{sig}` that {desc}. Include a docstring and two example calls.",
+    "Write a Python function `{sig}` that {desc}, then show three example calls with their results.",
+    "Implement `{sig}` in Python: it {desc}. Add comments explaining each step.",
+    "Write `{sig}` in Python. It {desc}. Also write a few pytest tests for it.",
+    "Write a Python function `{sig}` that {desc}. Handle empty or invalid input sensibly.",
 ]
 CODE_FORMS = [
     "Write a Python function that {task}. {extra}",
@@ -164,8 +212,31 @@ PHENOMENA = ["the sea is salty", "we get goosebumps", "bread goes stale", "the m
              "mountains have snow on top"]
 
 
+SITUATIONS = ["I have a job interview next week", "my neighbour plays loud music late at night",
+              "I keep putting off my homework", "I want to ask for a pay rise",
+              "my best friend is moving abroad", "I have to give a speech at a wedding",
+              "I feel nervous before exams", "I bought a bike but rarely use it",
+              "my flatmate never does the dishes", "I want to learn to bake bread at home",
+              "I'm starting university in another city", "my phone battery drains very fast",
+              "I can't decide between two job offers", "I want to run a marathon next year",
+              "my grandmother wants to learn to use a smartphone", "I am adopting a cat",
+              "I have a long flight next month", "my garden is full of weeds",
+              "I want to read more but never find the time", "my team at work misses deadlines",
+              "I have to look after my little cousins for a weekend", "I spend too much money on takeaway food",
+              "I'm hosting dinner for eight people", "I want to start learning to code",
+              "I get headaches when I work at my computer", "I'm planning my first trip abroad alone",
+              "my child does not want to read books", "I want to make my small flat feel bigger",
+              "I always arrive late to meetings", "I'm going camping for the first time"]
+SITUATION_ASKS = ["What should I do?", "Do you have any practical tips?",
+                  "How should I prepare?", "What would you suggest?",
+                  "Can you give me a simple plan?", "Where should I start?",
+                  "What are a few things I could try?"]
+
+
 def _chat_question(rng: random.Random) -> str:
-    kind = rng.randrange(6)
+    kind = rng.randrange(8)
+    if kind >= 6:
+        return f"{rng.choice(SITUATIONS)}. {rng.choice(SITUATION_ASKS)}"
     if kind == 0:
         return rng.choice(CHAT)
     if kind == 1:
@@ -220,7 +291,10 @@ INSTRUCTIONS = [
 
 def _code(rng: random.Random) -> str:
     task, ent, attr = rng.choice(TASKS), rng.choice(ENTITIES), rng.choice(ATTRS)
-    kind = rng.randrange(7)
+    kind = rng.randrange(9)
+    if kind >= 7:
+        sig, desc = rng.choice(NAMED_TASKS)
+        return rng.choice(NAMED_FORMS).format(sig=sig, desc=desc)
     if kind == 0:
         return rng.choice(CODE_FORMS).format(task=task, extra=rng.choice(CODE_EXTRAS))
     if kind == 5:
@@ -251,10 +325,108 @@ def _code(rng: random.Random) -> str:
             f"normal input, empty input and one edge case.")
 
 
+MATH_CLOSERS = ["Show your working.", "Explain each step.", "Solve it step by step.",
+                "Show your steps.", "Explain how you got the answer.", "Explain your reasoning."]
+ITEMS = [("jacket", 80), ("lamp", 30), ("pair of shoes", 60), ("bicycle", 240), ("book", 20),
+         ("backpack", 45), ("watch", 120), ("kettle", 25), ("chair", 70), ("board game", 36)]
+UNITS = [("metres", "centimetres", 100), ("kilograms", "grams", 1000),
+         ("hours", "minutes", 60), ("litres", "millilitres", 1000), ("kilometres", "metres", 1000),
+         ("minutes", "seconds", 60), ("days", "hours", 24), ("weeks", "days", 7)]
+
+
+def _math_more(rng: random.Random, kind: int) -> str:
+    a, b, c = rng.randint(2, 60), rng.randint(2, 40), rng.randint(2, 12)
+    who, who2 = rng.sample(PEOPLE, 2)
+    what = rng.choice(THINGS)
+    close = rng.choice(MATH_CLOSERS)
+    if kind == 0:
+        item, price = rng.choice(ITEMS)
+        pct = rng.choice([10, 15, 20, 25, 30, 40, 50])
+        return f"A {item} costs {price} dollars and is sold at {pct} percent off. What is the new price? {close}"
+    if kind == 1:
+        d = rng.choice([2, 3, 4, 5, 8])
+        n = rng.randint(1, d - 1)
+        total = d * rng.randint(5, 30)
+        return (f"{who} has {total} {what}. {who} gives {n}/{d} of them to {who2} and then "
+                f"uses {c} more. How many {what} are left? {close}")
+    if kind == 2:
+        h1, m1 = rng.randint(6, 14), rng.choice([0, 5, 10, 15, 20, 30, 45, 50])
+        h2, m2 = h1 + rng.randint(1, 6), rng.choice([0, 10, 25, 35, 40, 55])
+        ev = rng.choice(["A concert", "A bus trip", "A football match", "A film", "A flight"])
+        return (f"{ev} starts at {h1}:{m1:02d} and ends at {h2}:{m2:02d}. How long does it last "
+                f"in hours and minutes? {close}")
+    if kind == 3:
+        return (f"{who} is {c} years older than {who2}. Together they are {2 * a + c} years old. "
+                f"How old is each of them? {close}")
+    if kind == 4:
+        r1, r2 = rng.randint(1, 5), rng.randint(1, 5)
+        return (f"{who} and {who2} share {(r1 + r2) * b} {what} in the ratio {r1}:{r2}. "
+                f"How many does each of them get? {close}")
+    if kind == 5:
+        vals = [rng.randint(40, 100) for _ in range(rng.randint(4, 7))]
+        stat = rng.choice(["mean", "median", "mean and the median", "range and the mean"])
+        return f"{who}'s test scores are {', '.join(map(str, vals))}. What is the {stat}? {close}"
+    if kind == 6:
+        big, small, f = rng.choice(UNITS)
+        x = rng.choice([1.5, 2, 2.5, 3, 4, 0.75, 6, 12])
+        return f"How many {small} are there in {x} {big}? {close}"
+    if kind == 7:
+        v, t, m = rng.randint(8, 90), rng.randint(1, 5), rng.choice([15, 20, 30, 45])
+        who_ = rng.choice(["A cyclist", "A car", "A runner", "A boat", "A bus"])
+        return (f"{who_} travels at {v} kilometres per hour for {t} hours and {m} minutes. "
+                f"How far does it go? {close}")
+    if kind == 8:
+        n, p = rng.randint(2, 9), rng.randint(2, 15)
+        note = rng.choice([50, 100, 200])
+        return (f"{who} buys {n} {what} at {p} dollars each and pays with a {note}-dollar "
+                f"note. How much change does {who} get? {close}")
+    if kind == 9:
+        r = rng.randint(2, 20)
+        return (f"A circle has a radius of {r} cm. What are its area and circumference? Use "
+                f"3.14 for pi. {close}")
+    if kind == 10:
+        return (f"A triangle has a base of {a} cm and a height of {b} cm. What is its area? "
+                f"{close}")
+    if kind == 11:
+        start, step = rng.randint(1, 20), rng.randint(2, 9)
+        seq = ([start + step * i for i in range(5)] if rng.random() < 0.5
+               else [start * (2 ** i) for i in range(5)])
+        return (f"What is the next number in the sequence {', '.join(map(str, seq))}? "
+                f"Explain the pattern.")
+    if kind == 12:
+        w, d = rng.randint(2, 8), rng.randint(3, 12)
+        return (f"{w} workers can paint a fence in {d} days. How long would {w * 2} workers "
+                f"take if they all work at the same speed? {close}")
+    if kind == 13:
+        money, rate, years = rng.choice([200, 500, 1000, 1500, 2000]), rng.randint(2, 8), c
+        return (f"{who} puts {money} dollars in a savings account that pays {rate} percent "
+                f"simple interest per year. How much is there after {years} years? {close}")
+    if kind == 14:
+        x, y = rng.randint(5, 60), rng.randint(2, 40)
+        return (f"The sum of two numbers is {x + y} and their difference is {abs(x - y)}. "
+                f"What are the two numbers? {close}")
+    if kind == 15:
+        x, y = rng.randint(11, 99), rng.randint(11, 99)
+        return f"Calculate {x} times {y} by breaking it into easier parts. {close}"
+    if kind == 16:
+        n, pct = rng.choice([20, 25, 30, 40, 50, 60]), rng.choice([10, 20, 25, 40, 50, 75])
+        return (f"In a class of {n} students, {pct} percent walk to school and the rest come "
+                f"by bus. How many students come by bus? {close}")
+    if kind == 17:
+        n, m, g = rng.randint(2, 6), rng.randint(3, 12), rng.choice([150, 200, 250, 300, 400])
+        return (f"A recipe for {n} people needs {g} grams of flour. How much flour is needed "
+                f"for {m} people? {close}")
+    sold = rng.randint(2, a + b)
+    return (f"A shop has {a + b + c} {what}. It sells {sold} on Monday and half of the rest "
+            f"on Tuesday. How many {what} are left? {close}")
+
+
 def _math(rng: random.Random) -> str:
     a, b, c = rng.randint(2, 60), rng.randint(2, 40), rng.randint(2, 12)
     who, what = rng.choice(PEOPLE), rng.choice(THINGS)
-    kind = rng.randrange(6)
+    kind = rng.randrange(25)
+    if kind >= 6:
+        return _math_more(rng, kind - 6)
     if kind == 0:
         return (f"{who} has {a} {what} and buys {b} more, then gives away {c}. How many {what} "
                 f"does {who} have now? Explain each step.")
@@ -288,6 +460,76 @@ FORMS = ["Write an essay of several paragraphs about {t} for {a}.",
          "Write a speech for {a} about why {t} matters.",
          "Write a diary entry of someone spending a day learning about {t}.",
          "Describe the history and the future of {t} in a long answer for {a}."]
+CHARACTERS = ["a retired sailor", "a young baker", "a shy robot", "a lost puppy", "a school caretaker",
+              "a girl who collects maps", "an old clockmaker", "a bus driver", "a curious fox",
+              "a new teacher", "a forgetful wizard", "twin brothers", "a night-shift nurse",
+              "a village postman", "a child who cannot whistle", "a gardener", "a lonely whale",
+              "a street musician", "an astronaut on her first mission", "a grumpy cat"]
+EVENTS = ["finds a key that opens no door in town", "wakes up to a town covered in snow in summer",
+          "has to deliver a parcel across the mountains", "discovers a hidden room at home",
+          "enters a baking competition", "gets lost in a big city", "befriends an unlikely neighbour",
+          "receives a letter written fifty years ago", "must save the school fair",
+          "learns to be brave during a storm", "finds a strange egg in the garden",
+          "swaps lives with someone else for a day", "builds a boat from old doors",
+          "meets a talking bird", "tries to break a world record"]
+DEBATES = ["schools should start later in the morning", "cities should ban cars from their centres",
+           "homework should be abolished", "every child should learn a musical instrument",
+           "people should work four days a week", "zoos should still exist",
+           "mobile phones should be banned in classrooms", "public transport should be free",
+           "tourists should pay a fee to visit popular cities", "school uniforms are a good idea",
+           "everyone should learn to swim at school", "video games can be good for children",
+           "people should grow some of their own food", "museums should be free to visit",
+           "students should learn about money at school"]
+RECIPIENTS = ["the local council", "the head teacher of a school", "a newspaper editor",
+              "the manager of a supermarket", "a neighbour", "the director of a museum",
+              "a sports club", "the owner of a restaurant", "a landlord", "a bus company"]
+ISSUES = ["asking for more bicycle parking", "complaining about a late delivery",
+          "suggesting a weekly farmers' market", "asking for longer opening hours",
+          "reporting a broken street light", "proposing a litter clean-up day",
+          "thanking them for their help after a storm", "asking for a refund",
+          "suggesting healthier food options", "asking to use a room for a chess club"]
+PLACES = ["a busy market", "a quiet beach", "a train station", "an old library", "a mountain village",
+          "a city park", "a school playground", "a harbour", "a forest path", "a night-time city street"]
+TIMES = ["at dawn", "on a rainy afternoon", "in the middle of winter", "on a summer evening",
+         "during a festival", "late at night", "on the first day of spring"]
+
+
+def _long_form_more(rng: random.Random) -> str:
+    kind = rng.randrange(5)
+    if kind == 0:
+        return rng.choice([
+            "Write a short story about {c} who {e}.",
+            "Write a story for young children about {c} who {e}. Give it a happy ending.",
+            "Write a short story of a few paragraphs in which {c} {e}.",
+            "Tell a bedtime story about {c} who {e}."]).format(
+                c=rng.choice(CHARACTERS), e=rng.choice(EVENTS))
+    if kind == 1:
+        return rng.choice([
+            "Some people think that {d}. Write an essay giving arguments for and against, and "
+            "end with your own opinion.",
+            "Write a persuasive essay arguing that {d}. Use three clear reasons.",
+            "Do you agree that {d}? Write a balanced essay with examples."]).format(
+                d=rng.choice(DEBATES))
+    if kind == 2:
+        return rng.choice([
+            "Write a formal letter to {r} {i}. Explain the situation and what you would like "
+            "them to do.",
+            "Write a polite email to {r} {i}.",
+            "Write a letter to {r} {i}. Keep a friendly but clear tone."]).format(
+                r=rng.choice(RECIPIENTS), i=rng.choice(ISSUES))
+    if kind == 3:
+        return rng.choice([
+            "Describe {p} {t} in a few vivid paragraphs.",
+            "Write a descriptive piece about {p} {t}, using all five senses.",
+            "Write the opening of a novel set in {p} {t}."]).format(
+                p=rng.choice(PLACES), t=rng.choice(TIMES))
+    return rng.choice([
+        "Write a blog post giving advice to someone who is {a}.",
+        "Write a step-by-step guide for beginners about {a}.",
+        "Write a magazine article about the benefits and difficulties of {a}."]).format(
+            a=rng.choice(ACTIVITIES))
+
+
 INSTRUCTION_STYLES = ["", " Keep it concise.", " Use headings.", " Use a numbered list where it "
                       "helps.", " Give one example at the end.", " Write for a beginner."]
 
@@ -297,6 +539,8 @@ def _chat(rng: random.Random) -> str:
 
 
 def _long_form(rng: random.Random) -> str:
+    if rng.random() < 0.6:
+        return _long_form_more(rng)
     return rng.choice(FORMS).format(t=rng.choice(TOPICS), a=rng.choice(AUDIENCES))
 
 
@@ -374,6 +618,25 @@ SUMMARY_FORMS = [
 ]
 
 
+# second stage of train_block (--summaries): passages are the target's own prose answers
+PROSE_SUMMARY_FORMS = [
+    "Summarise the text below in two or three sentences.\n\n{t}",
+    "{t}\n\nWhat is the main idea of this text? Answer in a short paragraph.",
+    "Here is a text:\n\n{t}\n\nList its three most important points.",
+    "{t}\n\nSummarise the text above in one sentence, then explain it in a little more detail.",
+    "{t}\n\nGive this text a short title and write a brief summary of it.",
+    "{t}\n\nRetell this text in simple words for a ten-year-old.",
+    "Read this carefully.\n\n{t}\n\nWhat is it about, and what is the most important detail? "
+    "Be brief.",
+    "{t}\n\nWrite a summary of this text in bullet points.",
+]
+
+
+def prose_summary_prompt(rng: random.Random, passage: str) -> str:
+    """A summarisation prompt around a prose passage (one of the target's own answers)."""
+    return rng.choice(PROSE_SUMMARY_FORMS).format(t=passage.strip())
+
+
 def _summarisation(rng: random.Random, passages) -> str:
     return rng.choice(SUMMARY_FORMS).format(t=rng.choice(passages)[1])
 
@@ -390,6 +653,11 @@ def _stdlib(rng: random.Random, snippets) -> str:
         f"Explain what this Python function from `{name.rsplit('.', 1)[0]}` does:\n\n```python\n{text}\n```",
         f"Add type hints and a docstring to this function:\n\n```python\n{text}\n```",
         f"Write pytest tests for this function:\n\n```python\n{text}\n```",
+        f"Explain this code line by line:\n\n```python\n{text}\n```",
+        f"Refactor this function to make it easier to read, and explain your changes:\n\n"
+        f"```python\n{text}\n```",
+        f"What could go wrong with this function? Point out edge cases and suggest fixes:"
+        f"\n\n```python\n{text}\n```",
     ])
 
 
@@ -438,10 +706,16 @@ def prompt_group(source: str, text: str) -> str:
     near-copies of training answers."""
     if source in ("stdlib", "summarisation"):
         return source + ":" + text.split("\n\n", 1)[-1][:400]
-    if source == "math":
-        return "math:" + "".join("#" if ch.isdigit() else ch for ch in text)
-    items = {"code": TASKS + CONCEPTS, "chat": CHAT + MECHANISMS + ACTIVITIES + PHENOMENA
-             + [f"{a} and {b}" for a, b in PAIRS] + TOPICS, "long-form": TOPICS,
+    if source == "math":  # one template: numbers, names, objects and closers blanked
+        key = re.sub(r"#(?:[.,/:]#)+", "#", re.sub(r"\d+", "#", text))
+        for word in sorted(PEOPLE + THINGS + [i for i, _ in ITEMS] + MATH_CLOSERS, key=len,
+                           reverse=True):
+            key = key.replace(word, "_")
+        return "math:" + key.split(".")[0][:40]
+    items = {"code": TASKS + CONCEPTS + [d for _, d in NAMED_TASKS],
+             "chat": CHAT + MECHANISMS + ACTIVITIES + PHENOMENA + SITUATIONS
+             + [f"{a} and {b}" for a, b in PAIRS] + TOPICS,
+             "long-form": TOPICS + EVENTS + DEBATES + ISSUES + PLACES + ACTIVITIES,
              "instruction": INSTRUCTIONS}.get(source, [])
     found = [item for item in items if item in text]
     return f"{source}:{max(found, key=len)}" if found else f"{source}:{text}"
