@@ -6,14 +6,18 @@
 1. Prompts: `train_prompts.build_prompts(seed, n)` (templates, project instructions, stdlib
    docstrings and functions; never the sealed set, never the dev prompts), chat-formatted.
 2. Data: the target answers them greedily, many prompts at once (left-padded batches with
-   per-sequence positions and masks); each answer ends at its first stop token.
+   per-sequence positions and masks); each answer ends at its first stop token. With
+   --summaries N, N of its long-form/chat answers become passages of summarisation prompts
+   that the target answers too (stage 2).
 3. Features: one target forward over prompt + answer returns the hidden states of the chosen
    layers at every position (what the engine's prefill and verify forwards pass at run time).
 4. Training: each step samples sequences and `anchors` positions inside their answers; a block
    at anchor p sees the target context before p, the token at p and block_size - 1 masks, and
    is trained with cross-entropy against the target's greedy tokens p+1 .. p+block_size,
    weighted exp(-j / decay) by block position j (earlier positions gate acceptance). The
-   target's embedding and head are frozen; AdamW, warm-up then cosine decay.
+   target's embedding and head are frozen; AdamW, warm-up then cosine decay (on the clock
+   when --total-seconds is set). --init-from-target starts the drafter's layers as copies of
+   target layers (BlockNet.init_from_target) instead of random weights.
 Deterministic for a seed on CPU (the toy test checks bit equality); on CUDA the data and the
 sampling are fixed by the seed, kernels may differ in the last bits. --toy trains on the
 tiny-qwen3 preset with random weights and random prompts: a test of the machinery, not a drafter.
@@ -43,7 +47,7 @@ class TrainConfig:
     max_prompt: int = 256  # prompt tokens kept (the end of longer prompts is kept)
     max_new: int = 256  # greedy answer tokens per prompt
     gen_batch: int = 256  # prompts answered at once (greedy decoding is launch-bound: larger
-    # batches give more answers per second; KV for 2048 x 512 tokens of the embedded model
+    # batches give more answers per second; KV for 2048 x 448 tokens of the embedded model
     # is ~21 GB in bf16)
     feat_batch: int = 512  # sequences per feature-extraction forward (full attention)
     summaries: int = 0  # second-stage prompts: summarise/explain the target's own prose answers
