@@ -63,6 +63,7 @@ class GemvConfig:
     num_stages: int = 2
     split: str | int = "auto"
     dot: bool = False      # tensor-core dots (BLOCK_M >= 16) instead of fp32 FMAs
+    swap: bool = False     # dot with the operands swapped: W tile [BLOCK_N, K] times x^T
 
 
 BUCKETS = (1, 4, 16, 64)  # an M bucket is the smallest of these >= M
@@ -134,7 +135,8 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
                      M, N, K, KH, stride_xm, stride_h, stride_l, stride_os, stride_om,
                      split_pairs,
                      USE_LO: tl.constexpr, X_PAIRS: tl.constexpr, USE_DOT: tl.constexpr,
-                     DOT_BF16: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
+                     DOT_BF16: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
+                     BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr,
                      PREFETCH_E: tl.constexpr):
     """Sums over pairs [pid_k * split_pairs, +split_pairs) of rows of tile pid_n into
@@ -154,7 +156,9 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
     base7 = (tl.load(base_ptr + offs_n, mask=mask_n, other=1).to(tl.int32) << 7)[:, None]
     hrow = hi_ptr + offs_n[:, None] * stride_h
     lrow = lo_ptr + offs_n[:, None] * stride_l
-    if USE_DOT:
+    if USE_DOT and SWAP:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)  # y^T tile
+    elif USE_DOT:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     elif BLOCK_M == 1:
         acc = tl.zeros((BLOCK_N, HALF), dtype=tl.float32)     # reduced over K after the loop
@@ -186,10 +190,30 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
         else:
             be = (((h << 4) & 0x7F0) + base7) | ((h << 8) & 0x8000)
             bo = (((h >> 4) & 0x7F0) + base7) | (h & 0x8000)
-        # bf16 bits << 16 are the fp32 bits of the same value
-        we = (be << 16).to(tl.float32, bitcast=True)
-        wo = (bo << 16).to(tl.float32, bitcast=True)
-        if USE_DOT:
+        if USE_DOT and DOT_BF16:
+            # the low 16 bits are the bf16 weight: truncate and reinterpret (no fp32 detour)
+            web = be.to(tl.int16).to(tl.bfloat16, bitcast=True)
+            wob = bo.to(tl.int16).to(tl.bfloat16, bitcast=True)
+        else:
+            # bf16 bits << 16 are the fp32 bits of the same value
+            we = (be << 16).to(tl.float32, bitcast=True)
+            wo = (bo << 16).to(tl.float32, bitcast=True)
+        if USE_DOT and SWAP:
+            # weights as the dot's first operand (kept in registers on Hopper), x^T second:
+            # the tensor-core tile's wide side is the layer's N, its narrow side x's rows
+            if EVEN_K:
+                xmask = mask_m[None, :]
+            else:
+                xmask = mask_m[None, :] & (j < KH)[:, None]
+            xe, xo = _x_pairs(x_ptr + offs_m[None, :] * stride_xm, j[:, None], xmask, K,
+                              X_PAIRS)
+            if DOT_BF16:
+                acc += tl.dot(web, xe.to(tl.bfloat16))
+                acc += tl.dot(wob, xo.to(tl.bfloat16))
+            else:
+                acc += tl.dot(we, xe, input_precision="ieee")
+                acc += tl.dot(wo, xo, input_precision="ieee")
+        elif USE_DOT:
             if EVEN_K:
                 xmask = mask_m[:, None]
             else:
@@ -197,8 +221,8 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
             xe, xo = _x_pairs(x_ptr + offs_m[:, None] * stride_xm, j[None, :], xmask, K,
                               X_PAIRS)
             if DOT_BF16:
-                acc += tl.dot(xe.to(tl.bfloat16), tl.trans(we.to(tl.bfloat16)))
-                acc += tl.dot(xo.to(tl.bfloat16), tl.trans(wo.to(tl.bfloat16)))
+                acc += tl.dot(xe.to(tl.bfloat16), tl.trans(web))
+                acc += tl.dot(xo.to(tl.bfloat16), tl.trans(wob))
             else:
                 acc += tl.dot(xe, tl.trans(we), input_precision="ieee")
                 acc += tl.dot(xo, tl.trans(wo), input_precision="ieee")
@@ -215,7 +239,9 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
                 else:
                     s = tl.sum(we * xe + wo * xo, axis=1)
                     acc += tl.where(offs_m[None, :] == mm, s[:, None], 0.0)
-    if USE_DOT:
+    if USE_DOT and SWAP:
+        out = tl.trans(acc)
+    elif USE_DOT:
         out = acc
     elif BLOCK_M == 1:
         out = tl.sum(acc, axis=1)[None, :]
@@ -302,7 +328,8 @@ def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, use_lo: bool, cfg: G
         m, n, k, kh, stride_xm, hi16.stride(0), t.lo.stride(0),
         out.stride(0) if split > 1 else 0, out.stride(-2), per,
         USE_LO=use_lo, X_PAIRS=x_pairs, USE_DOT=cfg.dot,
-        DOT_BF16=bf16 and not _interpreting(), EVEN_K=kh % (cfg.block_k // 2) == 0,
+        DOT_BF16=bf16 and not _interpreting(), SWAP=cfg.dot and cfg.swap,
+        EVEN_K=kh % (cfg.block_k // 2) == 0,
         BLOCK_M=_block_m(m, cfg), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, BLOCK_E=BLOCK_E,
         PREFETCH_E=_block_m(m, cfg) <= 16, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split > 1:
