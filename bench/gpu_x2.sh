@@ -24,6 +24,8 @@
 #               side, then on one GPU (A B B A); specpilot explore, one sub-agent per GPU
 #   bash bench/gpu_x2.sh embedded2 SECONDS  # like `embedded` (carry .gpu1): GPU 1 trains and
 #               reads τ (block, block-graphs, n-gram); GPU 0 runs tests/gpu, then explore
+#   bash bench/gpu_x2.sh w12 SECONDS        # W12 27B end to end, kernels, controller verdicts
+#               on one GPU and on two (carry .gpu0 if an embedded call follows)
 #   bash bench/gpu_x2.sh 27b2 SECONDS       # the two-GPU steps of `27b` alone
 #   bash bench/gpu_x2.sh train SECONDS      # block-drafter retraining experiment (GGUF staged)
 set -u
@@ -163,6 +165,20 @@ pair)
     explore_on '"0", "1"' 280
     summary "$OUT"/aa_emb_2gpu.json "$OUT"/aa_emb_1gpu.json "$OUT"/ngram_2gpu.json \
         "$OUT"/ngram_1gpu.json
+    ;;
+w12)  # W12 with the swept candidates: 27B end to end and kernels on GPU 1; controller verdicts
+    ( export CUDA_VISIBLE_DEVICES=1
+      step b27 160 python3 bench/gpu_27b.py --out "$OUT" --w12 --w12-kernels gemv --iters 20
+      step w12 140 python3 bench/gpu_w12.py --out "$OUT" --full --budget-s 120 ) \
+        > "$LOGDIR/gpu1.txt" 2>&1 &
+    step w12_27b_1gpu 180 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
+        --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
+        --max-new 32 --json > $OUT/w12_27b_1gpu.json"
+    wait; cat "$LOGDIR/gpu1.txt"
+    step w12_27b_2gpu 170 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
+        --opt-b weights=w12 --model random:dense-27b --devices 0,1 --rounds 6 --requests 4 \
+        --max-new 32 --json > $OUT/w12_27b_2gpu.json"
+    summary "$OUT"/w12_27b_1gpu.json "$OUT"/w12_27b_2gpu.json
     ;;
 embedded2)  # GPU 1 trains the block drafter; GPU 0 runs tests/gpu, then explore on GPU 0
     rm -rf /tmp/block

@@ -15,13 +15,18 @@ slow). Designed for M <= 16 (decode and short verify), with a tensor-core path f
   its fp32 bits, so a weight becomes an fp32 value with one shift and one bitcast.
 - Activations: bf16 rows with even K are read as 32-bit pairs (x[2j], x[2j+1]) and split
   with the same shift (exact); other dtypes (fp32/fp16 under the interpreter) per element.
-- `dot=False` (M = 1, and two of the 2..4 configurations): fp32 FMAs on the CUDA cores.
+- `dot=False` (M = 1, and one of the 2..4 configurations): fp32 FMAs on the CUDA cores.
   Every tensor of the loop has the weight tile's shape and layout (x rows are read as
   broadcast tiles, the repeats hit L1), so nothing passes through shared memory: M = 1
   accumulates a [BLOCK_N, BLOCK_K/2] tile and reduces it once after the loop; M > 1 reduces
   each chunk per row of x into a transposed [BLOCK_N, BLOCK_M] accumulator.
-  `dot=True` (two of 2..4, all of 5..64): two tl.dot per chunk (even and odd k), bf16
-  operands on the GPU, fp32 accumulation, BLOCK_M >= 16.
+  `dot=True` (the rest of 2..4, all of 5..64): two tl.dot per chunk (even and odd k), bf16
+  operands on the GPU, fp32 accumulation, BLOCK_M >= 16. With `swap` the decoded weight
+  tile is the first operand and x^T the second (acc is y^T [BLOCK_N, BLOCK_M]): on the H200
+  the best swapped configuration ran 1.16-3.4x faster than the earlier candidates at M = 4
+  and 16 on 27B-class shapes (bench/NOTES.md); on the GPU the
+  decoded bf16 weights are the low 16 bits of the assembled word, truncated and
+  reinterpreted, with no fp32 detour.
 - Exceptions exactly, as in the first kernel: the planes give w0 = 2**(b-127) at an
   exception's slot, and the program owning split 0 of a tile adds x[:, k] * w_exc -
   x[:, k] * w0 for each exception of its rows, by selects (never a multiply by 0); the
@@ -31,7 +36,7 @@ slow). Designed for M <= 16 (decode and short verify), with a tensor-core path f
   splits in a fixed order, several loads in flight at a time, and stores y.
 
 ``view="w8"`` compiles the same kernel without the ``lo`` plane (the nested 8-bit view).
-Configurations: at most 4 per M bucket (1, 2..4, 5..16, 17..64), timed once per (bucket,
+Configurations: at most 6 per M bucket (1, 2..4, 5..16, 17..64), timed once per (bucket,
 N, K, view, dtype) at the first call on CUDA; the w8 view reuses the w12 choice of the
 same shape and bucket when there is one. Under TRITON_INTERPRET=1 or during CUDA graph
 capture an untuned shape uses the bucket's first configuration.
@@ -67,19 +72,31 @@ class GemvConfig:
 
 
 BUCKETS = (1, 4, 16, 64)  # an M bucket is the smallest of these >= M
+C = GemvConfig
+# Candidates per M bucket, from the H200 sweep (bench/gpu_w12_sweep.py, bench/NOTES.md
+# "W12 GEMV sweep"): the fastest configuration of each 27B-class layer shape at M = 1, 4, 16,
+# the split given explicitly where "auto" lost (one split skips the reduce launch).
 CONFIGS: dict[int, tuple[GemvConfig, ...]] = {
     # M = 1: CUDA-core FMAs (about 9-10 SASS instructions per weight, Triton 3.9)
-    1: (GemvConfig(16, 512, 4), GemvConfig(32, 512, 4), GemvConfig(32, 256, 4),
-        GemvConfig(8, 1024, 4)),
-    # M = 2..4: FMAs cost about 18-21 instructions per weight here (x unpacked per row of
-    # the tile), tensor cores about 10-13: both kinds, the tuner decides
-    4: (GemvConfig(16, 256, 4), GemvConfig(32, 128, 4), GemvConfig(64, 128, 4, dot=True),
-        GemvConfig(64, 256, 4, dot=True)),
-    16: (GemvConfig(64, 128, 4, dot=True), GemvConfig(32, 256, 4, dot=True),
-         GemvConfig(128, 128, 8, dot=True), GemvConfig(64, 256, 4, dot=True)),
-    64: (GemvConfig(64, 128, 4, dot=True), GemvConfig(128, 128, 8, dot=True),
-         GemvConfig(64, 256, 8, dot=True), GemvConfig(64, 128, 4, split=2, dot=True)),
+    1: (C(16, 512, 4, 1, split=1), C(8, 1024, 4, 1, split=1), C(8, 512, 4, 1, split=1),
+        C(16, 512, 4, 3), C(16, 256, 2, 3, split=8), C(16, 256, 2, 3)),
+    # M = 2..4: tensor cores with the weight tile as the first operand (swap) won every
+    # shape but the small K/V projection (FMAs there)
+    4: (C(64, 256, 4, 4, split=1, dot=True, swap=True), C(8, 512, 4, 2, split=1),
+        C(64, 256, 4, 3, split=8, dot=True, swap=True),
+        C(64, 128, 4, 3, split=4, dot=True, swap=True),
+        C(64, 128, 4, 3, dot=True, swap=True), C(64, 256, 4, 3, split=1, dot=True, swap=True)),
+    16: (C(64, 256, 4, 4, split=1, dot=True, swap=True),
+         C(64, 128, 4, 3, split=8, dot=True, swap=True),
+         C(64, 256, 4, 3, split=2, dot=True, swap=True),
+         C(64, 256, 4, 4, split=8, dot=True, swap=True),
+         C(64, 128, 4, 3, dot=True, swap=True), C(64, 256, 4, 3, split=1, dot=True, swap=True)),
+    # M = 17..64: not swept; the swapped tiles of M <= 16 beside the earlier candidates
+    64: (C(64, 128, 4, 3, dot=True, swap=True), C(64, 256, 4, 3, split=2, dot=True, swap=True),
+         C(64, 128, 4, dot=True), C(128, 128, 8, dot=True), C(64, 256, 8, dot=True),
+         C(64, 128, 4, split=2, dot=True)),
 }
+del C
 _TUNED: dict[tuple, GemvConfig] = {}
 
 
