@@ -493,7 +493,7 @@ def main() -> None:
         b.part("time bf16", lambda: b.time_steps("bf16"))
         if args.profile:
             for t in (1, 16):
-                b.part(f"profile bf16 T={t}", lambda t=t: b.profile("bf16", t))
+                b.part(f"profile bf16 T={t}", lambda t=t: b.profile(f"bf16_T{t}", t))
         kernels = [k for k in args.w12_kernels.split(",") if k]
         if args.w12 and b.part("w12", lambda: b.w12(kernels[0])) is not None:
             for k in kernels[1:]:
