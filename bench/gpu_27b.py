@@ -16,7 +16,9 @@ Parts (each in its own try, so one failure keeps the rest):
      from a graph, then verify steps of each T from graphs; per-step CUDA events, median and
      p10-p90 of --iters replays;
   6. --w12: kernels.w12.linear.convert_model(model) replaces nn.Linear modules in place, the
-     graphs are captured again and the same steps timed; both printed side by side.
+     graphs are captured again and the same steps timed; both printed side by side;
+  7. --profile: GPU time of eager T = 1 and 16 steps by kernel and category (gemm,
+     attention, other) and launches per step, for bf16 and for the last W12 kernel.
 
     python bench/gpu_27b.py --out $OUT            # about 60-90 s on an H200 (estimate)
     python bench/gpu_27b.py --out $OUT --w12
@@ -327,6 +329,54 @@ class Bench:
                                               for k, v in w12.chosen_kernels().items()}
             log(f"auto picked: {self.report['w12_auto_choice']}")
 
+    def profile(self, tag: str, t: int = 1, steps: int = 3) -> dict:
+        """GPU time of one step by kernel (torch.profiler over `steps` eager static steps):
+        totals per category (gemm, attention, other), launches per step, the top kernels.
+        Their sum is the step's busy time; the graph step's time minus it is idle time."""
+        from torch.profiler import ProfilerActivity, profile
+
+        ctx, ids = self.args.context, self.step_ids(t)
+        self.eager.step(ids, ctx)
+        sync()
+        act = ProfilerActivity.CUDA if DEV == "cuda" else ProfilerActivity.CPU  # CPU: smoke
+        with profile(activities=[act]) as prof:
+            for _ in range(steps):
+                self.eager.step(ids, ctx)
+            sync()
+        kern = {}
+        for e in prof.key_averages():
+            us = getattr(e, "device_time_total", None)
+            if us is None:
+                us = getattr(e, "cuda_time_total", 0.0)
+            if DEV != "cuda":
+                us = e.self_cpu_time_total
+            if us and e.key not in kern:
+                kern[e.key] = (us / steps, e.count / steps)
+        cats = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
+        launches = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
+        for name, (us, n) in kern.items():
+            low = name.lower()
+            c = ("gemm" if any(w in low for w in ("gemm", "gemv", "cutlass", "nvjet", "xmma",
+                                                  "cublas", "w12", "splitk"))
+                 else "attention" if any(w in low for w in ("flash", "fmha", "attention",
+                                                            "sdpa", "softmax"))
+                 else "other")
+            cats[c] += us
+            launches[c] += n
+        top = sorted(kern.items(), key=lambda kv: -kv[1][0])[:14]
+        res = {"T": t, "busy_ms": sum(cats.values()) / 1e3,
+               "ms_by_category": {k: v / 1e3 for k, v in cats.items()},
+               "launches_by_category": launches,
+               "top": [{"kernel": k[:90], "us": round(v[0], 1), "per_step": v[1]}
+                       for k, v in top]}
+        self.report.setdefault("profile", {})[tag] = res
+        log(f"[{tag}] profile T={t}: busy {res['busy_ms']:.3f} ms; by category (ms) "
+            + ", ".join(f"{k} {v / 1e3:.3f} ({launches[k]:.0f} launches)"
+                        for k, v in cats.items()))
+        for row in res["top"]:
+            log(f"    {row['us']:9.1f} us  x{row['per_step']:6.1f}  {row['kernel']}")
+        return res
+
     # -- table ---------------------------------------------------------------------------------
     def table(self):
         tim = self.report.get("timings", {})
@@ -418,6 +468,9 @@ def main() -> None:
     ap.add_argument("--w12", action="store_true", help="also time kernels.w12.linear")
     ap.add_argument("--w12-kernels", default="gemm,gemv,auto",
                     help="W12 kernels to time with --w12, in order (gemm, gemv, auto)")
+    ap.add_argument("--profile", action="store_true",
+                    help="GPU time by kernel of eager T=1 and 16 steps (bf16, and the last "
+                         "W12 kernel with --w12)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="run the script's logic on CPU in fp32 (use a tiny --preset)")
@@ -438,10 +491,17 @@ def main() -> None:
     if b.part("cache", b.setup_cache) is not None or b.runner is not None:
         b.part("check bf16", lambda: b.check("bf16"))
         b.part("time bf16", lambda: b.time_steps("bf16"))
+        if args.profile:
+            for t in (1, 16):
+                b.part(f"profile bf16 T={t}", lambda t=t: b.profile(f"bf16_T{t}", t))
         kernels = [k for k in args.w12_kernels.split(",") if k]
         if args.w12 and b.part("w12", lambda: b.w12(kernels[0])) is not None:
             for k in kernels[1:]:
                 b.part(f"w12 {k}", lambda k=k: b.w12_kernel(k))
+            if args.profile:
+                for t in (1, 16):
+                    b.part(f"profile w12 T={t}",
+                           lambda t=t: b.profile(f"w12_{kernels[-1]}_T{t}", t))
     b.table()
     _write(b)
 

@@ -22,6 +22,10 @@
 #   bash bench/gpu_x2.sh pair SECONDS       # after `embedded` or with .gpu1 after a .gpu0 call
 #     GPU 0+1   embedded A/A side by side; a known gain (n-gram drafter against AR) side by
 #               side, then on one GPU (A B B A); specpilot explore, one sub-agent per GPU
+#   bash bench/gpu_x2.sh embedded2 SECONDS  # like `embedded` (carry .gpu1): GPU 1 trains and
+#               reads τ (block, block-graphs, n-gram); GPU 0 runs tests/gpu, then explore
+#   bash bench/gpu_x2.sh w12 SECONDS        # W12 27B end to end, kernels, controller verdicts
+#               on one GPU and on two (carry .gpu0 if an embedded call follows)
 #   bash bench/gpu_x2.sh 27b2 SECONDS       # the two-GPU steps of `27b` alone
 #   bash bench/gpu_x2.sh train SECONDS      # block-drafter retraining experiment (GGUF staged)
 set -u
@@ -48,6 +52,45 @@ for f in sys.argv[1:]:
           f"{e['sd_log_ratio']:.4f}, threshold {100 * d['threshold']:.2f}%, "
           f"{d['verdict']}; measured rounds {sum(p.get('round_wall_s') or [0]):.1f} s")
 PY
+}
+explore_on() {  # DEVICES ('"0", "1"') SECONDS: specpilot explore, one sub-agent per GPU
+    cat >> .specpilot/config.toml <<TOML
+
+[explore]
+devices = [$1]
+max_directions = 2
+analyze_requests = 2
+analyze_max_new = 32
+prescreen_requests = 2
+prescreen_max_new = 64
+gate_requests = 2
+gate_length = 128
+controller_rounds = 4
+controller_requests = 4
+controller_max_new = 64
+validate_requests = 2
+validate_length = 256
+kernel_categories = 0
+TOML
+    python3 -m specpilot init > "$LOGDIR/init.log" 2>&1 || tail -5 "$LOGDIR/init.log"
+    TAIL=30 step explore "$2" python3 -m specpilot explore --json
+    python3 - <<'PY' 2>&1 | tee "$OUT/explore_record.txt"
+import glob, json, os
+runs = sorted(glob.glob(".specpilot/runs/run-*/state.json"), key=os.path.getmtime)
+if not runs:
+    raise SystemExit("no run record")
+s = json.load(open(runs[-1]))
+print(runs[-1], "phase", s["phase"], "validation", (s.get("validation") or {}).get("passed"))
+t0 = min((d.get("started") or 9e18) for d in s["directions"]) if s["directions"] else 0
+for d in s["directions"]:
+    st, fin = d.get("started"), d.get("finished")
+    span = f"{st - t0:7.1f}-{(fin or 0) - t0:7.1f} s" if st else "not started"
+    print(f"{d['direction']['id']:<28} {d.get('device')} {d['status']:<18} {span}")
+    for x in d.get("timeline", []):
+        print(f"    {x['step']:<11} {x['start'] - t0:7.1f}-{x['end'] - t0:7.1f} s")
+    print("    " + "; ".join(d.get("reasons", [])[-2:])[:300])
+PY
+    cp "$(ls -t .specpilot/runs/run-*/state.json | head -1)" "$OUT/explore_state.json" 2>/dev/null
 }
 case "$mode" in
 27b)
@@ -120,45 +163,38 @@ pair)
         --devices 0,1 --rounds 6 --requests 8 --max-new 64 --json > $OUT/ngram_2gpu.json"
     step ngram_1gpu 100 bash -c "$CMP stock stock $known --sigma $(sigma_of aa_emb_1gpu) \
         --devices 0 --rounds 6 --requests 8 --max-new 64 --json > $OUT/ngram_1gpu.json"
-    cat >> .specpilot/config.toml <<'TOML'
-
-[explore]
-devices = ["0", "1"]
-max_directions = 2
-analyze_requests = 2
-analyze_max_new = 32
-prescreen_requests = 2
-prescreen_max_new = 64
-gate_requests = 2
-gate_length = 128
-controller_rounds = 4
-controller_requests = 4
-controller_max_new = 64
-validate_requests = 2
-validate_length = 256
-kernel_categories = 0
-TOML
-    python3 -m specpilot init > "$LOGDIR/init.log" 2>&1 || tail -5 "$LOGDIR/init.log"
-    TAIL=30 step explore 280 python3 -m specpilot explore --json
-    python3 - <<'PY' 2>&1 | tee "$OUT/explore_record.txt"
-import glob, json, os
-runs = sorted(glob.glob(".specpilot/runs/run-*/state.json"), key=os.path.getmtime)
-if not runs:
-    raise SystemExit("no run record")
-s = json.load(open(runs[-1]))
-print(runs[-1], "phase", s["phase"], "validation", (s.get("validation") or {}).get("passed"))
-t0 = min((d.get("started") or 9e18) for d in s["directions"]) if s["directions"] else 0
-for d in s["directions"]:
-    st, fin = d.get("started"), d.get("finished")
-    span = f"{st - t0:7.1f}-{(fin or 0) - t0:7.1f} s" if st else "not started"
-    print(f"{d['direction']['id']:<28} {d.get('device')} {d['status']:<18} {span}")
-    for x in d.get("timeline", []):
-        print(f"    {x['step']:<11} {x['start'] - t0:7.1f}-{x['end'] - t0:7.1f} s")
-    print("    " + "; ".join(d.get("reasons", [])[-2:])[:300])
-PY
-    cp "$(ls -t .specpilot/runs/run-*/state.json | head -1)" "$OUT/explore_state.json" 2>/dev/null
+    explore_on '"0", "1"' 280
     summary "$OUT"/aa_emb_2gpu.json "$OUT"/aa_emb_1gpu.json "$OUT"/ngram_2gpu.json \
         "$OUT"/ngram_1gpu.json
+    ;;
+w12)  # W12 with the swept candidates: 27B end to end and kernels on GPU 1; controller verdicts
+    ( export CUDA_VISIBLE_DEVICES=1
+      step b27 160 python3 bench/gpu_27b.py --out "$OUT" --w12 --w12-kernels gemv --iters 20
+      step w12 140 python3 bench/gpu_w12.py --out "$OUT" --full --budget-s 120 ) \
+        > "$LOGDIR/gpu1.txt" 2>&1 &
+    step w12_27b_1gpu 180 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
+        --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
+        --max-new 32 --json > $OUT/w12_27b_1gpu.json"
+    wait; cat "$LOGDIR/gpu1.txt"
+    step w12_27b_2gpu 170 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
+        --opt-b weights=w12 --model random:dense-27b --devices 0,1 --rounds 6 --requests 4 \
+        --max-new 32 --json > $OUT/w12_27b_2gpu.json"
+    summary "$OUT"/w12_27b_1gpu.json "$OUT"/w12_27b_2gpu.json
+    ;;
+embedded2)  # GPU 1 trains the block drafter; GPU 0 runs tests/gpu, then explore on GPU 0
+    rm -rf /tmp/block
+    ( export CUDA_VISIBLE_DEVICES=1
+      step train_block 440 python3 -m stock.drafters.train_block --out /tmp/block --seed 0 \
+        --device cuda --prompts 12000 --max-new 192 --gen-batch 512 --steps 4000 --batch 64 \
+        --anchors 16 --gen-seconds 160 --total-seconds 400 --val-every 250
+      mkdir -p "$OUT/block" && cp /tmp/block/* "$OUT/block/" 2>/dev/null
+      TAIL=20 step tau_check 100 python3 bench/gpu_block.py --weights /tmp/block \
+        --per-category 1 --max-new 128 --no-force --also block-graphs,ngram \
+        ) > "$LOGDIR/gpu1.txt" 2>&1 &
+    export CUDA_VISIBLE_DEVICES=0
+    step gputests 150 python3 -m pytest -q -x tests/gpu
+    explore_on '"0"' 300
+    wait; cat "$LOGDIR/gpu1.txt"
     ;;
 train)  # block drafter retraining experiment on GPU 0 (the GGUF staged by an earlier call)
     export CUDA_VISIBLE_DEVICES=0

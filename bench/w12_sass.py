@@ -48,10 +48,23 @@ def compile90(fn, sig: dict, const: dict, div16, num_warps: int, num_stages: int
     num = lambda pat: int(m.group(1)) if (m := re.search(pat, res)) else None  # noqa: E731
     loads = collections.Counter(re.findall(r"LDG\.E[.\w]*", sass))
     return {"compile_s": round(time.perf_counter() - t0, 1), "regs": num(r"REG:(\d+)"),
+            "loop_instr": main_loop(sass),
             "stack": num(r"STACK:(\d+)"), "shared": c.metadata.shared,
             "loads": dict(loads), "LDGSTS": sass.count("LDGSTS"), "HMMA": sass.count("HMMA"),
             "HGMMA": sass.count("HGMMA"), "BAR": sass.count("BAR.SYNC"),
             "SHFL": sass.count("SHFL")}
+
+
+def main_loop(sass: str) -> int:
+    """SASS instructions in the kernel's main loop: the first backward branch's span (the
+    K loop comes first in both kernels; the exception loops follow it)."""
+    pat = re.compile(r"^\s+/\*([0-9a-f]{4})\*/\s+(.*?);")
+    ins = [(int(m.group(1), 16), m.group(2)) for m in map(pat.match, sass.splitlines()) if m]
+    for addr, text in ins:
+        m = re.search(r"BRA 0x([0-9a-f]+)", text)
+        if m and int(m.group(1), 16) < addr:
+            return sum(1 for a, _ in ins if int(m.group(1), 16) <= a <= addr)
+    return 0
 
 
 def gemm_rows(block_ms=(16,)):
@@ -80,7 +93,8 @@ def gemv_rows(every: bool):
            "M": "i32", "N": "i32", "K": "i32", "KH": "i32", "stride_xm": "i32",
            "stride_h": "i32", "stride_l": "i32", "stride_os": "i32", "stride_om": "i32",
            "split_pairs": "i32", "USE_LO": "constexpr", "X_PAIRS": "constexpr",
-           "USE_DOT": "constexpr", "DOT_BF16": "constexpr", "EVEN_K": "constexpr",
+           "USE_DOT": "constexpr", "DOT_BF16": "constexpr", "SWAP": "constexpr",
+           "EVEN_K": "constexpr",
            "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",
            "BLOCK_E": "constexpr", "PREFETCH_E": "constexpr"}
     div = [n for n in sig if sig[n] != "constexpr" and n != "M"]
@@ -88,10 +102,15 @@ def gemv_rows(every: bool):
         for cfg in (cfgs if every else cfgs[:1]):
             bm = max(16, b) if cfg.dot else b
             const = {"USE_LO": True, "X_PAIRS": True, "USE_DOT": cfg.dot, "DOT_BF16": True,
-                     "EVEN_K": True, "BLOCK_M": bm, "BLOCK_N": cfg.block_n,
+                     "SWAP": cfg.dot and cfg.swap, "EVEN_K": True, "BLOCK_M": bm, "BLOCK_N": cfg.block_n,
                      "BLOCK_K": cfg.block_k, "BLOCK_E": gemv.BLOCK_E, "PREFETCH_E": bm <= 16}
-            yield f"gemv {cfg} BLOCK_M={bm}", compile90(gemv._w12_gemv_kernel, sig, const, div,
-                                                        cfg.num_warps, cfg.num_stages)
+            info = compile90(gemv._w12_gemv_kernel, sig, const, div, cfg.num_warps,
+                             cfg.num_stages)
+            # thread-instructions per weight in the K loop: warps * 32 threads * loop
+            # instructions over the [BLOCK_N, BLOCK_K] weights one iteration decodes
+            info["loop_per_weight"] = round(info["loop_instr"] * 32 * cfg.num_warps
+                                            / (cfg.block_n * cfg.block_k), 2)
+            yield f"gemv {cfg} BLOCK_M={bm}", info
 
 
 def main() -> None:

@@ -29,13 +29,15 @@ def rand_x(m, k, seed, dtype=torch.float32, scale=1.0):
 
 FMA_NOSPLIT, FMA_SPLIT3 = C(16, 64, split=1), C(16, 32, split=3)
 DOT_SPLIT2 = C(16, 64, split=2, dot=True)
+SWAP_SPLIT2 = C(16, 64, split=2, dot=True, swap=True)   # W tile as the dot's first operand
 
 
 @pytest.mark.parametrize("view", ["w12", "w8"])
 @pytest.mark.parametrize("m,cfg", [(1, FMA_NOSPLIT), (1, FMA_SPLIT3), (3, FMA_SPLIT3),
-                                   (5, DOT_SPLIT2), (16, C(32, 64, split="auto", dot=True))],
+                                   (5, DOT_SPLIT2), (16, C(32, 64, split="auto", dot=True)),
+                                   (3, SWAP_SPLIT2), (16, C(32, 64, split=1, dot=True, swap=True))],
                          ids=["m1-nosplit", "m1-split3", "m3-split3", "m5-dot-split2",
-                              "m16-dot-auto"])
+                              "m16-dot-auto", "m3-swap-split2", "m16-swap-nosplit"])
 def test_gaussian_fp32(view, m, cfg):
     t = encode(gaussian(48, 160, seed=2))
     x = rand_x(m, 160, m)
@@ -47,7 +49,8 @@ def test_even_and_ragged_k_chunks(k):
     """K = 128: every chunk full (no K mask); K = 160: a ragged last chunk (masked)."""
     t = encode(gaussian(40, k, seed=7))
     x = rand_x(2, k, 7)
-    for cfg in (C(8, 64, split=1), C(8, 64, split=2), C(16, 64, split=2, dot=True)):
+    for cfg in (C(8, 64, split=1), C(8, 64, split=2), C(16, 64, split=2, dot=True),
+                C(16, 64, split=2, dot=True, swap=True)):
         check(gemv.w12_gemv(x, t, "w12", cfg), w12_matmul_ref(x, t))
 
 
@@ -63,7 +66,7 @@ def test_many_splits_reduce_in_several_steps(m, dot):
 
 
 @pytest.mark.parametrize("view", ["w12", "w8"])
-@pytest.mark.parametrize("cfg", [FMA_SPLIT3, DOT_SPLIT2], ids=["fma", "dot"])
+@pytest.mark.parametrize("cfg", [FMA_SPLIT3, DOT_SPLIT2, SWAP_SPLIT2], ids=["fma", "dot", "swap"])
 def test_adversarial_fp32_exceptions_exact(view, cfg):
     """Zeros, subnormals, +-inf, NaN payloads, max normals: many exception chunks per tile."""
     t = encode(adversarial(40, 70, seed=1))
@@ -107,13 +110,13 @@ def test_fp16_activations_odd_k_and_m_chunks(m):
     """fp16 x, odd K (padded plane column), M above 16 (dot, BLOCK_M 32), above 64 (chunks)."""
     t = encode(student_t(24, 97, seed=4))
     x = rand_x(m, 97, m, torch.float16, scale=4)
-    cfg = C(16, 32, split=2, dot=m > 4)
-    y = gemv.w12_gemv(x, t, "w12", cfg)
-    assert y.dtype == torch.float16 and y.shape == (m, 24)
-    check(y, w12_matmul_ref(x, t, "w12"), rtol=2e-3)
+    for cfg in (C(16, 32, split=2, dot=m > 4), C(16, 32, split=2, dot=True, swap=True)):
+        y = gemv.w12_gemv(x, t, "w12", cfg)
+        assert y.dtype == torch.float16 and y.shape == (m, 24)
+        check(y, w12_matmul_ref(x, t, "w12"), rtol=2e-3)
 
 
-@pytest.mark.parametrize("cfg", [FMA_SPLIT3, DOT_SPLIT2], ids=["fma", "dot"])
+@pytest.mark.parametrize("cfg", [FMA_SPLIT3, DOT_SPLIT2, SWAP_SPLIT2], ids=["fma", "dot", "swap"])
 def test_bf16_activations_pair_path(cfg):
     """bf16 x with even K: read as int32 pairs and split by shifts; exceptions read x's bits.
     y is bf16: each entry within one bf16 ulp (2**-7 relative) of the fp32 reference (the
@@ -176,7 +179,8 @@ def test_buckets_configs_and_tuning_fallbacks():
     assert [gemv.bucket(m) for m in (1, 2, 4, 5, 16, 17, 64)] == [1, 4, 4, 16, 16, 64, 64]
     with pytest.raises(ValueError):
         gemv.bucket(65)
-    assert all(1 <= len(c) <= 4 for c in gemv.CONFIGS.values())
+    assert all(1 <= len(c) <= 6 for c in gemv.CONFIGS.values())
+    assert all(c.split == "auto" or c.split >= 1 for cs in gemv.CONFIGS.values() for c in cs)
     t = encode(gaussian(16, 64))
     x = rand_x(3, 64, 0)
     assert gemv.tune(x, t) == gemv.CONFIGS[4][0]         # no CUDA: the bucket's first

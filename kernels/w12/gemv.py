@@ -15,13 +15,18 @@ slow). Designed for M <= 16 (decode and short verify), with a tensor-core path f
   its fp32 bits, so a weight becomes an fp32 value with one shift and one bitcast.
 - Activations: bf16 rows with even K are read as 32-bit pairs (x[2j], x[2j+1]) and split
   with the same shift (exact); other dtypes (fp32/fp16 under the interpreter) per element.
-- `dot=False` (M = 1, and two of the 2..4 configurations): fp32 FMAs on the CUDA cores.
+- `dot=False` (M = 1, and one of the 2..4 configurations): fp32 FMAs on the CUDA cores.
   Every tensor of the loop has the weight tile's shape and layout (x rows are read as
   broadcast tiles, the repeats hit L1), so nothing passes through shared memory: M = 1
   accumulates a [BLOCK_N, BLOCK_K/2] tile and reduces it once after the loop; M > 1 reduces
   each chunk per row of x into a transposed [BLOCK_N, BLOCK_M] accumulator.
-  `dot=True` (two of 2..4, all of 5..64): two tl.dot per chunk (even and odd k), bf16
-  operands on the GPU, fp32 accumulation, BLOCK_M >= 16.
+  `dot=True` (the rest of 2..4, all of 5..64): two tl.dot per chunk (even and odd k), bf16
+  operands on the GPU, fp32 accumulation, BLOCK_M >= 16. With `swap` the decoded weight
+  tile is the first operand and x^T the second (acc is y^T [BLOCK_N, BLOCK_M]): on the H200
+  the best swapped configuration ran 1.16-3.4x faster than the earlier candidates at M = 4
+  and 16 on 27B-class shapes (bench/NOTES.md); on the GPU the
+  decoded bf16 weights are the low 16 bits of the assembled word, truncated and
+  reinterpreted, with no fp32 detour.
 - Exceptions exactly, as in the first kernel: the planes give w0 = 2**(b-127) at an
   exception's slot, and the program owning split 0 of a tile adds x[:, k] * w_exc -
   x[:, k] * w0 for each exception of its rows, by selects (never a multiply by 0); the
@@ -31,7 +36,7 @@ slow). Designed for M <= 16 (decode and short verify), with a tensor-core path f
   splits in a fixed order, several loads in flight at a time, and stores y.
 
 ``view="w8"`` compiles the same kernel without the ``lo`` plane (the nested 8-bit view).
-Configurations: at most 4 per M bucket (1, 2..4, 5..16, 17..64), timed once per (bucket,
+Configurations: at most 6 per M bucket (1, 2..4, 5..16, 17..64), timed once per (bucket,
 N, K, view, dtype) at the first call on CUDA; the w8 view reuses the w12 choice of the
 same shape and bucket when there is one. Under TRITON_INTERPRET=1 or during CUDA graph
 capture an untuned shape uses the bucket's first configuration.
@@ -63,22 +68,35 @@ class GemvConfig:
     num_stages: int = 2
     split: str | int = "auto"
     dot: bool = False      # tensor-core dots (BLOCK_M >= 16) instead of fp32 FMAs
+    swap: bool = False     # dot with the operands swapped: W tile [BLOCK_N, K] times x^T
 
 
 BUCKETS = (1, 4, 16, 64)  # an M bucket is the smallest of these >= M
+C = GemvConfig
+# Candidates per M bucket, from the H200 sweep (bench/gpu_w12_sweep.py, bench/NOTES.md
+# "W12 GEMV sweep"): the fastest configuration of each 27B-class layer shape at M = 1, 4, 16,
+# the split given explicitly where "auto" lost (one split skips the reduce launch).
 CONFIGS: dict[int, tuple[GemvConfig, ...]] = {
     # M = 1: CUDA-core FMAs (about 9-10 SASS instructions per weight, Triton 3.9)
-    1: (GemvConfig(16, 512, 4), GemvConfig(32, 512, 4), GemvConfig(32, 256, 4),
-        GemvConfig(8, 1024, 4)),
-    # M = 2..4: FMAs cost about 18-21 instructions per weight here (x unpacked per row of
-    # the tile), tensor cores about 10-13: both kinds, the tuner decides
-    4: (GemvConfig(16, 256, 4), GemvConfig(32, 128, 4), GemvConfig(64, 128, 4, dot=True),
-        GemvConfig(64, 256, 4, dot=True)),
-    16: (GemvConfig(64, 128, 4, dot=True), GemvConfig(32, 256, 4, dot=True),
-         GemvConfig(128, 128, 8, dot=True), GemvConfig(64, 256, 4, dot=True)),
-    64: (GemvConfig(64, 128, 4, dot=True), GemvConfig(128, 128, 8, dot=True),
-         GemvConfig(64, 256, 8, dot=True), GemvConfig(64, 128, 4, split=2, dot=True)),
+    1: (C(16, 512, 4, 1, split=1), C(8, 1024, 4, 1, split=1), C(8, 512, 4, 1, split=1),
+        C(16, 512, 4, 3), C(16, 256, 2, 3, split=8), C(16, 256, 2, 3)),
+    # M = 2..4: tensor cores with the weight tile as the first operand (swap) won every
+    # shape but the small K/V projection (FMAs there)
+    4: (C(64, 256, 4, 4, split=1, dot=True, swap=True), C(8, 512, 4, 2, split=1),
+        C(64, 256, 4, 3, split=8, dot=True, swap=True),
+        C(64, 128, 4, 3, split=4, dot=True, swap=True),
+        C(64, 128, 4, 3, dot=True, swap=True), C(64, 256, 4, 3, split=1, dot=True, swap=True)),
+    16: (C(64, 256, 4, 4, split=1, dot=True, swap=True),
+         C(64, 128, 4, 3, split=8, dot=True, swap=True),
+         C(64, 256, 4, 3, split=2, dot=True, swap=True),
+         C(64, 256, 4, 4, split=8, dot=True, swap=True),
+         C(64, 128, 4, 3, dot=True, swap=True), C(64, 256, 4, 3, split=1, dot=True, swap=True)),
+    # M = 17..64: not swept; the swapped tiles of M <= 16 beside the earlier candidates
+    64: (C(64, 128, 4, 3, dot=True, swap=True), C(64, 256, 4, 3, split=2, dot=True, swap=True),
+         C(64, 128, 4, dot=True), C(128, 128, 8, dot=True), C(64, 256, 8, dot=True),
+         C(64, 128, 4, split=2, dot=True)),
 }
+del C
 _TUNED: dict[tuple, GemvConfig] = {}
 
 
@@ -134,7 +152,8 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
                      M, N, K, KH, stride_xm, stride_h, stride_l, stride_os, stride_om,
                      split_pairs,
                      USE_LO: tl.constexpr, X_PAIRS: tl.constexpr, USE_DOT: tl.constexpr,
-                     DOT_BF16: tl.constexpr, EVEN_K: tl.constexpr, BLOCK_M: tl.constexpr,
+                     DOT_BF16: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
+                     BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr,
                      PREFETCH_E: tl.constexpr):
     """Sums over pairs [pid_k * split_pairs, +split_pairs) of rows of tile pid_n into
@@ -154,7 +173,9 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
     base7 = (tl.load(base_ptr + offs_n, mask=mask_n, other=1).to(tl.int32) << 7)[:, None]
     hrow = hi_ptr + offs_n[:, None] * stride_h
     lrow = lo_ptr + offs_n[:, None] * stride_l
-    if USE_DOT:
+    if USE_DOT and SWAP:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)  # y^T tile
+    elif USE_DOT:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     elif BLOCK_M == 1:
         acc = tl.zeros((BLOCK_N, HALF), dtype=tl.float32)     # reduced over K after the loop
@@ -186,10 +207,30 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
         else:
             be = (((h << 4) & 0x7F0) + base7) | ((h << 8) & 0x8000)
             bo = (((h >> 4) & 0x7F0) + base7) | (h & 0x8000)
-        # bf16 bits << 16 are the fp32 bits of the same value
-        we = (be << 16).to(tl.float32, bitcast=True)
-        wo = (bo << 16).to(tl.float32, bitcast=True)
-        if USE_DOT:
+        if USE_DOT and DOT_BF16:
+            # the low 16 bits are the bf16 weight: truncate and reinterpret (no fp32 detour)
+            web = be.to(tl.int16).to(tl.bfloat16, bitcast=True)
+            wob = bo.to(tl.int16).to(tl.bfloat16, bitcast=True)
+        else:
+            # bf16 bits << 16 are the fp32 bits of the same value
+            we = (be << 16).to(tl.float32, bitcast=True)
+            wo = (bo << 16).to(tl.float32, bitcast=True)
+        if USE_DOT and SWAP:
+            # weights as the dot's first operand (kept in registers on Hopper), x^T second:
+            # the tensor-core tile's wide side is the layer's N, its narrow side x's rows
+            if EVEN_K:
+                xmask = mask_m[None, :]
+            else:
+                xmask = mask_m[None, :] & (j < KH)[:, None]
+            xe, xo = _x_pairs(x_ptr + offs_m[None, :] * stride_xm, j[:, None], xmask, K,
+                              X_PAIRS)
+            if DOT_BF16:
+                acc += tl.dot(web, xe.to(tl.bfloat16))
+                acc += tl.dot(wob, xo.to(tl.bfloat16))
+            else:
+                acc += tl.dot(we, xe, input_precision="ieee")
+                acc += tl.dot(wo, xo, input_precision="ieee")
+        elif USE_DOT:
             if EVEN_K:
                 xmask = mask_m[:, None]
             else:
@@ -197,8 +238,8 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
             xe, xo = _x_pairs(x_ptr + offs_m[:, None] * stride_xm, j[None, :], xmask, K,
                               X_PAIRS)
             if DOT_BF16:
-                acc += tl.dot(xe.to(tl.bfloat16), tl.trans(we.to(tl.bfloat16)))
-                acc += tl.dot(xo.to(tl.bfloat16), tl.trans(wo.to(tl.bfloat16)))
+                acc += tl.dot(xe.to(tl.bfloat16), tl.trans(web))
+                acc += tl.dot(xo.to(tl.bfloat16), tl.trans(wob))
             else:
                 acc += tl.dot(xe, tl.trans(we), input_precision="ieee")
                 acc += tl.dot(xo, tl.trans(wo), input_precision="ieee")
@@ -215,7 +256,9 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
                 else:
                     s = tl.sum(we * xe + wo * xo, axis=1)
                     acc += tl.where(offs_m[None, :] == mm, s[:, None], 0.0)
-    if USE_DOT:
+    if USE_DOT and SWAP:
+        out = tl.trans(acc)
+    elif USE_DOT:
         out = acc
     elif BLOCK_M == 1:
         out = tl.sum(acc, axis=1)[None, :]
@@ -302,7 +345,8 @@ def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, use_lo: bool, cfg: G
         m, n, k, kh, stride_xm, hi16.stride(0), t.lo.stride(0),
         out.stride(0) if split > 1 else 0, out.stride(-2), per,
         USE_LO=use_lo, X_PAIRS=x_pairs, USE_DOT=cfg.dot,
-        DOT_BF16=bf16 and not _interpreting(), EVEN_K=kh % (cfg.block_k // 2) == 0,
+        DOT_BF16=bf16 and not _interpreting(), SWAP=cfg.dot and cfg.swap,
+        EVEN_K=kh % (cfg.block_k // 2) == 0,
         BLOCK_M=_block_m(m, cfg), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, BLOCK_E=BLOCK_E,
         PREFETCH_E=_block_m(m, cfg) <= 16, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split > 1:
