@@ -184,9 +184,10 @@ w12)  # W12 with the swept candidates: 27B end to end and kernels on GPU 1; cont
 embedded2)  # GPU 1 trains the block drafter; GPU 0 runs tests/gpu, then explore on GPU 0
     rm -rf /tmp/block
     ( export CUDA_VISIBLE_DEVICES=1
-      step train_block 440 python3 -m stock.drafters.train_block --out /tmp/block --seed 0 \
-        --device cuda --prompts 12000 --max-new 192 --gen-batch 512 --steps 4000 --batch 64 \
-        --anchors 16 --gen-seconds 160 --total-seconds 400 --val-every 250
+      step train_block 445 python3 -m stock.drafters.train_block --out /tmp/block --seed 0 \
+        --device cuda --init-from-target last --prompts 24000 --summaries 2048 --max-new 192 \
+        --gen-batch 2048 --feat-batch 512 --steps 8000 --batch 64 --anchors 16 \
+        --gen-seconds 150 --total-seconds 420 --val-every 500
       mkdir -p "$OUT/block" && cp /tmp/block/* "$OUT/block/" 2>/dev/null
       TAIL=20 step tau_check 100 python3 bench/gpu_block.py --weights /tmp/block \
         --per-category 1 --max-new 128 --no-force --also block-graphs,ngram \
