@@ -23,7 +23,7 @@
 #     GPU 0+1   embedded A/A side by side; a known gain (n-gram drafter against AR) side by
 #               side, then on one GPU (A B B A); specpilot explore, one sub-agent per GPU
 #   bash bench/gpu_x2.sh embedded2 SECONDS  # like `embedded` (carry .gpu1): GPU 1 trains and
-#               reads τ (block, block-graphs, n-gram); GPU 0 runs tests/gpu, then explore
+#               reads τ (block, block-graphs, n-gram); GPU 0 runs explore to validation
 #   bash bench/gpu_x2.sh w12 SECONDS        # W12 27B end to end, kernels, controller verdicts
 #               on one GPU and on two (carry .gpu0 if an embedded call follows)
 #   bash bench/gpu_x2.sh 27b2 SECONDS       # the two-GPU steps of `27b` alone
@@ -169,19 +169,20 @@ pair)
     ;;
 w12)  # W12 with the swept candidates: 27B end to end and kernels on GPU 1; controller verdicts
     ( export CUDA_VISIBLE_DEVICES=1
-      step b27 160 python3 bench/gpu_27b.py --out "$OUT" --w12 --w12-kernels gemv --iters 20
+      step b27 160 python3 bench/gpu_27b.py --out "$OUT" --w12 --w12-kernels gemv --iters 20 --profile
       step w12 140 python3 bench/gpu_w12.py --out "$OUT" --full --budget-s 120 ) \
         > "$LOGDIR/gpu1.txt" 2>&1 &
     step w12_27b_1gpu 180 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
         --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
         --max-new 32 --json > $OUT/w12_27b_1gpu.json"
+    step gputests_w12 150 python3 -m pytest -q -x tests/gpu/test_gpu_w12.py tests/gpu/test_graphs.py
     wait; cat "$LOGDIR/gpu1.txt"
-    step w12_27b_2gpu 170 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
+    [ "${W12_TWO_GPU:-0}" = 1 ] && step w12_27b_2gpu 170 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
         --opt-b weights=w12 --model random:dense-27b --devices 0,1 --rounds 6 --requests 4 \
         --max-new 32 --json > $OUT/w12_27b_2gpu.json"
-    summary "$OUT"/w12_27b_1gpu.json "$OUT"/w12_27b_2gpu.json
+    summary "$OUT"/w12_27b_1gpu.json
     ;;
-embedded2)  # GPU 1 trains the block drafter; GPU 0 runs tests/gpu, then explore on GPU 0
+embedded2)  # GPU 1 trains the block drafter and reads τ (forcing check on); GPU 0: explore
     rm -rf /tmp/block
     ( export CUDA_VISIBLE_DEVICES=1
       step train_block 445 python3 -m stock.drafters.train_block --out /tmp/block --seed 0 \
@@ -189,12 +190,11 @@ embedded2)  # GPU 1 trains the block drafter; GPU 0 runs tests/gpu, then explore
         --gen-batch 2048 --feat-batch 512 --steps 8000 --batch 64 --anchors 16 \
         --gen-seconds 150 --total-seconds 420 --val-every 500
       mkdir -p "$OUT/block" && cp /tmp/block/* "$OUT/block/" 2>/dev/null
-      TAIL=20 step tau_check 100 python3 bench/gpu_block.py --weights /tmp/block \
-        --per-category 1 --max-new 128 --no-force --also block-graphs,ngram \
+      TAIL=22 step tau_check 110 python3 bench/gpu_block.py --weights /tmp/block \
+        --per-category 1 --max-new 128 --also block-graphs,ngram --out "$OUT" \
         ) > "$LOGDIR/gpu1.txt" 2>&1 &
     export CUDA_VISIBLE_DEVICES=0
-    step gputests 150 python3 -m pytest -q -x tests/gpu
-    explore_on '"0"' 300
+    explore_on '"0"' 450
     wait; cat "$LOGDIR/gpu1.txt"
     ;;
 train)  # block drafter retraining experiment on GPU 0 (the GGUF staged by an earlier call)
