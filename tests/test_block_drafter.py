@@ -218,13 +218,38 @@ def test_make_drafter_block(tmp_path, toy, toy_trained):
     assert make_drafter(None, engine) is None  # the default stays autoregressive
 
 
-def test_default_weights_missing_or_mismatched_is_a_clear_error(smol):
-    from stock.drafters.block_weights import DEFAULT_DIR
+def test_shipped_weights_load_by_default_for_the_embedded_model(smol):
+    """The trained drafter ships with the package: the block drafter of the embedded model
+    loads it by default, every shard is under 16 MB and matches its checksum, and the
+    manifest names the target, the seed and the command that trained it."""
+    from stock.drafters.block_weights import DEFAULT_DIR, MAX_SHARD_BYTES, read_manifest
 
-    if (DEFAULT_DIR / "manifest.json").is_file():
-        pytest.skip("trained weights are shipped; tests/test_block_drafter covers loading")
-    with pytest.raises(StockError, match="train_block"):
-        make_drafter("block", smol.engine)
+    man = read_manifest(DEFAULT_DIR)
+    assert all((DEFAULT_DIR / s.file).stat().st_size == s.bytes <= MAX_SHARD_BYTES
+               for s in man.shards)
+    assert man.seed == 0 and "train_block" in man.command and man.dtype == "bfloat16"
+    drafter = make_drafter("block", smol.engine)  # checks fingerprint and sha256
+    assert isinstance(drafter, BlockDrafter) and drafter.net.cfg == man.config
+    assert drafter.hidden_layers == man.config.target_layers
+
+
+def test_shipped_weights_refuse_another_target_and_a_corrupt_shard(smol, toy, tmp_path):
+    """Weights for another target, or a shard changed by one bit, are clear errors."""
+    import shutil
+
+    from stock.drafters.block_weights import DEFAULT_DIR, read_manifest
+
+    engine = Engine(toy[0], Options(), max_context=256)
+    with pytest.raises(StockError, match="block drafter built for|another target"):
+        make_drafter("block", engine)
+    copy = tmp_path / "w"
+    shutil.copytree(DEFAULT_DIR, copy)
+    shard = copy / read_manifest(copy).shards[-1].file
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 1
+    shard.write_bytes(bytes(data))
+    with pytest.raises(StockError, match="sha256"):
+        load_block(copy, smol.engine.model)
 
 
 @pytest.mark.slow
