@@ -17,7 +17,9 @@ verifies 17). Untrained or toy weights give a meaningless τ; the script says wh
 Per mode it also reports ms per decoding step, ms of it inside the drafter's draft() (which
 ends with the drafter's one host read, so no extra sync is added), and how many verify graphs
 were captured during each timed run (captures inside a timed run inflate its step time).
-`--also block-graphs` adds the block drafter with its forward replayed from CUDA graphs.
+`block` follows the options (its forward replayed from CUDA graphs on CUDA by default:
+option block_graphs); `--also block-eager` adds it with an eager forward, `--also
+block-graphs` with graphs whatever the options say.
 """
 
 from __future__ import annotations
@@ -84,14 +86,17 @@ def main() -> None:
     prompt0 = tok.chat(reqs[0].prompt)
 
     def make(m):
-        """A fresh drafter; "block-graphs": the block drafter replaying its forward from CUDA
-        graphs (option block_graphs); every drafter's draft() is timed (it ends with its one
-        host read, so its wall time is its launches plus its GPU work)."""
-        d = system.drafter(None if m == "ar" else m.replace("-graphs", ""))
+        """A fresh drafter; "block" as the options say (its forward replayed from CUDA graphs
+        on CUDA: option block_graphs, on by default), "block-eager" with an eager forward,
+        "block-graphs" from graphs whatever the options; every drafter's draft() is timed (it
+        ends with its one host read, so its wall time is its launches plus its GPU work)."""
+        d = system.drafter(None if m == "ar" else m.split("-")[0])
         if d is None:
             return None
         if m.endswith("-graphs"):
             d.graphs = True
+        elif m.endswith("-eager"):
+            d.graphs = False
         inner = d.draft
 
         def timed(ctx, k):

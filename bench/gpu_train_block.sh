@@ -23,7 +23,7 @@ python3 -m stock.drafters.train_block --out "$OUT/block" --seed "$seed" --device
 echo "train rc=${PIPESTATUS[0]} in $(( $(date +%s) - start ))s"
 if [ -f "$OUT/block/manifest.json" ]; then
     timeout $(( 560 - ($(date +%s) - start) )) python3 bench/gpu_block.py --weights "$OUT/block" \
-        --per-category 1 --max-new 192 --also ngram,block-graphs --no-force --out "$OUT" \
+        --per-category 1 --max-new 192 --also ngram,block-eager --no-force --out "$OUT" \
         2>&1 | tail -24
     echo "tau check rc=$? at $(( $(date +%s) - start ))s"
 fi

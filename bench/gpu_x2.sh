@@ -25,7 +25,7 @@
 #     GPU 0+1   embedded A/A side by side; a known gain (n-gram drafter against AR) side by
 #               side, then on one GPU (A B B A); specpilot explore, one sub-agent per GPU
 #   bash bench/gpu_x2.sh embedded2 SECONDS  # like `embedded` (carry .gpu1): GPU 1 trains and
-#               reads τ (block, block-graphs, n-gram); GPU 0 runs explore to validation
+#               reads τ (block with graphs, block-eager, n-gram); GPU 0 runs explore to validation
 #   bash bench/gpu_x2.sh w12 SECONDS        # W12 27B end to end, kernels, controller verdicts
 #               on one GPU and on two (carry .gpu0 if an embedded call follows)
 #   bash bench/gpu_x2.sh 27b2 SECONDS       # the two-GPU steps of `27b` alone
@@ -126,7 +126,7 @@ embedded)
         --gen-seconds 150 --total-seconds 420 --val-every 500
       mkdir -p "$OUT/block" && cp /tmp/block/* "$OUT/block/" 2>/dev/null
       TAIL=16 step tau_check 90 python3 bench/gpu_block.py --weights /tmp/block \
-        --per-category 1 --max-new 128 --no-ar --no-force --also block-graphs \
+        --per-category 1 --max-new 128 --no-ar --no-force --also block-eager \
         ) > "$LOGDIR/gpu1.txt" 2>&1 &
     export CUDA_VISIBLE_DEVICES=0
     step aa_emb_1gpu 110 bash -c "$CMP stock stock --devices 0 --rounds 6 --requests 8 \
@@ -193,7 +193,7 @@ embedded2)  # GPU 1 trains the block drafter and reads τ (forcing check on); GP
         --gen-seconds 150 --total-seconds 420 --val-every 500
       mkdir -p "$OUT/block" && cp /tmp/block/* "$OUT/block/" 2>/dev/null
       TAIL=22 step tau_check 110 python3 bench/gpu_block.py --weights /tmp/block \
-        --per-category 1 --max-new 128 --also block-graphs,ngram --out "$OUT" \
+        --per-category 1 --max-new 128 --also block-eager,ngram --out "$OUT" \
         ) > "$LOGDIR/gpu1.txt" 2>&1 &
     export CUDA_VISIBLE_DEVICES=0
     explore_on '"0"' 450
@@ -207,7 +207,7 @@ train)  # block drafter retraining experiment on GPU 0 (the GGUF staged by an ea
         --summaries 2048 --steps 8000} --max-new 192 --gen-batch 2048 --feat-batch 512 \
         --batch 64 --anchors 16 --gen-seconds 150 --total-seconds 420 --val-every 500
     TAIL=16 step tau_check2 80 python3 bench/gpu_block.py --weights /tmp/block2 \
-        --per-category 1 --max-new 128 --no-ar --no-force --also block-graphs
+        --per-category 1 --max-new 128 --no-ar --no-force --also block-eager
     ;;
 *) echo "unknown mode $mode"; exit 2 ;;
 esac

@@ -70,6 +70,7 @@ def make_drafter(name: str | None, engine: Engine) -> Drafter | None:
         net, manifest = load_block(opts["block_weights"] or None, engine.model)
         if opts["block_size"] != manifest.config.block_size:
             net = net.resized(opts["block_size"])
+        cuda = engine.model.device.type == "cuda"
         return BlockDrafter(net, engine.model, engine.max_context, opts["block_topk"],
-                            graphs=opts["block_graphs"])
+                            graphs=opts["block_graphs"] and cuda)
     raise StockError(f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")

@@ -404,11 +404,14 @@ def data_feats(target, data, net):
     return extract_features(target, data, net.cfg.target_layers, 8).clone()
 
 
-def test_block_graphs_need_cuda():
+def test_block_graphs_need_cuda(tmp_path):
     target = Transformer.random(PRESETS["tiny-qwen3"], seed=3)
     with pytest.raises(BlockDrafterError, match="CUDA"):
         BlockDrafter(random_net(target), target, 64, graphs=True)
-    assert Options()["block_graphs"] is False  # eager unless asked for
+    assert Options()["block_graphs"] is True  # on by default, as cuda_graphs ...
+    save_block(random_net(target, block_size=16), tmp_path / "w", target=target, seed=0)
+    engine = Engine(target, Options({"block_weights": str(tmp_path / "w")}), max_context=64)
+    assert make_drafter("block", engine).graphs is False  # ... and ignored on the CPU
 
 
 def test_validation_holds_out_whole_prompt_groups(toy):

@@ -31,8 +31,8 @@ from stock.options import register
 register("block_size", int, 16, "block drafter: positions per drafter forward (the pending "
          "token and block_size - 1 masks); it proposes up to block_size tokens")
 register("block_topk", int, 4, "block drafter: tokens kept per position in its draft lattice")
-register("block_graphs", bool, False, "block drafter: replay its block forward from a CUDA "
-         "graph per key-length bucket (CUDA only; off: eager, as on CPU)")
+register("block_graphs", bool, True, "block drafter: replay its block forward from a CUDA "
+         "graph per key-length bucket; used on CUDA only, ignored on CPU (eager)")
 register("block_weights", str, "", "block drafter: folder with manifest.json and safetensors "
          "shards; empty: the weights shipped for the embedded model")
 
