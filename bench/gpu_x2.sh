@@ -28,6 +28,8 @@
 #               reads τ (block with graphs, block-eager, n-gram); GPU 0 runs explore to validation
 #   bash bench/gpu_x2.sh w12 SECONDS        # W12 27B end to end, kernels, controller verdicts
 #               on one GPU and on two (carry .gpu0 if an embedded call follows)
+#   bash bench/gpu_x2.sh final SECONDS      # shipped drafter (default weights) and tests/gpu on
+#               GPU 1, the w12-weights entry through the controller on GPU 0
 #   bash bench/gpu_x2.sh 27b2 SECONDS       # the two-GPU steps of `27b` alone
 #   bash bench/gpu_x2.sh train SECONDS      # block-drafter retraining experiment (GGUF staged)
 set -u
@@ -198,6 +200,19 @@ embedded2)  # GPU 1 trains the block drafter and reads τ (forcing check on); GP
     export CUDA_VISIBLE_DEVICES=0
     explore_on '"0"' 450
     wait; cat "$LOGDIR/gpu1.txt"
+    ;;
+final)  # after staging calls that carried .gpu0, .gpu1, .gpu2 alone (the shipped weights
+    # leave no room for GGUF parts beside the bundle): the shipped drafter by default on GPU 1,
+    # the rebased w12-weights entry through the controller on GPU 0
+    ( export CUDA_VISIBLE_DEVICES=1
+      step gputests 170 python3 -m pytest -q -x tests/gpu
+      TAIL=22 step shipped 130 python3 bench/gpu_block.py --per-category 1 --max-new 128 \
+        --also block-eager,ngram --out "$OUT" ) > "$LOGDIR/gpu1.txt" 2>&1 &
+    step w12_27b_1gpu 200 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
+        --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
+        --max-new 32 --json > $OUT/w12_27b_1gpu.json"
+    wait; cat "$LOGDIR/gpu1.txt"
+    summary "$OUT"/w12_27b_1gpu.json
     ;;
 train)  # block drafter retraining experiment on GPU 0 (the GGUF staged by an earlier call)
     export CUDA_VISIBLE_DEVICES=0
