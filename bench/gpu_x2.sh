@@ -57,6 +57,14 @@ for f in sys.argv[1:]:
           f"{d['verdict']}; measured rounds {sum(p.get('round_wall_s') or [0]):.1f} s")
 PY
 }
+train_block_here() {  # the shipped drafter's training command, weights to /tmp/block, $OUT/block
+    rm -rf /tmp/block
+    step train_block 445 python3 -m stock.drafters.train_block --out /tmp/block --seed 0 \
+        --device cuda --init-from-target last --prompts 24000 --summaries 2048 --max-new 192 \
+        --gen-batch 2048 --feat-batch 512 --steps 8000 --batch 64 --anchors 16 \
+        --gen-seconds 150 --total-seconds 420 --val-every 500
+    mkdir -p "$OUT/block" && cp /tmp/block/* "$OUT/block/" 2>/dev/null
+}
 explore_on() {  # DEVICES ('"0", "1"') SECONDS: specpilot explore, one sub-agent per GPU
     cat >> .specpilot/config.toml <<TOML
 
@@ -120,13 +128,8 @@ case "$mode" in
 embedded)
     python3 -c "from stock.weights import resolve; print('embedded at', resolve('embedded'))" \
         2>&1 | tail -1
-    rm -rf /tmp/block
     ( export CUDA_VISIBLE_DEVICES=1
-      step train_block 445 python3 -m stock.drafters.train_block --out /tmp/block --seed 0 \
-        --device cuda --init-from-target last --prompts 24000 --summaries 2048 --max-new 192 \
-        --gen-batch 2048 --feat-batch 512 --steps 8000 --batch 64 --anchors 16 \
-        --gen-seconds 150 --total-seconds 420 --val-every 500
-      mkdir -p "$OUT/block" && cp /tmp/block/* "$OUT/block/" 2>/dev/null
+      train_block_here
       TAIL=16 step tau_check 90 python3 bench/gpu_block.py --weights /tmp/block \
         --per-category 1 --max-new 128 --no-ar --no-force --also block-eager \
         ) > "$LOGDIR/gpu1.txt" 2>&1 &
@@ -187,13 +190,8 @@ w12)  # W12 with the swept candidates: 27B end to end and kernels on GPU 1; cont
     summary "$OUT"/w12_27b_1gpu.json
     ;;
 embedded2)  # GPU 1 trains the block drafter and reads τ (forcing check on); GPU 0: explore
-    rm -rf /tmp/block
     ( export CUDA_VISIBLE_DEVICES=1
-      step train_block 445 python3 -m stock.drafters.train_block --out /tmp/block --seed 0 \
-        --device cuda --init-from-target last --prompts 24000 --summaries 2048 --max-new 192 \
-        --gen-batch 2048 --feat-batch 512 --steps 8000 --batch 64 --anchors 16 \
-        --gen-seconds 150 --total-seconds 420 --val-every 500
-      mkdir -p "$OUT/block" && cp /tmp/block/* "$OUT/block/" 2>/dev/null
+      train_block_here
       TAIL=22 step tau_check 110 python3 bench/gpu_block.py --weights /tmp/block \
         --per-category 1 --max-new 128 --also block-eager,ngram --out "$OUT" \
         ) > "$LOGDIR/gpu1.txt" 2>&1 &
