@@ -1,5 +1,7 @@
-"""The test that the test works: a fault after token 2048 is caught by the sealed 4096-token
-check and missed by the 2048-token development check (embedded default, one request)."""
+"""The test that the test works: a fault after the development check's length is caught by
+the sealed check, which forces twice as many tokens, and missed by the development check
+(embedded default, one request). The production lengths are 2048 and 4096; the test runs the
+same gates at half of them (1024 and 2048) to keep the CPU suite short."""
 
 from __future__ import annotations
 
@@ -35,15 +37,17 @@ def test_sealed_check_catches_a_fault_the_dev_check_misses(tmp_path, one_thread)
     from stock.system import load_system
 
     # Bigger forced steps and drafts: same semantics (forcing is causal, speculation is
-    # lossless), far fewer forwards on a CPU.
-    cfg = GatesSection(chunk=256, reference_draft_len=32)
-    assert (cfg.dev_length, cfg.sealed_length) == (2048, 4096)
-    system = load_system("embedded", Options(), "cpu", 4096 + 128)
+    # lossless), far fewer forwards on a CPU; half the production lengths, same ratio.
+    prod = GatesSection()
+    assert (prod.dev_length, prod.sealed_length) == (2048, 4096)
+    cfg = GatesSection(chunk=256, reference_draft_len=32, dev_length=prod.dev_length // 2,
+                       sealed_length=prod.sealed_length // 2)
+    system = load_system("embedded", Options(), "cpu", cfg.sealed_length + 128)
     t0 = time.perf_counter()
     [sealed_ref] = references(system, [LOOP], cfg.sealed_length, ReferenceCache(tmp_path),
                               "embedded", "test-tree", cfg)
-    assert len(sealed_ref.tokens) == cfg.sealed_length, "the reference must run to 4096"
-    # The 2048-token reference comes from the cache: a prefix of the 4096-token one.
+    assert len(sealed_ref.tokens) == cfg.sealed_length, "the reference must run to its end"
+    # The development reference comes from the cache: a prefix of the sealed one.
     [dev_ref] = references(system, [LOOP], cfg.dev_length, ReferenceCache(tmp_path),
                            "embedded", "test-tree", cfg)
     assert dev_ref.tokens == sealed_ref.tokens[:cfg.dev_length]
