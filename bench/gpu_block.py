@@ -42,6 +42,21 @@ from stock.requests import CATEGORIES, load_dev, select  # noqa: E402
 from stock.system import load_system  # noqa: E402
 
 
+def time_drafts(drafter, key: str, totals: dict[str, float]):
+    """Wrap drafter.draft so each call's wall time adds to totals[key] (draft() ends with the
+    drafter's one host read, so its wall time is its launches plus its GPU work)."""
+    inner = drafter.draft
+
+    def timed(ctx, k):
+        t = time.perf_counter()
+        try:
+            return inner(ctx, k)
+        finally:
+            totals[key] = totals.get(key, 0.0) + time.perf_counter() - t
+    drafter.draft = timed
+    return drafter
+
+
 def first_divergence(a: list[int], b: list[int]) -> int | None:
     for i, (x, y) in enumerate(zip(a, b)):
         if x != y:
@@ -88,8 +103,7 @@ def main() -> None:
     def make(m):
         """A fresh drafter; "block" as the options say (its forward replayed from CUDA graphs
         on CUDA: option block_graphs, on by default), "block-eager" with an eager forward,
-        "block-graphs" from graphs whatever the options; every drafter's draft() is timed (it
-        ends with its one host read, so its wall time is its launches plus its GPU work)."""
+        "block-graphs" from graphs whatever the options; every drafter's draft() is timed."""
         d = system.drafter(None if m == "ar" else m.split("-")[0])
         if d is None:
             return None
@@ -97,16 +111,7 @@ def main() -> None:
             d.graphs = True
         elif m.endswith("-eager"):
             d.graphs = False
-        inner = d.draft
-
-        def timed(ctx, k):
-            t = time.perf_counter()
-            try:
-                return inner(ctx, k)
-            finally:
-                draft_s[m] = draft_s.get(m, 0.0) + time.perf_counter() - t
-        d.draft = timed
-        return d
+        return time_drafts(d, m, draft_s)
 
     draft_s: dict[str, float] = {}
     for m in modes:  # warm-up: kernels, allocator

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 if "stock" not in sys.modules and not any(Path(p, "stock").is_dir() for p in sys.path[1:] if p):
@@ -25,6 +24,7 @@ if "stock" not in sys.modules and not any(Path(p, "stock").is_dir() for p in sys
 
 import torch  # noqa: E402
 
+from gpu_block import time_drafts  # noqa: E402  (this script's folder is sys.path[0])
 from stock.config import PRESETS  # noqa: E402
 from stock.drafters.block import BlockConfig, BlockDrafter, BlockNet  # noqa: E402
 from stock.drafters.ngram import NGramDrafter  # noqa: E402
@@ -65,16 +65,7 @@ def main() -> None:
         else:
             d = BlockDrafter(bnet, target, eng.max_context, opts["block_topk"],
                              graphs=mode == "block-graphs")
-        inner = d.draft
-
-        def timed(ctx, k):
-            t = time.perf_counter()
-            try:
-                return inner(ctx, k)
-            finally:
-                draft_s[mode] = draft_s.get(mode, 0.0) + time.perf_counter() - t
-        d.draft = timed
-        return d
+        return time_drafts(d, mode, draft_s)
 
     modes = ["ar", "ngram", "block"] + (["block-graphs"] if dev.type == "cuda" else [])
     rows = {}
