@@ -123,6 +123,60 @@ def _x_pairs(row_ptr, j, mask, K, X_PAIRS: tl.constexpr):
 
 
 @triton.jit
+def _decode_pairs(h, lo, base72, USE_LO: tl.constexpr):
+    """Both weights of a pair as one int32 of two bf16 (even weight in the low half), from
+    h (int32: the pair's hi bytes, even weight's in bits 0..7; bits above 15 are ignored),
+    lo (the pair's lo byte: even weight's nibble low) and base72 (base << 7 in both halves).
+    Packed: each step works on both weights at once (about 7 instructions a pair):
+      e = hi bytes at bits 8..15 and 24..31: their sign bits already sit at 15 and 31;
+      v = offset and mantissa[6:4] moved under the exponent, plus the base (no carry
+          crosses the halves: base + offset <= 254);
+      lo * 0x1001 puts the even nibble at bits 0..3 and the odd one at 16..19; the mask
+          takes only those bits from it (bits 4..7 and 12..15 of the product are junk)."""
+    e = ((h & 0xFF) << 8) | ((h & 0xFF00) << 16)
+    v = ((e & 0x7F007F00) >> 4) + base72
+    if USE_LO:
+        v = (v & -983056) | ((lo * 0x1001) & 0x000F000F)  # -983056 == 0xFFF0FFF0 as int32
+    return v | (e & -2147450880)  # -2147450880 == 0x80008000 as int32
+
+
+# _decode_pairs in PTX for four pairs at once (inline_asm_elementwise, pack=4): $4, $5 hold
+# the hi bytes of pairs 0-1 and 2-3 (int16 x 2 each), $6 the four lo bytes, $7-$10 base72.
+# Byte permutes (prmt) place each pair's hi bytes at bits 8..15 / 24..31 and its lo byte at
+# bits 0..7; Triton's integer ops leave these to ptxas as shifts and masks: 9.55 SASS
+# instructions a weight in the M = 1 loop with them, 6.84 with this (bench/w12_sass.py,
+# sm_90). lop3 0xE4: (a & c) | (b & ~c); 0xF8: a | (b & c).
+def _pair_asm(use_lo: bool) -> str:
+    steps = []
+    for k in range(4):
+        lo = (f"prmt.b32 l, $6, 0, {0x4440 + k:#x};\n"     # lo byte k alone at bits 0..7
+              "mul.lo.u32 l, l, 0x1001;\n"
+              "lop3.b32 t, t, l, 0xFFF0FFF0, 0xE4;\n") if use_lo else ""
+        steps.append(f"prmt.b32 e, ${4 + k // 2}, 0, {0x1404 if k % 2 == 0 else 0x3424:#x};\n"
+                     "and.b32 t, e, 0x7F007F00;\n"
+                     "shr.u32 t, t, 4;\n"
+                     f"add.u32 t, t, ${7 + k};\n" + lo +
+                     f"lop3.b32 ${k}, t, e, 0x80008000, 0xF8;\n")
+    return "{\n.reg .b32 e, t, l;\n" + "".join(steps) + "}"
+
+
+_ASM_LO = tl.constexpr(_pair_asm(True))
+_ASM_HI = tl.constexpr(_pair_asm(False))
+
+
+@triton.jit
+def _decode_pairs_asm(h, lo, base72, USE_LO: tl.constexpr):
+    """_decode_pairs in inline PTX (CUDA only: the interpreter cannot run it)."""
+    args = [h.to(tl.int16), lo.to(tl.uint8), base72]
+    if USE_LO:
+        return tl.inline_asm_elementwise(_ASM_LO, "=r,=r,=r,=r,r,r,r,r,r,r,r", args,
+                                         dtype=tl.int32, is_pure=True, pack=4)
+    else:
+        return tl.inline_asm_elementwise(_ASM_HI, "=r,=r,=r,=r,r,r,r,r,r,r,r", args,
+                                         dtype=tl.int32, is_pure=True, pack=4)
+
+
+@triton.jit
 def _exceptions(x_ptr, eidx_ptr, eval_ptr, base_ptr, e0, e_end, K, stride_xm, offs_m, mask_m,
                 X_PAIRS: tl.constexpr, BLOCK_E: tl.constexpr):
     """Exceptions e0 .. min(e0 + BLOCK_E, e_end): their rows (-1 where masked) and the
@@ -153,7 +207,7 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
                      split_pairs,
                      USE_LO: tl.constexpr, X_PAIRS: tl.constexpr, USE_DOT: tl.constexpr,
                      DOT_BF16: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
-                     BLOCK_M: tl.constexpr,
+                     PTX: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr,
                      PREFETCH_E: tl.constexpr):
     """Sums over pairs [pid_k * split_pairs, +split_pairs) of rows of tile pid_n into
@@ -170,7 +224,8 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
     offs_j = tl.arange(0, HALF)
     mask_n = offs_n < N
     mask_m = offs_m < M
-    base7 = (tl.load(base_ptr + offs_n, mask=mask_n, other=1).to(tl.int32) << 7)[:, None]
+    base7 = tl.load(base_ptr + offs_n, mask=mask_n, other=1).to(tl.int32) << 7
+    base72 = (base7 | (base7 << 16))[:, None]  # the base exponent in both halves of a pair
     hrow = hi_ptr + offs_n[:, None] * stride_h
     lrow = lo_ptr + offs_n[:, None] * stride_l
     if USE_DOT and SWAP:
@@ -199,22 +254,23 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
             wmask = mask_n[:, None]
         else:
             wmask = mask_n[:, None] & (j < KH)[None, :]
-        h = tl.load(hrow + j[None, :], mask=wmask, other=0).to(tl.int32) & 0xFFFF
+        h = tl.load(hrow + j[None, :], mask=wmask, other=0).to(tl.int32)
         if USE_LO:
             lo = tl.load(lrow + j[None, :], mask=wmask, other=0).to(tl.int32)  # uint8: 0..255
-            be = ((((h << 4) & 0x7F0) | (lo & 0xF)) + base7) | ((h << 8) & 0x8000)
-            bo = ((((h >> 4) & 0x7F0) | (lo >> 4)) + base7) | (h & 0x8000)
         else:
-            be = (((h << 4) & 0x7F0) + base7) | ((h << 8) & 0x8000)
-            bo = (((h >> 4) & 0x7F0) + base7) | (h & 0x8000)
+            lo = h * 0
+        if PTX:
+            d = _decode_pairs_asm(h, lo, base72, USE_LO)
+        else:
+            d = _decode_pairs(h, lo, base72, USE_LO)
         if USE_DOT and DOT_BF16:
-            # the low 16 bits are the bf16 weight: truncate and reinterpret (no fp32 detour)
-            web = be.to(tl.int16).to(tl.bfloat16, bitcast=True)
-            wob = bo.to(tl.int16).to(tl.bfloat16, bitcast=True)
+            # the halves are the bf16 weights: truncate and reinterpret (no fp32 detour)
+            web = d.to(tl.int16).to(tl.bfloat16, bitcast=True)
+            wob = (d >> 16).to(tl.int16).to(tl.bfloat16, bitcast=True)
         else:
             # bf16 bits << 16 are the fp32 bits of the same value
-            we = (be << 16).to(tl.float32, bitcast=True)
-            wo = (bo << 16).to(tl.float32, bitcast=True)
+            we = (d << 16).to(tl.float32, bitcast=True)
+            wo = (d & -65536).to(tl.float32, bitcast=True)
         if USE_DOT and SWAP:
             # weights as the dot's first operand (kept in registers on Hopper), x^T second:
             # the tensor-core tile's wide side is the layer's N, its narrow side x's rows
@@ -346,7 +402,7 @@ def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, use_lo: bool, cfg: G
         out.stride(0) if split > 1 else 0, out.stride(-2), per,
         USE_LO=use_lo, X_PAIRS=x_pairs, USE_DOT=cfg.dot,
         DOT_BF16=bf16 and not _interpreting(), SWAP=cfg.dot and cfg.swap,
-        EVEN_K=kh % (cfg.block_k // 2) == 0,
+        EVEN_K=kh % (cfg.block_k // 2) == 0, PTX=not _interpreting(),
         BLOCK_M=_block_m(m, cfg), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, BLOCK_E=BLOCK_E,
         PREFETCH_E=_block_m(m, cfg) <= 16, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     if split > 1:
