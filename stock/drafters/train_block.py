@@ -600,8 +600,9 @@ def main(argv: list[str] | None = None) -> None:
     data_desc = {"prompts": n_prompts, "categories": cats,
                  "sources": "stock/drafters/train_prompts.py templates + INSTRUCTIONS + stdlib "
                             "docstrings/functions (dev prompts excluded, sealed set not used)"
-                            + (f"; stage 2: {cfg.summaries} prompts summarising the target's "
-                               "own long-form/chat answers" if cfg.summaries else ""),
+                            + (f"; stage 2: {cats['own-prose summaries']} prompts summarising "
+                               "the target's own long-form/chat answers"
+                               if cats.get("own-prose summaries") else ""),
                  "init": stats.get("init", ""),
                  "python": platform.python_version(), "max_prompt": cfg.max_prompt,
                  "max_new": cfg.max_new, "labels": "target greedy tokens"}

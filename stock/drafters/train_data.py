@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 DATA_FORMAT = "specpilot-block-data/1"
 
@@ -178,7 +178,7 @@ def load_data(path: Path | str, fingerprint: str | None = None
     try:
         raw = torch.load(path, map_location="cpu", weights_only=True)
         header = DataHeader.model_validate(raw["header"])
-    except (ValidationError, KeyError, TypeError, RuntimeError, OSError, EOFError) as exc:
+    except Exception as exc:  # unpickling errors of any kind, a missing or invalid header
         raise DataFileError(f"--data-in {path}: not a {DATA_FORMAT} data file "
                             f"({exc.__class__.__name__}: {str(exc)[:200]})") from None
     if fingerprint is not None and header.target_fingerprint != fingerprint:
