@@ -15,7 +15,7 @@ from stock.drafters.block_weights import load_block, save_block, target_fingerpr
 from stock.drafters.train_block import (LiveFeatures, TrainConfig, block_loss, evaluate,
                                         extract_features, init_net, main, sample_anchors,
                                         toy_setup, train)
-from stock.drafters.train_data import (DataFileError, DataHeader, generate_data, load_data,
+from stock.drafters.train_data import (Data, DataFileError, DataHeader, generate_data, load_data,
                                        load_merged, parse_shard, save_data, shard)
 
 TOY = dict(prompts=8, max_new=24, gen_batch=8, num_layers=1, num_target_layers=2, block_size=4,
@@ -100,6 +100,11 @@ def test_missing_foreign_or_broken_data_files_are_clear_errors(tmp_path, toy):
         main(CLI + ["--out", str(tmp_path / "w"), "--data-in", str(tmp_path / "foreign.pt")])
     back, h, groups = load_data(tmp_path / "foreign.pt")  # no fingerprint: read as is
     assert torch.equal(back.tokens, data.tokens) and groups is None and h.rows == len(data.end)
+    keys = [f"chat:topic {i % 3}" for i in range(len(data.end))]  # prompt groups: strings
+    save_data(tmp_path / "grouped.pt", data, header, keys)
+    assert load_data(tmp_path / "grouped.pt")[2] == keys
+    with pytest.raises(ValueError, match="groups for"):
+        save_data(tmp_path / "bad.pt", data, header, keys[:-1])
     (tmp_path / "junk.pt").write_bytes(b"not a torch file")
     with pytest.raises(DataFileError, match="not a specpilot-block-data/1"):
         load_data(tmp_path / "junk.pt")
@@ -111,13 +116,22 @@ def test_missing_foreign_or_broken_data_files_are_clear_errors(tmp_path, toy):
 def test_live_features_give_the_cached_loss(toy):
     """--features live: per-batch target forwards truncated to the batch's longest answer
     give the losses and acc-lens of the features extracted once for every row."""
-    target, _, data = toy
+    target, _, full = toy
+    # answers of several lengths (the toy target has no stop token): the live forward of a
+    # batch is then shorter than the cached one
+    end = full.prompt_cols + torch.tensor([24, 5, 17, 9, 3, 11, 24, 7])
+    tokens = full.tokens.clone()
+    for i, e in enumerate(end.tolist()):
+        tokens[i, e:] = 0
+    data = Data(tokens, full.pad, end, full.prompt_cols)
     cfg = BlockConfig.for_target(target.cfg, num_layers=1, block_size=4, num_target_layers=2)
     net = BlockNet(cfg).init_weights(1, std=0.2)
     cached = extract_features(target, data, cfg.target_layers, 3)
     live = LiveFeatures(target, data, cfg.target_layers)
-    for rows in ([0, 1, 2, 3], [5, 7], [6]):
+    for rows in ([0, 1, 2, 3], [5, 7], [1, 4], [6]):
         idx = torch.tensor(rows)
+        s = int(data.end[idx].max())
+        torch.testing.assert_close(live.rows(idx, s), cached[idx, :s], rtol=1e-5, atol=1e-6)
         got = [block_loss(net, target, data, f, idx, torch.Generator().manual_seed(4), 4, 7.0)
                for f in (cached, live)]
         assert got[1][0].requires_grad  # the live features join the autograd graph

@@ -2,6 +2,11 @@
 
     python -m stock.drafters.train_block --out stock/drafters/weights/embedded --seed 0 --device cuda
     python -m stock.drafters.train_block --out /tmp/toy --seed 0 --toy      # CPU, seconds
+    # answers in shards (one GPU each), then one training run on all of them:
+    python -m stock.drafters.train_block --seed 0 --device cuda --prompt-shard 0/2 --data-out /tmp/data0.pt
+    python -m stock.drafters.train_block --seed 0 --device cuda --prompt-shard 1/2 --data-out /tmp/data1.pt
+    python -m stock.drafters.train_block --out /tmp/block --seed 0 --device cuda \
+        --data-in /tmp/data0.pt,/tmp/data1.pt --features live --init-from-weights DIR
 
 1. Prompts: `train_prompts.build_prompts(seed, n)` (templates, project instructions, stdlib
    docstrings and functions; never the sealed set, never the dev prompts), chat-formatted.
