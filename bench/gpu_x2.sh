@@ -32,6 +32,13 @@
 #               GPU 1, the w12-weights entry through the controller on GPU 0
 #   bash bench/gpu_x2.sh 27b2 SECONDS       # the two-GPU steps of `27b` alone
 #   bash bench/gpu_x2.sh train SECONDS      # block-drafter retraining experiment (GGUF staged)
+#   bash bench/gpu_x2.sh train2 560         # block drafter on ~3x the answers (GGUF staged):
+#     GPU 0+1   each answers half of the corpus (--prompt-shard 0/2, 1/2) into /tmp/data0.pt,
+#               /tmp/data1.pt (--data-out), both done by ~250 s
+#     GPU 0     then trains on both (--data-in, --features live) from the shipped weights
+#               (--init-from-weights) until the call's deadline; weights to /tmp/block and
+#               $OUT/block. GPU 1 is left free after answering. Overrides: TRAIN2_PROMPTS,
+#               TRAIN2_GEN_BATCH, TRAIN2_GEN_S, TRAIN2_ARGS (training flags)
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 source "$here/bench/gpu_lib.sh"
@@ -221,6 +228,32 @@ train)  # block drafter retraining experiment on GPU 0 (the GGUF staged by an ea
         --batch 64 --anchors 16 --gen-seconds 150 --total-seconds 420 --val-every 500
     TAIL=16 step tau_check2 80 python3 bench/gpu_block.py --weights /tmp/block2 \
         --per-category 1 --max-new 128 --no-ar --no-force --also block-eager
+    ;;
+train2)  # block drafter on ~3x run 4's answers: two GPUs answer, GPU 0 trains (GGUF staged)
+    answer_half() {  # I: answer shard I/2 of the corpus on the visible GPU into /tmp/dataI.pt
+        rm -f "/tmp/data$1.pt"
+        step "answer$1" 270 python3 -m stock.drafters.train_block --seed 0 --device cuda \
+            --prompts "${TRAIN2_PROMPTS:-160000}" --prompt-shard "$1/2" --summaries 2048 \
+            --max-new 192 --gen-batch "${TRAIN2_GEN_BATCH:-4096}" \
+            --gen-seconds "${TRAIN2_GEN_S:-150}" --data-out "/tmp/data$1.pt"
+    }
+    ( export CUDA_VISIBLE_DEVICES=1; answer_half 1 ) > "$LOGDIR/gpu1.txt" 2>&1 &
+    ( export CUDA_VISIBLE_DEVICES=0; answer_half 0 )
+    wait; cat "$LOGDIR/gpu1.txt"
+    files=$(ls /tmp/data0.pt /tmp/data1.pt 2>/dev/null | paste -sd, -)
+    if [ -z "$files" ]; then echo "train2: no data file was written"; else
+        export CUDA_VISIBLE_DEVICES=0
+        rm -rf /tmp/block
+        # the whole training command ends ~25 s before the call's deadline (imports and
+        # the process start are outside --total-seconds)
+        ts=$(( $(left) - 25 ))
+        TAIL=30 step train_block2x "$(( ts + 15 ))" python3 -m stock.drafters.train_block \
+            --out /tmp/block --seed 0 --device cuda --data-in "$files" --features live \
+            --max-new 192 --total-seconds "$ts" ${TRAIN2_ARGS:---init-from-weights \
+            stock/drafters/weights/embedded --lr 3e-4 --warmup 200 --steps 20000 --batch 64 \
+            --anchors 16 --val-every 500}
+        mkdir -p "$OUT/block" && cp /tmp/block/* "$OUT/block/" 2>/dev/null
+    fi
     ;;
 *) echo "unknown mode $mode"; exit 2 ;;
 esac

@@ -2,6 +2,11 @@
 
     python -m stock.drafters.train_block --out stock/drafters/weights/embedded --seed 0 --device cuda
     python -m stock.drafters.train_block --out /tmp/toy --seed 0 --toy      # CPU, seconds
+    # answers in shards (one GPU each), then one training run on all of them:
+    python -m stock.drafters.train_block --seed 0 --device cuda --prompt-shard 0/2 --data-out /tmp/data0.pt
+    python -m stock.drafters.train_block --seed 0 --device cuda --prompt-shard 1/2 --data-out /tmp/data1.pt
+    python -m stock.drafters.train_block --out /tmp/block --seed 0 --device cuda \
+        --data-in /tmp/data0.pt,/tmp/data1.pt --features live --init-from-weights DIR
 
 1. Prompts: `train_prompts.build_prompts(seed, n)` (templates, project instructions, stdlib
    docstrings and functions; never the sealed set, never the dev prompts), chat-formatted.
@@ -17,7 +22,14 @@
    weighted exp(-j / decay) by block position j (earlier positions gate acceptance). The
    target's embedding and head are frozen; AdamW, warm-up then cosine decay (on the clock
    when --total-seconds is set). --init-from-target starts the drafter's layers as copies of
-   target layers (BlockNet.init_from_target) instead of random weights.
+   target layers (BlockNet.init_from_target) instead of random weights; --init-from-weights
+   DIR continues from a trained drafter (its config must match).
+
+Scale-out (bench/NOTES.md "Block drafter"): --prompt-shard I/N answers only prompts
+i % N == I of the corpus; --data-out FILE saves the answers (stages 1 and 2) and exits;
+--data-in FILE[,FILE...] trains on merged saved answers instead of answering (the
+stock.drafters.train_data module); --features live computes the target's hidden states per
+training step for that step's rows only (default cached: for every row once, before training).
 Deterministic for a seed on CPU (the toy test checks bit equality); on CUDA the data and the
 sampling are fixed by the seed, kernels may differ in the last bits. --toy trains on the
 tiny-qwen3 preset with random weights and random prompts: a test of the machinery, not a drafter.
@@ -37,7 +49,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from stock.drafters.block import BlockConfig, BlockNet
+from stock.drafters.block import BlockConfig, BlockDrafterError, BlockNet
+from stock.drafters.train_data import (  # noqa: F401  (re-exported: tests, bench scripts)
+    Data, DataHeader, _mask, generate_data, load_merged, log, merge_data, prose_rows,
+    save_data, shard, summary_prompts)
 
 
 @dataclass
@@ -72,79 +87,10 @@ class TrainConfig:
     gen_seconds: float = 0.0  # answer no more prompt batches after this long (0: all)
     # with total_seconds, the learning-rate schedule runs on whichever is further along, the
     # step count or the clock, so the cosine decay ends when the time is up
-
-
-@dataclass
-class Data:
-    tokens: torch.Tensor  # [N, S] int64; prompt right-aligned to column P, answer from P
-    pad: torch.Tensor  # [N] first real column
-    end: torch.Tensor  # [N] one past the last real column (answer ends at its stop token)
-    prompt_cols: int  # P
-
-
-def log(msg: str) -> None:
-    print(msg, flush=True)
-
-
-def _mask(valid_from: torch.Tensor, q_cols: torch.Tensor, k_len: int) -> torch.Tensor:
-    """[B, 1, Tq, k_len]: causal, real keys only; a padding query sees itself (no NaN rows)."""
-    k = torch.arange(k_len, device=q_cols.device)
-    m = (k[None, None, :] <= q_cols[:, :, None]) & (k[None, None, :] >= valid_from[:, None, None])
-    m |= k[None, None, :] == q_cols[:, :, None]
-    return m.unsqueeze(1)
-
-
-@torch.inference_mode()
-def generate_data(target, prompts: list[list[int]], max_new: int, batch: int,
-                  stop_ids, progress=log, max_seconds: float = 0.0) -> Data:
-    """Greedy answers of `target` to every prompt, batched; one padded tensor. With
-    `max_seconds`, batches after that time are not started (the data then has fewer rows)."""
-    dev = target.device
-    p_cols = max(len(p) for p in prompts)
-    s = p_cols + max_new
-    tokens = torch.zeros(len(prompts), s, dtype=torch.long)
-    pad = torch.tensor([p_cols - len(p) for p in prompts])
-    end = torch.full((len(prompts),), s)
-    stops = torch.tensor(sorted(stop_ids) or [-1], device=dev)
-    t0 = time.perf_counter()
-    for b0 in range(0, len(prompts), batch):
-        if max_seconds and b0 and time.perf_counter() - t0 > max_seconds:
-            progress(f"  stopped answering after {b0} prompts: --gen-seconds {max_seconds}")
-            tokens, pad, end = tokens[:b0], pad[:b0], end[:b0]
-            break
-        part = prompts[b0:b0 + batch]
-        n = len(part)
-        ids = torch.zeros(n, s, dtype=torch.long, device=dev)
-        for i, p in enumerate(part):
-            ids[i, p_cols - len(p):p_cols] = torch.tensor(p)
-        vfrom = pad[b0:b0 + n].to(dev)
-        cache = target.new_cache(s, n)
-        cols = torch.arange(p_cols, device=dev).expand(n, p_cols)
-        pos = (cols - vfrom[:, None]).clamp(min=0)
-        out = target(ids[:, :p_cols], cache, 0, positions=pos, mask=_mask(vfrom, cols, p_cols),
-                     logits="last")
-        nxt = out.logits[:, -1].argmax(-1)
-        done = torch.zeros(n, dtype=torch.bool, device=dev)
-        stop_at = torch.full((n,), s, device=dev)
-        for j in range(max_new):
-            col = p_cols + j
-            ids[:, col] = nxt
-            hit = torch.isin(nxt, stops) & ~done
-            stop_at = torch.where(hit, torch.full_like(stop_at, col + 1), stop_at)
-            done |= hit
-            if j == max_new - 1 or (j % 16 == 15 and bool(done.all())):
-                break
-            c = torch.full((n, 1), col, device=dev)
-            out = target(ids[:, col:col + 1], cache, col, positions=c - vfrom[:, None],
-                         mask=_mask(vfrom, c, col + 1), logits="last")
-            nxt = out.logits[:, -1].argmax(-1)
-        tokens[b0:b0 + n] = ids.cpu()
-        end[b0:b0 + n] = stop_at.cpu()
-        progress(f"  generated {b0 + n}/{len(prompts)} answers "
-                 f"({time.perf_counter() - t0:.1f}s)")
-    for i in range(len(tokens)):  # zero what follows each stop (never read, but tidy)
-        tokens[i, int(end[i]):] = 0
-    return Data(tokens, pad, end, p_cols)
+    prompt_shard: str = ""  # "I/N": answer only prompts i with i % N == I ("" all)
+    features: str = "cached"  # cached: target hidden states of every row, computed once;
+    # live: computed per step for that step's rows only (memory then holds tokens only)
+    init_from_weights: str = ""  # a block-weights folder to start from (config must match)
 
 
 def extract_features(target, data: Data, layers: tuple[int, ...], batch: int) -> torch.Tensor:
@@ -161,33 +107,48 @@ def extract_features(target, data: Data, layers: tuple[int, ...], batch: int) ->
 
 def _fill_features(target, data: Data, layers: tuple[int, ...], batch: int,
                    out: torch.Tensor) -> None:
-    dev = target.device
-    n, s = data.tokens.shape
+    n = data.tokens.shape[0]
     for b0 in range(0, n, batch):
-        ids = data.tokens[b0:b0 + batch].to(dev)
-        b = ids.shape[0]
-        vfrom = data.pad[b0:b0 + b].to(dev)
-        cols = torch.arange(s, device=dev).expand(b, s)
-        cache = target.new_cache(s, b)
-        res = target(ids, cache, 0, positions=(cols - vfrom[:, None]).clamp(min=0),
-                     mask=_mask(vfrom, cols, s), logits="none", hidden_layers=layers)
-        out[b0:b0 + b] = torch.cat([res.hidden[i] for i in layers], dim=-1)
+        ids = data.tokens[b0:b0 + batch]
+        out[b0:b0 + ids.shape[0]] = _hidden(target, ids, data.pad[b0:b0 + batch], layers)
 
 
-def merge_data(a: Data, b: Data) -> Data:
-    """One Data of a's rows then b's, both right-aligned to the larger prompt width (the
-    narrower one shifted right, its padding widened) and padded to the wider answer span."""
-    p = max(a.prompt_cols, b.prompt_cols)
-    span = max(a.tokens.shape[1] - a.prompt_cols, b.tokens.shape[1] - b.prompt_cols)
+def _hidden(target, tokens: torch.Tensor, pad: torch.Tensor, layers: tuple[int, ...]
+            ) -> torch.Tensor:
+    """[B, S, len(layers) * H]: one target forward over rows `tokens` [B, S] (first real
+    column `pad`), positions counted from it, causal mask over real keys."""
+    dev = target.device
+    ids = tokens.to(dev)
+    b, s = ids.shape
+    vfrom = pad.to(dev)
+    cols = torch.arange(s, device=dev).expand(b, s)
+    cache = target.new_cache(s, b)
+    res = target(ids, cache, 0, positions=(cols - vfrom[:, None]).clamp(min=0),
+                 mask=_mask(vfrom, cols, s), logits="none", hidden_layers=layers)
+    return torch.cat([res.hidden[i] for i in layers], dim=-1)
 
-    def widen(d: Data):
-        shift = p - d.prompt_cols
-        t = torch.zeros(len(d.tokens), p + span, dtype=torch.long)
-        t[:, shift:shift + d.tokens.shape[1]] = d.tokens
-        return t, d.pad + shift, d.end + shift
 
-    (ta, pa, ea), (tb, pb, eb) = widen(a), widen(b)
-    return Data(torch.cat([ta, tb]), torch.cat([pa, pb]), torch.cat([ea, eb]), p)
+class LiveFeatures:
+    """--features live: the target hidden states of a step's rows, computed when the step
+    asks (one forward over them, truncated to the step's longest answer; the mask is causal,
+    so the columns kept see what they see in the full-width forward of `extract_features`).
+    Memory then holds the tokens of every row and the features of one batch."""
+
+    def __init__(self, target, data: Data, layers: tuple[int, ...]):
+        self.target, self.data, self.layers = target, data, layers
+        self.device, self.dtype = target.device, target.dtype
+
+    def rows(self, idx: torch.Tensor, s: int) -> torch.Tensor:
+        with torch.inference_mode(), torch.autocast(self.device.type, enabled=False):
+            h = _hidden(self.target, self.data.tokens[idx, :s], self.data.pad[idx], self.layers)
+        return h.clone()  # a normal tensor: autograd may save it for the backward pass
+
+
+def feature_rows(feats, idx: torch.Tensor, s: int) -> torch.Tensor:
+    """[B, s, F] features of rows idx from a cached tensor or a LiveFeatures."""
+    if isinstance(feats, LiveFeatures):
+        return feats.rows(idx, s)
+    return feats[idx.to(feats.device), :s]
 
 
 def block_forward(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torch.Tensor,
@@ -216,7 +177,7 @@ def block_forward(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: t
     ctx_pos = (cols[None] - pad_d[:, None]).clamp(min=0)
     q_pos = ((p_d - pad_d[:, None])[:, :, None] + torch.arange(t, device=dev)).reshape(b, a * t)
     cos, sin = target.cos, target.sin
-    feat = net.features([feats[idx.to(dev), :s]])
+    feat = net.features([feature_rows(feats, idx, s)])
     ctx_kv = net.context_kv(feat, cos[ctx_pos][:, None], sin[ctx_pos][:, None])
     ctx_ok = (cols[None, None] >= pad_d[:, None, None]) & (cols[None, None] < p_d[:, :, None])
     ctx_ok = ctx_ok[:, :, None, :].expand(b, a, t, s).reshape(b, a * t, s)
@@ -326,7 +287,12 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
     gen_s = time.perf_counter() - t0
     bcfg = BlockConfig.for_target(target.cfg, cfg.num_layers, cfg.block_size,
                                   num_target_layers=cfg.num_target_layers)
-    feats = extract_features(target, data, bcfg.target_layers, cfg.feat_batch)
+    if cfg.features == "live":
+        feats = LiveFeatures(target, data, bcfg.target_layers)
+    elif cfg.features == "cached":
+        feats = extract_features(target, data, bcfg.target_layers, cfg.feat_batch)
+    else:
+        raise ValueError(f"--features {cfg.features!r}: cached or live")
     feat_s = time.perf_counter() - t0 - gen_s
     gen = torch.Generator().manual_seed(cfg.seed)
     tr, val = validation_split(data, cfg, groups[: len(data.end)] if groups else None)
@@ -337,14 +303,7 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
     progress(f"data: {len(keep)} answers, {answer_tokens} answer tokens, gen {gen_s:.1f}s, "
              f"features {feat_s:.1f}s; train {len(tr)}, validation {len(val)}")
 
-    net = BlockNet(bcfg).to(dev).init_weights(cfg.seed)
-    with torch.no_grad():  # start in the scale the target's head expects
-        net.norm.weight.copy_(target.model.norm.weight.float())
-    init = "random (seeded normal, std 0.02)"
-    if cfg.init_from_target:
-        layers = init_layers(cfg.init_from_target, target.cfg.num_layers, cfg.num_layers)
-        net.init_from_target(target, layers)
-        init = f"target layers {list(layers)} (fc selects target layer {max(bcfg.target_layers)})"
+    net, init = init_net(target, bcfg, cfg)
     progress(f"drafter init: {init}")
     decay, no_decay = [], []
     for name, prm in net.named_parameters():
@@ -448,6 +407,39 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
     return net.eval(), stats, losses
 
 
+def init_net(target, bcfg: BlockConfig, cfg: TrainConfig) -> tuple[BlockNet, str]:
+    """The drafter to train (on the target's device) and how it was initialised: seeded
+    random weights with the target's final norm, then --init-from-target layers or the
+    tensors of --init-from-weights DIR (whose config must equal `bcfg`)."""
+    net = BlockNet(bcfg).to(target.device).init_weights(cfg.seed)
+    with torch.no_grad():  # start in the scale the target's head expects
+        net.norm.weight.copy_(target.model.norm.weight.float())
+    init = "random (seeded normal, std 0.02)"
+    if cfg.init_from_target and cfg.init_from_weights:
+        raise ValueError("--init-from-target and --init-from-weights: give one")
+    if cfg.init_from_target:
+        layers = init_layers(cfg.init_from_target, target.cfg.num_layers, cfg.num_layers)
+        net.init_from_target(target, layers)
+        init = f"target layers {list(layers)} (fc selects target layer {max(bcfg.target_layers)})"
+    elif cfg.init_from_weights:
+        from stock.drafters.block_weights import load_block, read_manifest
+
+        have = read_manifest(Path(cfg.init_from_weights)).config
+        if have != bcfg:
+            mine = bcfg.model_dump()
+            diff = {k: (v, mine[k]) for k, v in have.model_dump().items() if v != mine[k]}
+            raise BlockDrafterError(
+                f"--init-from-weights {cfg.init_from_weights}: its config does not match this "
+                f"run's (field: theirs, this run's): {diff}; set --num-layers, --block-size, "
+                "--num-target-layers to the weights' values")
+        src, man = load_block(Path(cfg.init_from_weights), target)
+        with torch.no_grad():
+            net.load_state_dict({k: v.to(target.device) for k, v in src.state_dict().items()})
+        init = (f"weights {cfg.init_from_weights} (seed {man.seed}, "
+                f"{(man.training or {}).get('steps', '?')} steps)")
+    return net, init
+
+
 def init_layers(spec: str, num_target: int, num_layers: int) -> tuple[int, ...]:
     """--init-from-target: "last" (the last num_layers target layers) or indices "27,28,29"."""
     if spec == "last":
@@ -475,12 +467,19 @@ def toy_setup(seed: int, n_prompts: int = 24):
     return target, prompts
 
 
-def embedded_setup(cfg: TrainConfig, device: str | None, log_files: int | None = None):
+def embedded_setup(cfg: TrainConfig, device: str | None, log_files: int | None = None,
+                   with_prompts: bool = True):
+    """(target, prompts, stop ids, category counts, groups, tokenizer, sources) of the
+    embedded model and the whole corpus; without prompts (--data-in) the four corpus items
+    are empty."""
     from stock.requests import load_dev
     from stock.system import load_system
     from stock.drafters.train_prompts import build_prompts, prompt_group
 
     system = load_system("embedded", device=device, max_context=4096)
+    if not with_prompts:
+        return (system.engine.model, [], set(system.engine.stop_ids), {}, [], system.tokenizer,
+                [])
     dev_texts = {r.prompt for r in load_dev()}
     pairs = build_prompts(cfg.seed, cfg.prompts, exclude=dev_texts, limit_files=log_files)
     tok = system.tokenizer
@@ -493,47 +492,63 @@ def embedded_setup(cfg: TrainConfig, device: str | None, log_files: int | None =
     return system.engine.model, prompts, stops, cats, groups, tok, [c for c, _ in pairs]
 
 
-def prose_rows(data: Data, sources: list[str], n: int, seed: int, min_tokens: int = 96,
-               kinds: tuple[str, ...] = ("long-form", "chat")) -> list[int]:
-    """Up to n rows (seeded choice) whose answers are prose of at least min_tokens: the
-    passages of the second-stage summarisation prompts."""
-    ok = [i for i in range(len(data.end)) if sources[i] in kinds
-          and int(data.end[i]) - data.prompt_cols >= min_tokens]
-    order = torch.randperm(len(ok), generator=torch.Generator().manual_seed(seed + 5)).tolist()
-    return sorted(ok[j] for j in order[:n])
-
-
-def summary_prompts(tok, data: Data, rows: list[int], stop_ids, seed: int, max_prompt: int,
-                    max_passage: int = 180) -> list[list[int]]:
-    """Chat prompts asking to summarise the target's own answers of `rows` (their first
-    `max_passage` tokens, stop tokens dropped)."""
-    import random
-
-    from stock.drafters.train_prompts import prose_summary_prompt
-
-    rng = random.Random(seed + 7)
-    out = []
-    for i in rows:
-        ids = data.tokens[i, data.prompt_cols:int(data.end[i])].tolist()
-        ids = [t for t in ids if t not in stop_ids][:max_passage]
-        out.append(tok.chat(prose_summary_prompt(rng, tok.decode(ids)))[-max_prompt:])
-    return out
+def answer_corpus(target, prompts: list[list[int]], sources: list[str], groups: list | None,
+                  cfg: TrainConfig, stops, tok=None):
+    """Stage 1: the target's answers to `prompts`; stage 2 (--summaries, with a tokenizer):
+    prompts summarising some of its own prose answers, answered too. Returns (data, groups
+    of its rows, category counts, stats)."""
+    cats: dict[str, int] = {}
+    t1 = time.perf_counter()
+    data = generate_data(target, prompts, cfg.max_new, cfg.gen_batch, stops, log,
+                         cfg.gen_seconds)
+    for c in sources[:len(data.end)]:
+        cats[c] = cats.get(c, 0) + 1
+    groups = groups[:len(data.end)] if groups else None
+    stats: dict = {}
+    if cfg.summaries and tok is not None:
+        late = cfg.gen_seconds and time.perf_counter() - t1 > 1.25 * cfg.gen_seconds
+        rows = [] if late else prose_rows(data, sources, cfg.summaries, cfg.seed,
+                                          min_tokens=min(96, cfg.max_new // 2))
+        more = summary_prompts(tok, data, rows, stops, cfg.seed, cfg.max_prompt)
+        log(f"stage 2: {len(more)} prompts summarising the target's own prose answers"
+            + (" (skipped: stage 1 ran past 1.25 x --gen-seconds)" if late else ""))
+        t2 = time.perf_counter()
+        if more:
+            data2 = generate_data(target, more, cfg.max_new, cfg.gen_batch, stops, log)
+            if groups is not None:
+                groups += [groups[i] for i in rows[:len(data2.end)]]
+            data = merge_data(data, data2)
+            cats["own-prose summaries"] = len(data2.end)
+        stats = {"gen_stage2_s": round(time.perf_counter() - t2, 1),
+                 "stage2_summaries": len(more)}
+    stats = {"gen_s": round(time.perf_counter() - t1, 1), **stats}
+    return data, groups, cats, stats
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m stock.drafters.train_block",
                                  description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="folder for manifest.json and the shards")
+    ap.add_argument("--out", default=None, help="folder for manifest.json and the shards")
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     ap.add_argument("--toy", action="store_true", help="tiny random target (CPU machinery test)")
+    ap.add_argument("--data-out", default=None, metavar="FILE",
+                    help="save the answers (stages 1 and 2) to FILE and exit without training")
+    ap.add_argument("--data-in", default=None, metavar="FILE[,FILE...]",
+                    help="train on answers saved by --data-out (merged) instead of answering")
     defaults = TrainConfig()
     for name, val in asdict(defaults).items():
         if name != "seed":
             ap.add_argument("--" + name.replace("_", "-"), type=type(val), default=None)
     args = ap.parse_args(argv)
+    if args.data_in and args.data_out:
+        ap.error("--data-in and --data-out: give one")
+    if not args.data_out and not args.out:
+        ap.error("--out is required (unless --data-out)")
     over = {k: getattr(args, k) for k in asdict(defaults) if k != "seed"
             and getattr(args, k) is not None}
+    if args.data_in and over.get("prompt_shard"):
+        ap.error("--prompt-shard applies to answering, not to --data-in")
     if args.toy:
         toy = dict(prompts=24, max_new=24, gen_batch=8, num_layers=1, num_target_layers=2,
                    block_size=4, steps=30, batch=8, anchors=4, warmup=5, lr=3e-3)
@@ -542,50 +557,64 @@ def main(argv: list[str] | None = None) -> None:
     command = "python -m stock.drafters.train_block " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     t0 = time.perf_counter()
+    tok = None
     if args.toy:
         target, prompts = toy_setup(cfg.seed, cfg.prompts)
         target = target.to(args.device or "cpu")
-        stops, cats, name = set(), {"random": len(prompts)}, "tiny-qwen3 (random weights)"
-        groups = None
+        stops, name, groups = set(), "tiny-qwen3 (random weights)", None
+        sources = ["random"] * len(prompts)
     else:
-        target, prompts, stops, cats, groups, tok, sources = embedded_setup(cfg, args.device)
+        target, prompts, stops, _, groups, tok, sources = embedded_setup(
+            cfg, args.device, with_prompts=not args.data_in)
         name = "embedded (SmolLM2-135M-Instruct)"
-    log(f"target {name} on {target.device} {target.dtype}; {len(prompts)} prompts "
-        f"({cats}); setup {time.perf_counter() - t0:.1f}s")
-    data, data_stats = None, {}
-    if cfg.summaries and not args.toy:
-        # stage 1: answers to the corpus; stage 2: summaries of some of its prose answers
-        t1 = time.perf_counter()
-        data = generate_data(target, prompts, cfg.max_new, cfg.gen_batch, stops, log,
-                             cfg.gen_seconds)
-        late = cfg.gen_seconds and time.perf_counter() - t1 > 1.25 * cfg.gen_seconds
-        rows = [] if late else prose_rows(data, sources, cfg.summaries, cfg.seed,
-                                          min_tokens=min(96, cfg.max_new // 2))
-        more = summary_prompts(tok, data, rows, stops, cfg.seed, cfg.max_prompt)
-        log(f"stage 2: {len(more)} prompts summarising the target's own prose answers"
-            + (" (skipped: stage 1 ran past 1.25 x --gen-seconds)" if late else ""))
-        t2 = time.perf_counter()
-        groups = groups[:len(data.end)]
-        if more:
-            data2 = generate_data(target, more, cfg.max_new, cfg.gen_batch, stops, log)
-            groups += [groups[i] for i in rows[:len(data2.end)]]
-            data = merge_data(data, data2)
-            cats = {**cats, "own-prose summaries": len(data2.end)}
-        data_stats = {"gen_s": round(time.perf_counter() - t1, 1),
-                      "gen_stage2_s": round(time.perf_counter() - t2, 1),
-                      "stage2_summaries": len(more)}
+    corpus = len(prompts)
+    prompts, sources = shard(prompts, cfg.prompt_shard), shard(sources, cfg.prompt_shard)
+    groups = shard(groups, cfg.prompt_shard) if groups else None
+    from stock.drafters.block_weights import save_block, target_fingerprint
+
+    fingerprint = target_fingerprint(target)
+    if args.data_in:
+        data, groups, cats, files, headers = load_merged(args.data_in.split(","), fingerprint)
+        n_prompts = sum(h.prompts for h in headers)
+        data_stats = {"gen_s": max(h.gen_s for h in headers), "data_files": files}
+        log(f"target {name} on {target.device} {target.dtype}; data from {len(files)} "
+            f"file(s): " + ", ".join(f"{f['file']} ({f['rows']} rows)" for f in files)
+            + f"; setup {time.perf_counter() - t0:.1f}s")
+    else:
+        log(f"target {name} on {target.device} {target.dtype}; {len(prompts)} prompts"
+            + (f" (shard {cfg.prompt_shard} of {corpus})" if cfg.prompt_shard else "")
+            + f"; setup {time.perf_counter() - t0:.1f}s")
+        data, groups, cats, data_stats = answer_corpus(target, prompts, sources, groups, cfg,
+                                                       stops, tok)
+        n_prompts = len(prompts)
+        if args.data_out:
+            answer_tokens = int((data.end - data.prompt_cols).clamp(min=0).sum())
+            header = DataHeader(
+                target_fingerprint=fingerprint, target_name=name,
+                vocab_size=target.cfg.vocab_size, seed=cfg.seed, prompt_shard=cfg.prompt_shard,
+                corpus_prompts=corpus, prompts=n_prompts, rows=len(data.end),
+                answer_tokens=answer_tokens, prompt_cols=data.prompt_cols, max_new=cfg.max_new,
+                max_prompt=cfg.max_prompt, categories=cats, gen_s=data_stats["gen_s"],
+                stats=data_stats, command=command)
+            save_data(args.data_out, data, header, groups)
+            log(f"saved {len(data.end)} rows ({answer_tokens} answer tokens, {cats}) to "
+                f"{args.data_out}; total {time.perf_counter() - t0:.1f}s")
+            return
     net, stats, _ = train(target, prompts, cfg, stops, started=t0, groups=groups, data=data,
                           data_stats=data_stats)
-    from stock.drafters.block_weights import save_block
-
-    data_desc = {"prompts": len(prompts), "categories": cats,
+    data_desc = {"prompts": n_prompts, "categories": cats,
                  "sources": "stock/drafters/train_prompts.py templates + INSTRUCTIONS + stdlib "
                             "docstrings/functions (dev prompts excluded, sealed set not used)"
-                            + (f"; stage 2: {cfg.summaries} prompts summarising the target's "
-                               "own long-form/chat answers" if cfg.summaries else ""),
+                            + (f"; stage 2: {cats['own-prose summaries']} prompts summarising "
+                               "the target's own long-form/chat answers"
+                               if cats.get("own-prose summaries") else ""),
                  "init": stats.get("init", ""),
                  "python": platform.python_version(), "max_prompt": cfg.max_prompt,
                  "max_new": cfg.max_new, "labels": "target greedy tokens"}
+    if cfg.prompt_shard:
+        data_desc["prompt_shard"] = f"{cfg.prompt_shard} of {corpus} prompts"
+    if args.data_in:
+        data_desc["files"] = data_stats.pop("data_files")
     man = save_block(net, Path(args.out), target=target, seed=cfg.seed, command=command,
                      data=data_desc, training={**asdict(cfg), **stats,
                                                "torch": torch.__version__,
