@@ -32,6 +32,9 @@
 #               GPU 1, the w12-weights entry through the controller on GPU 0
 #   bash bench/gpu_x2.sh 27b2 SECONDS       # the two-GPU steps of `27b` alone
 #   bash bench/gpu_x2.sh train SECONDS      # block-drafter retraining experiment (GGUF staged)
+#   bash bench/gpu_x2.sh w12ptx 580         # W12 with the PTX pair decode (no GGUF needed):
+#     GPU 1     tests/gpu W12 and graph tests, 27B end to end with --profile, kernels --full
+#     GPU 0     the GEMV sweep, then the w12-weights entry through the controller (27B)
 #   bash bench/gpu_x2.sh train2 560         # block drafter on ~3x the answers (GGUF staged):
 #     GPU 0+1   each answers half of the corpus (--prompt-shard 0/2, 1/2) into /tmp/data0.pt,
 #               /tmp/data1.pt (--data-out), both done by ~250 s
@@ -228,6 +231,19 @@ train)  # block drafter retraining experiment on GPU 0 (the GGUF staged by an ea
         --batch 64 --anchors 16 --gen-seconds 150 --total-seconds 420 --val-every 500
     TAIL=16 step tau_check2 80 python3 bench/gpu_block.py --weights /tmp/block2 \
         --per-category 1 --max-new 128 --no-ar --no-force --also block-eager
+    ;;
+w12ptx)  # the PTX pair decode: correctness first, then kernels, sweep, 27B end to end, verdict
+    ( export CUDA_VISIBLE_DEVICES=1
+      step gputests_w12 120 python3 -m pytest -q -x tests/gpu/test_gpu_w12.py tests/gpu/test_graphs.py
+      step b27 160 python3 bench/gpu_27b.py --out "$OUT" --w12 --w12-kernels gemv --iters 20 --profile
+      step w12 150 python3 bench/gpu_w12.py --out "$OUT" --full --budget-s 120 ) \
+        > "$LOGDIR/gpu1.txt" 2>&1 &
+    step sweep 260 python3 bench/gpu_w12_sweep.py --out "$OUT" --budget-s 220
+    step w12_27b_1gpu 200 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
+        --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
+        --max-new 32 --json > $OUT/w12_27b_1gpu.json"
+    wait; cat "$LOGDIR/gpu1.txt"
+    summary "$OUT"/w12_27b_1gpu.json
     ;;
 train2)  # block drafter on ~3x run 4's answers: two GPUs answer, GPU 0 trains (GGUF staged)
     answer_half() {  # I: answer shard I/2 of the corpus on the visible GPU into /tmp/dataI.pt
