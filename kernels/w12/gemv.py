@@ -73,24 +73,29 @@ class GemvConfig:
 
 BUCKETS = (1, 4, 16, 64)  # an M bucket is the smallest of these >= M
 C = GemvConfig
-# Candidates per M bucket, from the H200 sweep (bench/gpu_w12_sweep.py, bench/NOTES.md
-# "W12 GEMV sweep"): the fastest configuration of each 27B-class layer shape at M = 1, 4, 16,
-# the split given explicitly where "auto" lost (one split skips the reduce launch).
+# Candidates per M bucket, from the H200 sweeps (bench/gpu_w12_sweep.py, bench/NOTES.md
+# "W12 GEMV sweep" and "PTX pair decode"): the fastest configuration of each 27B-class layer
+# shape at M = 1, 4, 16 (the second sweep, with the PTX decode), the split given explicitly
+# where "auto" lost (one split skips the reduce launch).
 CONFIGS: dict[int, tuple[GemvConfig, ...]] = {
-    # M = 1: CUDA-core FMAs (about 9-10 SASS instructions per weight, Triton 3.9)
-    1: (C(16, 512, 4, 1, split=1), C(8, 1024, 4, 1, split=1), C(8, 512, 4, 1, split=1),
-        C(16, 512, 4, 3), C(16, 256, 2, 3, split=8), C(16, 256, 2, 3)),
-    # M = 2..4: tensor cores with the weight tile as the first operand (swap) won every
-    # shape but the small K/V projection (FMAs there)
-    4: (C(64, 256, 4, 4, split=1, dot=True, swap=True), C(8, 512, 4, 2, split=1),
-        C(64, 256, 4, 3, split=8, dot=True, swap=True),
+    # M = 1: CUDA-core FMAs, the PTX pair decode (about 6.8 SASS instructions a weight);
+    # one winner per layer shape of the second sweep: q, k/v, o, gate/up, down, head
+    1: (C(16, 512, 4, 1, split=1), C(8, 1024, 4, 1, split=1), C(8, 256, 4, 3, split=4),
+        C(16, 512, 4, 3), C(16, 512, 2, 3, split=16), C(16, 256, 2, 3)),
+    # M = 2..4 and 5..16: tensor cores with the weight tile as the first operand (swap),
+    # the same shapes in the same order
+    4: (C(64, 128, 4, 4, split=4, dot=True, swap=True),
+        C(128, 128, 4, 2, split=16, dot=True, swap=True),
+        C(64, 256, 4, 4, split=1, dot=True, swap=True),
         C(64, 128, 4, 3, split=4, dot=True, swap=True),
-        C(64, 128, 4, 3, dot=True, swap=True), C(64, 256, 4, 3, split=1, dot=True, swap=True)),
-    16: (C(64, 256, 4, 4, split=1, dot=True, swap=True),
-         C(64, 128, 4, 3, split=8, dot=True, swap=True),
-         C(64, 256, 4, 3, split=2, dot=True, swap=True),
-         C(64, 256, 4, 4, split=8, dot=True, swap=True),
-         C(64, 128, 4, 3, dot=True, swap=True), C(64, 256, 4, 3, split=1, dot=True, swap=True)),
+        C(64, 256, 4, 3, split=8, dot=True, swap=True),
+        C(64, 128, 4, 3, split=2, dot=True, swap=True)),
+    16: (C(64, 256, 4, 2, split=4, dot=True, swap=True),
+         C(64, 64, 4, 3, split=8, dot=True, swap=True),
+         C(128, 256, 8, 4, split=8, dot=True, swap=True),
+         C(64, 128, 4, 3, dot=True, swap=True),
+         C(64, 256, 4, 3, split=8, dot=True, swap=True),
+         C(64, 256, 4, 3, dot=True, swap=True)),
     # M = 17..64: not swept; the swapped tiles of M <= 16 beside the earlier candidates
     64: (C(64, 128, 4, 3, dot=True, swap=True), C(64, 256, 4, 3, split=2, dot=True, swap=True),
          C(64, 128, 4, dot=True), C(128, 128, 8, dot=True), C(64, 256, 8, dot=True),
