@@ -42,6 +42,8 @@
 #               (--init-from-weights) until the call's deadline; weights to /tmp/block and
 #               $OUT/block. GPU 1 is left free after answering. Overrides: TRAIN2_PROMPTS,
 #               TRAIN2_GEN_BATCH, TRAIN2_GEN_S, TRAIN2_ARGS (training flags)
+#   bash bench/gpu_x2.sh train2w 570        # train2, and GPU 1 after answering: the W12 27B
+#               step (bench/gpu_27b.py --w12) and the w12-weights entry through the controller
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 source "$here/bench/gpu_lib.sh"
@@ -245,7 +247,8 @@ w12ptx)  # the PTX pair decode: correctness first, then kernels, sweep, 27B end 
     wait; cat "$LOGDIR/gpu1.txt"
     summary "$OUT"/w12_27b_1gpu.json
     ;;
-train2)  # block drafter on ~3x run 4's answers: two GPUs answer, GPU 0 trains (GGUF staged)
+train2|train2w)  # block drafter on ~3x run 4's answers: two GPUs answer, GPU 0 trains (GGUF
+    # staged); train2w: GPU 1 then runs the W12 27B step and the w12-weights verdict
     answer_half() {  # I: answer shard I/2 of the corpus on the visible GPU into /tmp/dataI.pt
         rm -f "/tmp/data$1.pt"
         step "answer$1" 270 python3 -m stock.drafters.train_block --seed 0 --device cuda \
@@ -253,9 +256,17 @@ train2)  # block drafter on ~3x run 4's answers: two GPUs answer, GPU 0 trains (
             --max-new 192 --gen-batch "${TRAIN2_GEN_BATCH:-4096}" \
             --gen-seconds "${TRAIN2_GEN_S:-150}" --data-out "/tmp/data$1.pt"
     }
-    ( export CUDA_VISIBLE_DEVICES=1; answer_half 1 ) > "$LOGDIR/gpu1.txt" 2>&1 &
+    rm -f /tmp/answer1.done
+    ( export CUDA_VISIBLE_DEVICES=1; answer_half 1; touch /tmp/answer1.done
+      if [ "$mode" = train2w ]; then
+        step b27 120 python3 bench/gpu_27b.py --out "$OUT" --w12 --w12-kernels gemv --ts 1,8,16 \
+            --iters 20
+        step w12_27b_1gpu 200 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
+            --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
+            --max-new 32 --json > $OUT/w12_27b_1gpu.json"
+      fi ) > "$LOGDIR/gpu1.txt" 2>&1 &
     ( export CUDA_VISIBLE_DEVICES=0; answer_half 0 )
-    wait; cat "$LOGDIR/gpu1.txt"
+    while [ ! -e /tmp/answer1.done ] && [ "$(left)" -gt 60 ]; do sleep 2; done
     files=$(ls /tmp/data0.pt /tmp/data1.pt 2>/dev/null | paste -sd, -)
     if [ -z "$files" ]; then echo "train2: no data file was written"; else
         export CUDA_VISIBLE_DEVICES=0
@@ -270,6 +281,8 @@ train2)  # block drafter on ~3x run 4's answers: two GPUs answer, GPU 0 trains (
             --anchors 16 --val-every 500}
         mkdir -p "$OUT/block" && cp /tmp/block/* "$OUT/block/" 2>/dev/null
     fi
+    wait; cat "$LOGDIR/gpu1.txt"
+    [ "$mode" = train2w ] && summary "$OUT"/w12_27b_1gpu.json
     ;;
 *) echo "unknown mode $mode"; exit 2 ;;
 esac
