@@ -42,6 +42,8 @@
 #               (--init-from-weights) until the call's deadline; weights to /tmp/block and
 #               $OUT/block. GPU 1 is left free after answering. Overrides: TRAIN2_PROMPTS,
 #               TRAIN2_GEN_BATCH, TRAIN2_GEN_S, TRAIN2_ARGS (training flags)
+#   bash bench/gpu_x2.sh tau2 430           # after train2/train2w, warm: τ of /tmp/block and of
+#               the shipped weights (2 dev requests a category, GPU 1); tests/gpu (GPU 0)
 #   bash bench/gpu_x2.sh train2w 570        # train2, and GPU 1 after answering: the W12 27B
 #               step (bench/gpu_27b.py --w12) and the w12-weights entry through the controller
 set -u
@@ -246,6 +248,16 @@ w12ptx)  # the PTX pair decode: correctness first, then kernels, sweep, 27B end 
         --max-new 32 --json > $OUT/w12_27b_1gpu.json"
     wait; cat "$LOGDIR/gpu1.txt"
     summary "$OUT"/w12_27b_1gpu.json
+    ;;
+tau2)  # right after train2/train2w on the warm machine: τ of /tmp/block beside the shipped
+    # weights (GPU 1), tests/gpu with the PTX decode (GPU 0)
+    ( export CUDA_VISIBLE_DEVICES=1
+      TAIL=22 step tau_new 200 python3 bench/gpu_block.py --weights /tmp/block --per-category 2 \
+        --max-new 128 --also ngram --out "$OUT"
+      TAIL=22 step tau_shipped 200 python3 bench/gpu_block.py --per-category 2 --max-new 128 \
+        --no-ar ) > "$LOGDIR/gpu1.txt" 2>&1 &
+    step gputests 300 python3 -m pytest -q -x tests/gpu
+    wait; cat "$LOGDIR/gpu1.txt"
     ;;
 train2|train2w)  # block drafter on ~3x run 4's answers: two GPUs answer, GPU 0 trains (GGUF
     # staged); train2w: GPU 1 then runs the W12 27B step and the w12-weights verdict
