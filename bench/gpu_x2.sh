@@ -42,6 +42,7 @@
 #               (--init-from-weights) until the call's deadline; weights to /tmp/block and
 #               $OUT/block. GPU 1 is left free after answering. Overrides: TRAIN2_PROMPTS,
 #               TRAIN2_GEN_BATCH, TRAIN2_GEN_S, TRAIN2_ARGS (training flags)
+#   bash bench/gpu_x2.sh w12tab 260         # gpu_w12.py --full alone (GPU 1); 27B --profile (GPU 0)
 #   bash bench/gpu_x2.sh tau2 430           # after train2/train2w, warm: τ of /tmp/block and of
 #               the shipped weights (2 dev requests a category, GPU 1); tests/gpu (GPU 0)
 #   bash bench/gpu_x2.sh train2w 570        # train2, and GPU 1 after answering: the W12 27B
@@ -248,6 +249,14 @@ w12ptx)  # the PTX pair decode: correctness first, then kernels, sweep, 27B end 
         --max-new 32 --json > $OUT/w12_27b_1gpu.json"
     wait; cat "$LOGDIR/gpu1.txt"
     summary "$OUT"/w12_27b_1gpu.json
+    ;;
+w12tab)  # the W12 kernel table alone on GPU 1; the 27B step split by kernel on GPU 0
+    ( export CUDA_VISIBLE_DEVICES=1
+      step w12 200 python3 bench/gpu_w12.py --out "$OUT" --full --budget-s 170 ) \
+        > "$LOGDIR/gpu1.txt" 2>&1 &
+    step b27 200 python3 bench/gpu_27b.py --out "$OUT" --w12 --w12-kernels gemv --ts 1,16 \
+        --iters 20 --profile
+    wait; cat "$LOGDIR/gpu1.txt"
     ;;
 tau2)  # right after train2/train2w on the warm machine: τ of /tmp/block beside the shipped
     # weights (GPU 1), tests/gpu with the PTX decode (GPU 0)
