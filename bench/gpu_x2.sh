@@ -42,6 +42,7 @@
 #               (--init-from-weights) until the call's deadline; weights to /tmp/block and
 #               $OUT/block. GPU 1 is left free after answering. Overrides: TRAIN2_PROMPTS,
 #               TRAIN2_GEN_BATCH, TRAIN2_GEN_S, TRAIN2_ARGS (training flags)
+#   bash bench/gpu_x2.sh w12g 380           # W12 tuned in CUDA graphs: tests, 27B, kernels, verdict
 #   bash bench/gpu_x2.sh w12tab 260         # gpu_w12.py --full alone (GPU 1); 27B --profile (GPU 0)
 #   bash bench/gpu_x2.sh tau2 430           # after train2/train2w, warm: τ of /tmp/block and of
 #               the shipped weights (2 dev requests a category, GPU 1); tests/gpu (GPU 0)
@@ -245,6 +246,19 @@ w12ptx)  # the PTX pair decode: correctness first, then kernels, sweep, 27B end 
         > "$LOGDIR/gpu1.txt" 2>&1 &
     step sweep 260 python3 bench/gpu_w12_sweep.py --out "$OUT" --budget-s 220
     step w12_27b_1gpu 200 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
+        --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
+        --max-new 32 --json > $OUT/w12_27b_1gpu.json"
+    wait; cat "$LOGDIR/gpu1.txt"
+    summary "$OUT"/w12_27b_1gpu.json
+    ;;
+w12g)  # the tuner timing in CUDA graphs: GPU tests first, 27B end to end, kernels, verdict
+    ( export CUDA_VISIBLE_DEVICES=1
+      step b27 120 python3 bench/gpu_27b.py --out "$OUT" --w12 --w12-kernels gemv --ts 1,8,16 \
+        --iters 20
+      step w12 130 python3 bench/gpu_w12.py --out "$OUT" --full --budget-s 100 ) \
+        > "$LOGDIR/gpu1.txt" 2>&1 &
+    step gputests_w12 150 python3 -m pytest -q -x tests/gpu/test_gpu_w12.py tests/gpu/test_graphs.py
+    step w12_27b_1gpu 190 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
         --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
         --max-new 32 --json > $OUT/w12_27b_1gpu.json"
     wait; cat "$LOGDIR/gpu1.txt"
