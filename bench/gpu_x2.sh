@@ -43,6 +43,7 @@
 #               $OUT/block. GPU 1 is left free after answering. Overrides: TRAIN2_PROMPTS,
 #               TRAIN2_GEN_BATCH, TRAIN2_GEN_S, TRAIN2_ARGS (training flags)
 #   bash bench/gpu_x2.sh w12g 380           # W12 tuned in CUDA graphs: tests, 27B, kernels, verdict
+#   bash bench/gpu_x2.sh w8tab 200          # kernel table with W8 tuned on its own; W12 GPU tests
 #   bash bench/gpu_x2.sh w12tab 260         # gpu_w12.py --full alone (GPU 1); 27B --profile (GPU 0)
 #   bash bench/gpu_x2.sh tau2 430           # after train2/train2w, warm: τ of /tmp/block and of
 #               the shipped weights (2 dev requests a category, GPU 1); tests/gpu (GPU 0)
@@ -263,6 +264,13 @@ w12g)  # the tuner timing in CUDA graphs: GPU tests first, 27B end to end, kerne
         --max-new 32 --json > $OUT/w12_27b_1gpu.json"
     wait; cat "$LOGDIR/gpu1.txt"
     summary "$OUT"/w12_27b_1gpu.json
+    ;;
+w8tab)  # the W8 view tuned on its own: kernel table on GPU 1, W12 GPU tests on GPU 0
+    ( export CUDA_VISIBLE_DEVICES=1
+      step w12 150 python3 bench/gpu_w12.py --out "$OUT" --full --budget-s 100 ) \
+        > "$LOGDIR/gpu1.txt" 2>&1 &
+    step gputests_w12 150 python3 -m pytest -q -x tests/gpu/test_gpu_w12.py
+    wait; cat "$LOGDIR/gpu1.txt"
     ;;
 w12tab)  # the W12 kernel table alone on GPU 1; the 27B step split by kernel on GPU 0
     ( export CUDA_VISIBLE_DEVICES=1

@@ -37,9 +37,10 @@ slow). Designed for M <= 16 (decode and short verify), with a tensor-core path f
 
 ``view="w8"`` compiles the same kernel without the ``lo`` plane (the nested 8-bit view).
 Configurations: at most 6 per M bucket (1, 2..4, 5..16, 17..64), timed once per (bucket,
-N, K, view, dtype) at the first call on CUDA; the w8 view reuses the w12 choice of the
-same shape and bucket when there is one. Under TRITON_INTERPRET=1 or during CUDA graph
-capture an untuned shape uses the bucket's first configuration.
+N, K, view, dtype) at the first call on CUDA, inside a CUDA graph (gemm.graph_us); the w8
+view is tuned on its own. Under TRITON_INTERPRET=1 an untuned shape uses the bucket's first
+configuration; during a CUDA graph capture (no timing there) w8 takes w12's choice of the
+same shape and bucket when there is one, else the bucket's first.
 """
 
 from __future__ import annotations
@@ -440,7 +441,9 @@ def tune(x: torch.Tensor, t: W12Tensor, view: str = "w12", configs=None) -> Gemv
 
 
 def chosen(m: int, t: W12Tensor, view: str, dtype) -> GemvConfig | None:
-    """The configuration a call would use without tuning (None: it would tune first)."""
+    """The configuration a call would use without tuning, as inside a CUDA graph capture:
+    the view's own tuned choice, or for w8 the w12 choice of the same shape and bucket
+    (None: outside a capture the call tunes first; inside, it takes the bucket's first)."""
     cfg = _TUNED.get(_key(m, t, view, dtype))
     if cfg is None and view == "w8":
         cfg = _TUNED.get(_key(m, t, "w12", dtype))
@@ -453,9 +456,11 @@ def w12_gemv(x: torch.Tensor, t: W12Tensor, view: str = "w12",
     def run(xs: torch.Tensor, out: torch.Tensor) -> None:
         cfg = config
         if cfg is None:
-            cfg = chosen(xs.shape[0], t, view, x.dtype)
+            cfg = _TUNED.get(_key(xs.shape[0], t, view, x.dtype))
             if cfg is None:
-                capturing = x.is_cuda and torch.cuda.is_current_stream_capturing()
-                cfg = CONFIGS[bucket(xs.shape[0])][0] if capturing else tune(xs, t, view)
+                if x.is_cuda and torch.cuda.is_current_stream_capturing():  # no timing here
+                    cfg = chosen(xs.shape[0], t, view, x.dtype) or CONFIGS[bucket(xs.shape[0])][0]
+                else:
+                    cfg = tune(xs, t, view)
         _launch(xs, t, out, view == "w12", cfg)
     return by_row_blocks(x, t, view, run)
