@@ -11,6 +11,7 @@ from torch import nn
 
 from stock.cache import KVCache
 from stock.config import ModelConfig
+from stock.linear import Linear
 from stock.profile import region
 
 
@@ -49,10 +50,10 @@ class Attention(nn.Module):
         super().__init__()
         self.layer = layer
         self.h, self.hkv, self.d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.q_proj = nn.Linear(cfg.hidden_size, self.h * self.d, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, self.hkv * self.d, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, self.hkv * self.d, bias=False)
-        self.o_proj = nn.Linear(self.h * self.d, cfg.hidden_size, bias=False)
+        self.q_proj = Linear(cfg.hidden_size, self.h * self.d, bias=False)
+        self.k_proj = Linear(cfg.hidden_size, self.hkv * self.d, bias=False)
+        self.v_proj = Linear(cfg.hidden_size, self.hkv * self.d, bias=False)
+        self.o_proj = Linear(self.h * self.d, cfg.hidden_size, bias=False)
         if cfg.qk_norm:
             self.q_norm = RMSNorm(self.d, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(self.d, cfg.rms_norm_eps)
@@ -83,9 +84,9 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
 
     def forward(self, x):
         with region("gemm"):

@@ -17,6 +17,7 @@ from stock.cache import KVCache
 from stock.config import ModelConfig
 from stock.errors import StockError
 from stock.layers import DecoderLayer, RMSNorm, rope_tables
+from stock.linear import Linear
 from stock.weights import load_config, load_state_dict
 
 
@@ -46,7 +47,7 @@ class Transformer(nn.Module):
         super().__init__()
         self.cfg = cfg
         self.model = Backbone(cfg)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
         self.cos = self.sin = None
 
     def setup_rope(self):

@@ -26,6 +26,7 @@ from stock.config import ModelConfig
 from stock.drafters.base import DraftContext, DraftLattice, Drafter
 from stock.errors import StockError
 from stock.layers import MLP, RMSNorm, apply_rope
+from stock.linear import Linear, linear
 from stock.options import register
 
 register("block_size", int, 16, "block drafter: positions per drafter forward (the pending "
@@ -102,10 +103,10 @@ class ContextAttention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.h, self.hkv, self.d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.q_proj = nn.Linear(cfg.hidden_size, self.h * self.d, bias=False)
-        self.k_proj = nn.Linear(cfg.hidden_size, self.hkv * self.d, bias=False)
-        self.v_proj = nn.Linear(cfg.hidden_size, self.hkv * self.d, bias=False)
-        self.o_proj = nn.Linear(self.h * self.d, cfg.hidden_size, bias=False)
+        self.q_proj = Linear(cfg.hidden_size, self.h * self.d, bias=False)
+        self.k_proj = Linear(cfg.hidden_size, self.hkv * self.d, bias=False)
+        self.v_proj = Linear(cfg.hidden_size, self.hkv * self.d, bias=False)
+        self.o_proj = Linear(self.h * self.d, cfg.hidden_size, bias=False)
         self.qk_norm = cfg.qk_norm
         if cfg.qk_norm:
             self.q_norm = RMSNorm(self.d, cfg.rms_norm_eps)
@@ -154,7 +155,7 @@ class BlockNet(nn.Module):
         self.cfg = cfg
         lc = cfg.layer_config()
         h = cfg.hidden_size
-        self.fc = nn.Linear(len(cfg.target_layers) * h, h, bias=False)
+        self.fc = Linear(len(cfg.target_layers) * h, h, bias=False)
         self.context_norm = RMSNorm(h, cfg.rms_norm_eps)
         self.mask_embedding = nn.Parameter(torch.zeros(h))
         self.layers = nn.ModuleList(BlockLayer(lc) for _ in range(cfg.num_layers))
@@ -352,7 +353,7 @@ class BlockDrafter(Drafter):
         dt = self.target.dtype
         feat = net.features([hidden[layer].to(dt) for layer in self.hidden_layers])[0]  # [n, H]
         layers, hkv, d = cfg.num_layers, cfg.num_kv_heads, cfg.head_dim
-        kv = F.linear(feat, self._ctx_w).view(n, layers, 2, hkv, d)
+        kv = linear(feat, self._ctx_w).view(n, layers, 2, hkv, d)
         k = kv[:, :, 0].permute(1, 2, 0, 3)  # [L, Hkv, n, D]
         v = kv[:, :, 1].permute(1, 2, 0, 3)
         if cfg.qk_norm:
@@ -395,7 +396,7 @@ class BlockDrafter(Drafter):
         for i, layer in enumerate(net.layers):
             attn = layer.self_attn
             y = layer.input_layernorm(x)
-            q, k, v = F.linear(y, self._qkv_w[i]).view(1, t, h + 2 * hkv, d).split(
+            q, k, v = linear(y, self._qkv_w[i]).view(1, t, h + 2 * hkv, d).split(
                 [h, hkv, hkv], dim=2)
             if cfg.qk_norm:
                 q, k = attn.q_norm(q), attn.k_norm(k)
@@ -409,7 +410,7 @@ class BlockDrafter(Drafter):
             out = F.scaled_dot_product_attention(qg, self.K[i:i + 1, :, :kv_len],
                                                  self.V[i:i + 1, :, :kv_len], attn_mask=mask)
             x = x + attn.o_proj(out.view(1, h, t, d).transpose(1, 2).reshape(1, t, h * d))
-            gate, up = F.linear(layer.post_attention_layernorm(x), self._gate_up_w[i]).chunk(2, -1)
+            gate, up = linear(layer.post_attention_layernorm(x), self._gate_up_w[i]).chunk(2, -1)
             x = x + layer.mlp.down_proj(F.silu(gate) * up)
         return self.target.lm_head(_rms(x[0], net.norm.weight, eps)).float()
 
