@@ -78,8 +78,15 @@ def main() -> None:
     ap.add_argument("--no-precapture", action="store_true",
                     help="capture verify graphs on first use inside the timed runs")
     ap.add_argument("--opt", action="append", default=[], help="engine option NAME=VALUE")
+    ap.add_argument("--cpu-f-linear", action="store_true",
+                    help="CPU: F.linear at every row count (stock before stock.linear's "
+                         "W @ x^T path for 2..16 rows), for a before/after comparison")
     ap.add_argument("--out", default=os.environ.get("OUT"))
     args = ap.parse_args()
+    if args.cpu_f_linear:
+        import stock.linear
+
+        stock.linear.SMALL_ROWS = (2, 1)  # an empty range: every call takes F.linear
     draft_len = args.draft_len or max(args.block_size - 1, 1)
     opts = [f"block_size={args.block_size}", f"draft_len={draft_len}", *args.opt]
     if args.weights:
