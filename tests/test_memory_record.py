@@ -207,3 +207,30 @@ def test_a_controller_verdict_is_attached_to_the_note_without_moving_the_entry(p
     both = project.specpilot("memory", "add-result", "a", "--gain", "0.1", "--comparison",
                              str(path))
     assert both.exit_code == 2 and "either" in both.output
+
+
+def test_describe_rewrites_the_prose_only(project):
+    done = project.entry("a", {1: "'a'"})
+    before = tomllib.loads((project.path / "memory/a.toml").read_text())
+    res = project.specpilot("memory", "describe", "a", "--untested", "speed on GPUs",
+                            "--untested", "batches above 64", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["untested"] == ["speed on GPUs", "batches above 64"]
+    assert project.git("rev-parse", "refs/specpilot/entries/a") == done.commit  # tree untouched
+    note = tomllib.loads(project.git("notes", "--ref", "refs/notes/specpilot", "show",
+                                     done.commit))
+    assert note["untested"] == ["speed on GPUs", "batches above 64"]
+    assert note["summary"] == before["summary"]                      # not given: kept
+    assert note["applicability"] == before.get("applicability", [])
+    assert (project.path / "memory/a.toml").read_text().strip() == \
+        project.git("notes", "--ref", "refs/notes/specpilot", "show", done.commit)
+    assert verify(project.memory()).ok
+    cleared = project.specpilot("memory", "describe", "a", "--untested", "", "--summary", "new")
+    assert cleared.exit_code == 0, cleared.output
+    note = tomllib.loads((project.path / "memory/a.toml").read_text())
+    assert note.get("untested", []) == [] and note["summary"] == "new"
+    for args, msg in ((["a"], "nothing to change"), (["a", "--summary", " "], "empty"),
+                      (["zz", "--summary", "x"], "no memory entry")):
+        bad = project.specpilot("memory", "describe", *args)
+        assert bad.exit_code == 2 and msg in bad.output, bad.output
+    assert tomllib.loads((project.path / "memory/a.toml").read_text())["summary"] == "new"

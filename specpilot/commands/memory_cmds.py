@@ -208,5 +208,28 @@ def add_result_cmd(entry_id, comparison, gain, lower_bound, hardware, model, ver
           + (" (stale)" if result.stale else ""))
 
 
+@memory_group.command("describe")
+@click.argument("entry_id")
+@click.option("--summary", default=None, help="The entry's new summary.")
+@click.option("--applicability", multiple=True,
+              help="Replaces the applicability limits; repeat once per item ('' clears).")
+@click.option("--untested", multiple=True,
+              help="Replaces what is untested; repeat once per item ('' clears).")
+@click.option("--no-files", is_flag=True, help="Do not rewrite memory/<id>.toml.")
+@JSON
+def describe_cmd(entry_id, summary, applicability, untested, no_files, as_json):
+    """Rewrite an entry's prose when measurements overtake it: its summary, applicability
+    limits or untested list (its note only; the tree, the patch and the results stay)."""
+    from specpilot.memory.results import describe
+
+    meta = describe(Memory(), entry_id, summary=summary,
+                    applicability=list(applicability) if applicability else None,
+                    untested=list(untested) if untested else None, write_files=not no_files)
+    _emit(as_json, {"id": entry_id, "summary": meta.summary,
+                    "applicability": meta.applicability, "untested": meta.untested},
+          f"{entry_id}: summary, {len(meta.applicability)} applicability limit(s), "
+          f"{len(meta.untested)} untested item(s)")
+
+
 def register(cli: click.Group) -> None:
     cli.add_command(memory_group)

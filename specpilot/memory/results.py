@@ -1,9 +1,12 @@
-"""`specpilot memory add-result`: attach a measured result to an entry's metadata.
+"""`specpilot memory add-result` and `describe`: an entry's measured results and its
+descriptive text.
 
 Results live in the entry's note (and `memory/<id>.toml`), never in its tree, so adding one
 changes neither the entry commit nor what replay reproduces. A controller comparison (the
 JSON of `specpilot compare --json`) becomes a `controller_gain` result: the gain, its
 one-sided lower bound, the verdict, the hardware, model and requests it was measured on.
+`describe` rewrites the entry's prose (summary, applicability limits, what is untested) when
+measurements overtake it; like a result, it changes only the note.
 """
 
 from __future__ import annotations
@@ -51,13 +54,37 @@ def typed_in(gain: float, lower_bound: float | None, hardware: str, model: str, 
 
 def add_result(memory: Memory, entry_id: str, result: Result, write_files: bool = True):
     """Append `result` to the entry's note (and memory/<id>.toml); returns the new meta."""
+    return _update_note(memory, entry_id,
+                        lambda meta: {"results": [*meta.results, result]}, write_files)
+
+
+def describe(memory: Memory, entry_id: str, summary: str | None = None,
+             applicability: list[str] | None = None, untested: list[str] | None = None,
+             write_files: bool = True):
+    """Replace the entry's summary, applicability or untested list (each only when given;
+    empty items are dropped, so [""] clears a list); returns the new meta."""
+    update: dict = {}
+    if summary is not None:
+        if not summary.strip():
+            raise SpecPilotError("--summary must not be empty", code=2)
+        update["summary"] = summary
+    for name, items in (("applicability", applicability), ("untested", untested)):
+        if items is not None:
+            update[name] = [i for i in items if i.strip()]
+    if not update:
+        raise SpecPilotError("nothing to change: give --summary, --applicability or --untested",
+                             code=2)
+    return _update_note(memory, entry_id, lambda meta: update, write_files)
+
+
+def _update_note(memory: Memory, entry_id: str, change, write_files: bool):
     store = memory.store
     with store.writer_lock():
         refs = memory.ref_entries()
         if entry_id not in refs:
             raise SpecPilotError(f"no memory entry {entry_id!r}", code=2)
         entry = refs[entry_id]
-        meta = entry.meta.model_copy(update={"results": [*entry.meta.results, result]})
+        meta = entry.meta.model_copy(update=change(entry.meta))
         meta = type(meta).validate_dict(meta.model_dump(), f"entry {entry_id}")
         raw = meta.to_toml()
         store.set_note(entry.commit, raw, meta.git_date())
@@ -68,4 +95,4 @@ def add_result(memory: Memory, entry_id: str, result: Result, write_files: bool 
     return meta
 
 
-__all__ = ["ENTRY_PREFIX", "add_result", "from_comparison", "typed_in"]
+__all__ = ["ENTRY_PREFIX", "add_result", "describe", "from_comparison", "typed_in"]
