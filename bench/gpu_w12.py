@@ -73,27 +73,12 @@ def bench_graph(fn, calls: int = 10, reps: int = 7) -> float | None:
     launch cost (the decode setting), but no L2 flush between calls either."""
     if DEV != "cuda":
         return None
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
+    from kernels.w12.gemm import graph_us
+
+    fn()  # compiles and warms up outside the capture
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    del graph
-    return 1000.0 * sorted(times)[len(times) // 2] / calls
+    return graph_us(fn, torch.device("cuda", torch.cuda.current_device()), calls=calls,
+                    reps=reps, flush=False)
 
 
 def graph_into(row: dict, key: str, fn) -> None:

@@ -82,6 +82,12 @@ train_block_here() {  # the shipped drafter's training command, weights to /tmp/
         --gen-seconds 150 --total-seconds 420 --val-every 500
     mkdir -p "$OUT/block" && cp /tmp/block/* "$OUT/block/" 2>/dev/null
 }
+w12_verdict() {  # NAME SECONDS DEVICES: the w12-weights entry against stock on the 27B-class
+    # random target through the controller; the report goes to $OUT/NAME.json
+    step "$1" "$2" bash -c "$CMP stock refs/specpilot/entries/w12-weights --opt-b weights=w12 \
+        --model random:dense-27b --devices $3 --rounds 6 --requests 4 --max-new 32 --json \
+        > $OUT/$1.json"
+}
 explore_on() {  # DEVICES ('"0", "1"') SECONDS: specpilot explore, one sub-agent per GPU
     cat >> .specpilot/config.toml <<TOML
 
@@ -132,13 +138,9 @@ case "$mode" in
         > "$LOGDIR/gpu1.txt" 2>&1 &
     step aa27_1gpu 130 bash -c "$CMP stock stock --model random:dense-27b --devices 0 \
         --rounds 6 --requests 4 --max-new 32 --json > $OUT/aa27_1gpu.json"
-    step w12_27b_1gpu 150 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
-        --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
-        --max-new 32 --json > $OUT/w12_27b_1gpu.json"
+    w12_verdict w12_27b_1gpu 150 0
     wait; cat "$LOGDIR/gpu1.txt"
-    step w12_27b_2gpu 150 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
-        --opt-b weights=w12 --model random:dense-27b --devices 0,1 --rounds 6 --requests 4 \
-        --max-new 32 --json > $OUT/w12_27b_2gpu.json"
+    w12_verdict w12_27b_2gpu 150 0,1
     summary "$OUT"/aa27_1gpu.json "$OUT"/aa27_2gpu.json "$OUT"/w12_27b_1gpu.json \
         "$OUT"/w12_27b_2gpu.json
     ;;
@@ -167,9 +169,7 @@ embedded)
         --rounds 6 --requests 4 --max-new 32 --json > $OUT/aa27_2gpu.json"
     step aa27_1gpu 130 bash -c "$CMP stock stock --model random:dense-27b --devices 0 \
         --rounds 6 --requests 4 --max-new 32 --json > $OUT/aa27_1gpu.json"
-    step w12_27b_2gpu 170 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
-        --opt-b weights=w12 --model random:dense-27b --devices 0,1 --rounds 6 --requests 4 \
-        --max-new 32 --json > $OUT/w12_27b_2gpu.json"
+    w12_verdict w12_27b_2gpu 170 0,1
     summary "$OUT"/aa27_2gpu.json "$OUT"/aa27_1gpu.json "$OUT"/w12_27b_2gpu.json
     ;;
 pair)
@@ -196,14 +196,10 @@ w12)  # W12 with the swept candidates: 27B end to end and kernels on GPU 1; cont
       step b27 160 python3 bench/gpu_27b.py --out "$OUT" --w12 --w12-kernels gemv --iters 20 --profile
       step w12 140 python3 bench/gpu_w12.py --out "$OUT" --full --budget-s 120 ) \
         > "$LOGDIR/gpu1.txt" 2>&1 &
-    step w12_27b_1gpu 180 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
-        --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
-        --max-new 32 --json > $OUT/w12_27b_1gpu.json"
+    w12_verdict w12_27b_1gpu 180 0
     step gputests_w12 150 python3 -m pytest -q -x tests/gpu/test_gpu_w12.py tests/gpu/test_graphs.py
     wait; cat "$LOGDIR/gpu1.txt"
-    [ "${W12_TWO_GPU:-0}" = 1 ] && step w12_27b_2gpu 170 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
-        --opt-b weights=w12 --model random:dense-27b --devices 0,1 --rounds 6 --requests 4 \
-        --max-new 32 --json > $OUT/w12_27b_2gpu.json"
+    [ "${W12_TWO_GPU:-0}" = 1 ] && w12_verdict w12_27b_2gpu 170 0,1
     summary "$OUT"/w12_27b_1gpu.json
     ;;
 embedded2)  # GPU 1 trains the block drafter and reads τ (forcing check on); GPU 0: explore
@@ -223,9 +219,7 @@ final)  # after staging calls that carried .gpu0, .gpu1, .gpu2 alone (the shippe
       step gputests 170 python3 -m pytest -q -x tests/gpu
       TAIL=22 step shipped 130 python3 bench/gpu_block.py --per-category 1 --max-new 128 \
         --also block-eager,ngram --out "$OUT" ) > "$LOGDIR/gpu1.txt" 2>&1 &
-    step w12_27b_1gpu 200 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
-        --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
-        --max-new 32 --json > $OUT/w12_27b_1gpu.json"
+    w12_verdict w12_27b_1gpu 200 0
     wait; cat "$LOGDIR/gpu1.txt"
     summary "$OUT"/w12_27b_1gpu.json
     ;;
@@ -246,9 +240,7 @@ w12ptx)  # the PTX pair decode: correctness first, then kernels, sweep, 27B end 
       step w12 150 python3 bench/gpu_w12.py --out "$OUT" --full --budget-s 120 ) \
         > "$LOGDIR/gpu1.txt" 2>&1 &
     step sweep 260 python3 bench/gpu_w12_sweep.py --out "$OUT" --budget-s 220
-    step w12_27b_1gpu 200 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
-        --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
-        --max-new 32 --json > $OUT/w12_27b_1gpu.json"
+    w12_verdict w12_27b_1gpu 200 0
     wait; cat "$LOGDIR/gpu1.txt"
     summary "$OUT"/w12_27b_1gpu.json
     ;;
@@ -259,9 +251,7 @@ w12g)  # the tuner timing in CUDA graphs: GPU tests first, 27B end to end, kerne
       step w12 130 python3 bench/gpu_w12.py --out "$OUT" --full --budget-s 100 ) \
         > "$LOGDIR/gpu1.txt" 2>&1 &
     step gputests_w12 150 python3 -m pytest -q -x tests/gpu/test_gpu_w12.py tests/gpu/test_graphs.py
-    step w12_27b_1gpu 190 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
-        --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
-        --max-new 32 --json > $OUT/w12_27b_1gpu.json"
+    w12_verdict w12_27b_1gpu 190 0
     wait; cat "$LOGDIR/gpu1.txt"
     summary "$OUT"/w12_27b_1gpu.json
     ;;
@@ -304,9 +294,7 @@ train2|train2w)  # block drafter on ~3x run 4's answers: two GPUs answer, GPU 0 
       if [ "$mode" = train2w ]; then
         step b27 120 python3 bench/gpu_27b.py --out "$OUT" --w12 --w12-kernels gemv --ts 1,8,16 \
             --iters 20
-        step w12_27b_1gpu 200 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
-            --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
-            --max-new 32 --json > $OUT/w12_27b_1gpu.json"
+        w12_verdict w12_27b_1gpu 200 0
       fi ) > "$LOGDIR/gpu1.txt" 2>&1 &
     ( export CUDA_VISIBLE_DEVICES=0; answer_half 0 )
     while [ ! -e /tmp/answer1.done ] && [ "$(left)" -gt 60 ]; do sleep 2; done

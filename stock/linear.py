@@ -31,7 +31,7 @@ def small_rows(x: torch.Tensor) -> bool:
 
 def linear(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ w^T (+ bias), as F.linear, with the CPU's small-row path."""
-    if not small_rows(x) or x.requires_grad or w.requires_grad and torch.is_grad_enabled():
+    if not small_rows(x) or x.requires_grad or (w.requires_grad and torch.is_grad_enabled()):
         return F.linear(x, w, bias)
     x2 = x.reshape(-1, x.shape[-1])
     y = torch.mm(w, x2.t()).t().contiguous()

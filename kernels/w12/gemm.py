@@ -215,14 +215,18 @@ _FLUSH: dict[int, torch.Tensor] = {}
 FLUSH_BYTES = 256 << 20  # more than the H200's 50 MB L2: each timed call reads cold weights
 
 
-def graph_us(fn, device: torch.device, calls: int = 8, reps: int = 5) -> float:
+def graph_us(fn, device: torch.device, calls: int = 8, reps: int = 5,
+             flush: bool = True) -> float:
     """Microseconds per fn() as the engine runs it: `calls` launches back to back in one
     CUDA graph (no host launch cost between them), each after an L2 flush, minus a graph of
-    the flushes alone; the median of `reps` replays. fn must already have compiled."""
-    buf = _FLUSH.get(device.index)
-    if buf is None:
-        buf = _FLUSH[device.index] = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32,
-                                                 device=device)
+    the flushes alone; the median of `reps` replays. `flush=False`: no flushes (weights that
+    fit in L2 stay there between calls). fn must already have compiled."""
+    buf = None
+    if flush:
+        buf = _FLUSH.get(device.index)
+        if buf is None:
+            buf = _FLUSH[device.index] = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32,
+                                                     device=device)
 
     def captured(with_fn: bool) -> torch.cuda.CUDAGraph:
         g = torch.cuda.CUDAGraph()
@@ -231,7 +235,8 @@ def graph_us(fn, device: torch.device, calls: int = 8, reps: int = 5) -> float:
         with torch.cuda.stream(side):
             with torch.cuda.graph(g):
                 for _ in range(calls):
-                    buf.zero_()
+                    if buf is not None:
+                        buf.zero_()
                     if with_fn:
                         fn()
         torch.cuda.current_stream(device).wait_stream(side)
@@ -249,8 +254,10 @@ def graph_us(fn, device: torch.device, calls: int = 8, reps: int = 5) -> float:
             out.append(a.elapsed_time(b))
         return sorted(out)[len(out) // 2]
 
-    both, flush = captured(True), captured(False)
-    return 1000.0 * max(median_ms(both) - median_ms(flush), 0.0) / calls
+    ms = median_ms(captured(True))
+    if buf is not None:
+        ms = max(ms - median_ms(captured(False)), 0.0)
+    return 1000.0 * ms / calls
 
 
 def fastest(configs, launch, y: torch.Tensor):

@@ -264,7 +264,7 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
         if USE_LO:
             lo = tl.load(lrow + j[None, :], mask=wmask, other=0).to(tl.int32)  # uint8: 0..255
         else:
-            lo = h * 0
+            lo = h  # a placeholder: neither decode reads lo without the lo plane
         if PTX:
             d = _decode_pairs_asm(h, lo, base72, USE_LO)
         else:
