@@ -20,13 +20,14 @@ slow). Designed for M <= 16 (decode and short verify), with a tensor-core path f
   broadcast tiles, the repeats hit L1), so nothing passes through shared memory: M = 1
   accumulates a [BLOCK_N, BLOCK_K/2] tile and reduces it once after the loop; M > 1 reduces
   each chunk per row of x into a transposed [BLOCK_N, BLOCK_M] accumulator.
-  `dot=True` (the rest of 2..4, all of 5..64): two tl.dot per chunk (even and odd k), bf16
-  operands on the GPU, fp32 accumulation, BLOCK_M >= 16. With `swap` the decoded weight
-  tile is the first operand and x^T the second (acc is y^T [BLOCK_N, BLOCK_M]): on the H200
-  the best swapped configuration ran 1.16-3.4x faster than the earlier candidates at M = 4
-  and 16 on 27B-class shapes (bench/NOTES.md); on the GPU the
-  decoded bf16 weights are the low 16 bits of the assembled word, truncated and
-  reinterpreted, with no fp32 detour.
+  `dot=True` (the rest of 2..4, all of 5..64): bf16 operands on the GPU, fp32
+  accumulation, BLOCK_M >= 16. Without `swap`, two tl.dot per chunk (even and odd k), x
+  first. With `swap` the decoded weight tile is the first operand and x^T the second (acc is
+  y^T [BLOCK_N, BLOCK_M]): on the H200 the best swapped configuration ran 1.16-3.4x faster
+  than the earlier candidates at M = 4 and 16 on 27B-class shapes (bench/NOTES.md). It is
+  one dot per chunk over K in a permuted order shared by both operands (`_swap_k`), chosen
+  so that each decoded word (two bf16 weights, the low 16 bits of the assembled word
+  truncated and reinterpreted) already is a register of the tensor-core operand.
 - Exceptions exactly, as in the first kernel: the planes give w0 = 2**(b-127) at an
   exception's slot, and the program owning split 0 of a tile adds x[:, k] * w_exc -
   x[:, k] * w0 for each exception of its rows, by selects (never a multiply by 0); the
@@ -183,6 +184,24 @@ def _decode_pairs_asm(h, lo, base72, USE_LO: tl.constexpr):
 
 
 @triton.jit
+def _swap_k(t, OTHER: tl.constexpr, HALF: tl.constexpr, K_FIRST: tl.constexpr):
+    """The K order of the swapped dot, for both operands: t holds (pair, half) of each pair
+    j of the chunk, as [OTHER, HALF, 2] (weights, K_FIRST=0) or [HALF, 2, OTHER] (x^T,
+    K_FIRST=1); returns [OTHER, 2*HALF] or [2*HALF, OTHER]. Within each group of 16 pairs,
+    pair p = 4c + 2s + h goes to position 8s + 4h + c: a thread of the tensor-core operand
+    layout holds pairs c, c+4, c+8, c+12 of a group, which are then the four pairs it loaded
+    next to each other. Any order gives the same sum when both operands share it; this one
+    lets the compiler keep the decoded words in place (bench/w12_sass.py: 6.5 -> 5.1 SASS
+    instructions a weight at M = 16)."""
+    if K_FIRST:
+        t = t.reshape(HALF // 16, 4, 2, 2, 2, OTHER).permute(0, 2, 3, 1, 4, 5)
+        return t.reshape(2 * HALF, OTHER)
+    else:
+        t = t.reshape(OTHER, HALF // 16, 4, 2, 2, 2).permute(0, 1, 3, 4, 2, 5)
+        return t.reshape(OTHER, 2 * HALF)
+
+
+@triton.jit
 def _exceptions(x_ptr, eidx_ptr, eval_ptr, base_ptr, e0, e_end, K, stride_xm, offs_m, mask_m,
                 X_PAIRS: tl.constexpr, BLOCK_E: tl.constexpr):
     """Exceptions e0 .. min(e0 + BLOCK_E, e_end): their rows (-1 where masked) and the
@@ -279,19 +298,24 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
             wo = (d & -65536).to(tl.float32, bitcast=True)
         if USE_DOT and SWAP:
             # weights as the dot's first operand (kept in registers on Hopper), x^T second:
-            # the tensor-core tile's wide side is the layer's N, its narrow side x's rows
-            if EVEN_K:
-                xmask = mask_m[None, :]
+            # the tensor-core tile's wide side is the layer's N, its narrow side x's rows.
+            # One dot over the chunk's K with both operands in the order _swap_k gives: each
+            # thread's decoded pairs are then already the operand's registers (no repacking).
+            w = tl.join(web, wob) if DOT_BF16 else tl.join(we, wo)
+            w = _swap_k(w.reshape(BLOCK_N, HALF, 2), BLOCK_N, HALF, 0)
+            kk = 2 * jb + tl.arange(0, BLOCK_K)
+            xmask = mask_m[None, :] if EVEN_K else mask_m[None, :] & (kk < K)[:, None]
+            if X_PAIRS:  # the int32 pairs are bf16 elements
+                xt = tl.load(x_ptr.to(tl.pointer_type(tl.bfloat16)) + offs_m[None, :]
+                             * (2 * stride_xm) + kk[:, None], mask=xmask, other=0.0)
             else:
-                xmask = mask_m[None, :] & (j < KH)[:, None]
-            xe, xo = _x_pairs(x_ptr + offs_m[None, :] * stride_xm, j[:, None], xmask, K,
-                              X_PAIRS)
+                xt = tl.load(x_ptr + offs_m[None, :] * stride_xm + kk[:, None], mask=xmask,
+                             other=0.0)
+            xt = _swap_k(xt.reshape(HALF, 2, BLOCK_M), BLOCK_M, HALF, 1)
             if DOT_BF16:
-                acc += tl.dot(web, xe.to(tl.bfloat16))
-                acc += tl.dot(wob, xo.to(tl.bfloat16))
+                acc += tl.dot(w, xt.to(tl.bfloat16))
             else:
-                acc += tl.dot(we, xe, input_precision="ieee")
-                acc += tl.dot(wo, xo, input_precision="ieee")
+                acc += tl.dot(w, xt.to(tl.float32), input_precision="ieee")
         elif USE_DOT:
             if EVEN_K:
                 xmask = mask_m[:, None]
