@@ -49,6 +49,8 @@
 #               the shipped weights (2 dev requests a category, GPU 1); tests/gpu (GPU 0)
 #   bash bench/gpu_x2.sh train2w 570        # train2, and GPU 1 after answering: the W12 27B
 #               step (bench/gpu_27b.py --w12) and the w12-weights entry through the controller
+#   bash bench/gpu_x2.sh w12swap 470        # the swapped GEMV in the shared K order: W12 GPU
+#               tests and the verdict (GPU 0); 27B, kernels and a sweep of M = 4, 16, 64 (GPU 1)
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 source "$here/bench/gpu_lib.sh"
@@ -252,6 +254,19 @@ w12g)  # the tuner timing in CUDA graphs: GPU tests first, 27B end to end, kerne
         > "$LOGDIR/gpu1.txt" 2>&1 &
     step gputests_w12 150 python3 -m pytest -q -x tests/gpu/test_gpu_w12.py tests/gpu/test_graphs.py
     w12_verdict w12_27b_1gpu 190 0
+    wait; cat "$LOGDIR/gpu1.txt"
+    summary "$OUT"/w12_27b_1gpu.json
+    ;;
+w12swap)  # the swapped GEMV in the shared K order: GPU tests, 27B end to end, kernels, a
+    # sweep of the M > 1 tiles (GPU 1); verdict (GPU 0)
+    ( export CUDA_VISIBLE_DEVICES=1
+      step b27 120 python3 bench/gpu_27b.py --out "$OUT" --w12 --w12-kernels gemv --ts 1,8,16 \
+        --iters 20
+      step w12 130 python3 bench/gpu_w12.py --out "$OUT" --full --budget-s 100
+      step sweep 170 python3 bench/gpu_w12_sweep.py --out "$OUT" --ms 4,16,64 --shapes e2e \
+        --budget-s 150 ) > "$LOGDIR/gpu1.txt" 2>&1 &
+    step gputests_w12 150 python3 -m pytest -q -x tests/gpu/test_gpu_w12.py tests/gpu/test_graphs.py
+    w12_verdict w12_27b_1gpu 200 0
     wait; cat "$LOGDIR/gpu1.txt"
     summary "$OUT"/w12_27b_1gpu.json
     ;;
