@@ -30,14 +30,18 @@ def rand_x(m, k, seed, dtype=torch.float32, scale=1.0):
 FMA_NOSPLIT, FMA_SPLIT3 = C(16, 64, split=1), C(16, 32, split=3)
 DOT_SPLIT2 = C(16, 64, split=2, dot=True)
 SWAP_SPLIT2 = C(16, 64, split=2, dot=True, swap=True)   # W tile as the dot's first operand
+SHARED_SPLIT2 = C(16, 64, split=2, dot=True, swap=True, shared_k=True)  # one dot, _swap_k order
 
 
 @pytest.mark.parametrize("view", ["w12", "w8"])
 @pytest.mark.parametrize("m,cfg", [(1, FMA_NOSPLIT), (1, FMA_SPLIT3), (3, FMA_SPLIT3),
                                    (5, DOT_SPLIT2), (16, C(32, 64, split="auto", dot=True)),
-                                   (3, SWAP_SPLIT2), (16, C(32, 64, split=1, dot=True, swap=True))],
+                                   (3, SWAP_SPLIT2), (16, C(32, 64, split=1, dot=True, swap=True)),
+                                   (3, SHARED_SPLIT2),
+                                   (40, C(32, 128, split=1, dot=True, swap=True, shared_k=True))],
                          ids=["m1-nosplit", "m1-split3", "m3-split3", "m5-dot-split2",
-                              "m16-dot-auto", "m3-swap-split2", "m16-swap-nosplit"])
+                              "m16-dot-auto", "m3-swap-split2", "m16-swap-nosplit",
+                              "m3-shared-split2", "m40-shared-nosplit"])
 def test_gaussian_fp32(view, m, cfg):
     t = encode(gaussian(48, 160, seed=2))
     x = rand_x(m, 160, m)
@@ -50,7 +54,7 @@ def test_even_and_ragged_k_chunks(k):
     t = encode(gaussian(40, k, seed=7))
     x = rand_x(2, k, 7)
     for cfg in (C(8, 64, split=1), C(8, 64, split=2), C(16, 64, split=2, dot=True),
-                C(16, 64, split=2, dot=True, swap=True)):
+                C(16, 64, split=2, dot=True, swap=True), SHARED_SPLIT2):
         check(gemv.w12_gemv(x, t, "w12", cfg), w12_matmul_ref(x, t))
 
 
@@ -66,7 +70,8 @@ def test_many_splits_reduce_in_several_steps(m, dot):
 
 
 @pytest.mark.parametrize("view", ["w12", "w8"])
-@pytest.mark.parametrize("cfg", [FMA_SPLIT3, DOT_SPLIT2, SWAP_SPLIT2], ids=["fma", "dot", "swap"])
+@pytest.mark.parametrize("cfg", [FMA_SPLIT3, DOT_SPLIT2, SWAP_SPLIT2, SHARED_SPLIT2],
+                         ids=["fma", "dot", "swap", "shared"])
 def test_adversarial_fp32_exceptions_exact(view, cfg):
     """Zeros, subnormals, +-inf, NaN payloads, max normals: many exception chunks per tile."""
     t = encode(adversarial(40, 70, seed=1))
@@ -110,13 +115,15 @@ def test_fp16_activations_odd_k_and_m_chunks(m):
     """fp16 x, odd K (padded plane column), M above 16 (dot, BLOCK_M 32), above 64 (chunks)."""
     t = encode(student_t(24, 97, seed=4))
     x = rand_x(m, 97, m, torch.float16, scale=4)
-    for cfg in (C(16, 32, split=2, dot=m > 4), C(16, 32, split=2, dot=True, swap=True)):
+    for cfg in (C(16, 32, split=2, dot=m > 4), C(16, 32, split=2, dot=True, swap=True),
+                C(16, 32, split=2, dot=True, swap=True, shared_k=True)):
         y = gemv.w12_gemv(x, t, "w12", cfg)
         assert y.dtype == torch.float16 and y.shape == (m, 24)
         check(y, w12_matmul_ref(x, t, "w12"), rtol=2e-3)
 
 
-@pytest.mark.parametrize("cfg", [FMA_SPLIT3, DOT_SPLIT2, SWAP_SPLIT2], ids=["fma", "dot", "swap"])
+@pytest.mark.parametrize("cfg", [FMA_SPLIT3, DOT_SPLIT2, SWAP_SPLIT2, SHARED_SPLIT2],
+                         ids=["fma", "dot", "swap", "shared"])
 def test_bf16_activations_pair_path(cfg):
     """bf16 x with even K: read as int32 pairs and split by shifts; exceptions read x's bits.
     y is bf16: each entry within one bf16 ulp (2**-7 relative) of the fp32 reference (the

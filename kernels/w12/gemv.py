@@ -71,6 +71,7 @@ class GemvConfig:
     split: str | int = "auto"
     dot: bool = False      # tensor-core dots (BLOCK_M >= 16) instead of fp32 FMAs
     swap: bool = False     # dot with the operands swapped: W tile [BLOCK_N, K] times x^T
+    shared_k: bool = False  # swap only: one dot a chunk in _swap_k's K order (else two)
 
 
 BUCKETS = (1, 4, 16, 64)  # an M bucket is the smallest of these >= M
@@ -98,10 +99,13 @@ CONFIGS: dict[int, tuple[GemvConfig, ...]] = {
          C(64, 128, 4, 3, dot=True, swap=True),
          C(64, 256, 4, 3, split=8, dot=True, swap=True),
          C(64, 256, 4, 3, dot=True, swap=True)),
-    # M = 17..64: not swept; the swapped tiles of M <= 16 beside the earlier candidates
+    # M = 17..64: the two swapped tiles that won M = 32/64 with two dots a chunk, and the
+    # winners of the shared-K sweep (bench/NOTES.md "shared K order"): q/gate/up, o, down
     64: (C(64, 128, 4, 3, dot=True, swap=True), C(64, 256, 4, 3, split=2, dot=True, swap=True),
-         C(64, 128, 4, dot=True), C(128, 128, 8, dot=True), C(64, 256, 8, dot=True),
-         C(64, 128, 4, split=2, dot=True)),
+         C(64, 128, 4, 3, dot=True, swap=True, shared_k=True),
+         C(128, 128, 8, 3, split=4, dot=True, swap=True, shared_k=True),
+         C(64, 64, 4, 4, split=1, dot=True, swap=True, shared_k=True),
+         C(64, 64, 4, 3, split=16, dot=True, swap=True, shared_k=True)),
 }
 del C
 _TUNED: dict[tuple, GemvConfig] = {}
@@ -231,7 +235,8 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
                      M, N, K, KH, stride_xm, stride_h, stride_l, stride_os, stride_om,
                      split_pairs,
                      USE_LO: tl.constexpr, X_PAIRS: tl.constexpr, USE_DOT: tl.constexpr,
-                     DOT_BF16: tl.constexpr, SWAP: tl.constexpr, EVEN_K: tl.constexpr,
+                     DOT_BF16: tl.constexpr, SWAP: tl.constexpr, SHARED_K: tl.constexpr,
+                     EVEN_K: tl.constexpr,
                      PTX: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr,
                      PREFETCH_E: tl.constexpr):
@@ -296,10 +301,10 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
             # bf16 bits << 16 are the fp32 bits of the same value
             we = (d << 16).to(tl.float32, bitcast=True)
             wo = (d & -65536).to(tl.float32, bitcast=True)
-        if USE_DOT and SWAP:
+        if USE_DOT and SWAP and SHARED_K:
             # weights as the dot's first operand (kept in registers on Hopper), x^T second:
             # the tensor-core tile's wide side is the layer's N, its narrow side x's rows.
-            # One dot over the chunk's K with both operands in the order _swap_k gives: each
+            # One dot per chunk over K in the order _swap_k gives to both operands: each
             # thread's decoded pairs are then already the operand's registers (no repacking).
             w = tl.join(web, wob) if DOT_BF16 else tl.join(we, wo)
             w = _swap_k(w.reshape(BLOCK_N, HALF, 2), BLOCK_N, HALF, 0)
@@ -316,6 +321,20 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
                 acc += tl.dot(w, xt.to(tl.bfloat16))
             else:
                 acc += tl.dot(w, xt.to(tl.float32), input_precision="ieee")
+        elif USE_DOT and SWAP:
+            # the same operands as two dots per chunk, even and odd k
+            if EVEN_K:
+                xmask = mask_m[None, :]
+            else:
+                xmask = mask_m[None, :] & (j < KH)[:, None]
+            xe, xo = _x_pairs(x_ptr + offs_m[None, :] * stride_xm, j[:, None], xmask, K,
+                              X_PAIRS)
+            if DOT_BF16:
+                acc += tl.dot(web, xe.to(tl.bfloat16))
+                acc += tl.dot(wob, xo.to(tl.bfloat16))
+            else:
+                acc += tl.dot(we, xe, input_precision="ieee")
+                acc += tl.dot(wo, xo, input_precision="ieee")
         elif USE_DOT:
             if EVEN_K:
                 xmask = mask_m[:, None]
@@ -432,6 +451,7 @@ def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, use_lo: bool, cfg: G
         out.stride(0) if split > 1 else 0, out.stride(-2), per,
         USE_LO=use_lo, X_PAIRS=x_pairs, USE_DOT=cfg.dot,
         DOT_BF16=bf16 and not _interpreting(), SWAP=cfg.dot and cfg.swap,
+        SHARED_K=cfg.dot and cfg.swap and cfg.shared_k,
         EVEN_K=kh % (cfg.block_k // 2) == 0, PTX=not _interpreting(),
         BLOCK_M=_block_m(m, cfg), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, BLOCK_E=BLOCK_E,
         PREFETCH_E=_block_m(m, cfg) <= 16, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
