@@ -273,11 +273,11 @@ w12swap)  # the swapped GEMV in the shared K order: GPU tests, 27B end to end, k
 ncu)  # where the swapped GEMV's time goes: Nsight Compute on GPU 0 (M = 16 and M = 1, two
     # shapes); the W12 GPU tests with the M = 17..64 candidates on GPU 1
     ( export CUDA_VISIBLE_DEVICES=1
-      step gputests_w12 150 python3 -m pytest -q -x tests/gpu/test_gpu_w12.py ) \
+      [ -z "${NCU_ONLY:-}" ] && step gputests_w12 150 python3 -m pytest -q -x tests/gpu/test_gpu_w12.py ) \
         > "$LOGDIR/gpu1.txt" 2>&1 &
-    NCU="ncu --clock-control none --section SpeedOfLight --section Occupancy --section LaunchStats
-         --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis
-         -k regex:_w12_gemv_kernel --launch-skip 1 --launch-count 8"
+    NCU="ncu --clock-control none --section SpeedOfLight --section Occupancy"
+    NCU="$NCU --section LaunchStats --section WarpStateStats --section SchedulerStats"
+    NCU="$NCU --section MemoryWorkloadAnalysis -k regex:_w12_gemv_kernel --launch-count 8"
     for shape in 17408x5120 5120x34816; do
         for m in 16 1; do
             TAIL=8 step "ncu_${shape}_m$m" 120 bash -c "$NCU python3 bench/w12_ncu.py \
