@@ -287,6 +287,12 @@ ncu)  # where the swapped GEMV's time goes: Nsight Compute on GPU 0 (M = 16 and 
     done
     wait; cat "$LOGDIR/gpu1.txt"
     ;;
+ncu2)  # stall reasons of every M = 16 candidate on 17408x5120 (GPU 0)
+    NCU="ncu --clock-control none --section Occupancy --section LaunchStats --section WarpStateStats"
+    NCU="$NCU --section SourceCounters --print-details all -k regex:_w12_gemv_kernel"
+    TAIL=8 step ncu2 150 bash -c "$NCU python3 bench/w12_ncu.py --shape 17408x5120 --m 16 --all \
+        --reps 0 > $OUT/ncu2.txt 2>&1"
+    ;;
 w8tab)  # the W8 view tuned on its own: kernel table on GPU 1, W12 GPU tests on GPU 0
     ( export CUDA_VISIBLE_DEVICES=1
       step w12 150 python3 bench/gpu_w12.py --out "$OUT" --full --budget-s 100 ) \

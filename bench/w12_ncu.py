@@ -30,6 +30,7 @@ def main() -> None:
     ap.add_argument("--shape", default="17408x5120", help="KxN")
     ap.add_argument("--m", type=int, default=16)
     ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--all", action="store_true", help="every configuration of the M bucket")
     args = ap.parse_args()
     k, n = (int(v) for v in args.shape.split("x"))
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -39,8 +40,8 @@ def main() -> None:
     x = torch.randn(args.m, k, device="cuda", generator=g).to(torch.bfloat16)
     ref = x.float() @ wd.float().T
     first = G.CONFIGS[G.bucket(args.m)][0]
-    cfgs = [first]
-    if first.swap:
+    cfgs = list(G.CONFIGS[G.bucket(args.m)]) if args.all else [first]
+    if first.swap and not args.all:
         cfgs.append(dataclasses.replace(first, shared_k=not first.shared_k))
     for cfg in cfgs:
         y = torch.empty(args.m, n, dtype=torch.bfloat16, device="cuda")
