@@ -46,6 +46,8 @@ SPLITS = ("auto", 1, 2, 4, 8, 16, 32)
 def short(c) -> str:
     """n<block_n> k<block_k> w<warps> s<stages>, then fma | dot | swap, then the split."""
     kind = "swap" if c.dot and c.swap else "dot" if c.dot else "fma"
+    kind += "-sharedk" if getattr(c, "shared_k", False) else ""
+    kind += f" r{c.maxnreg}" if getattr(c, "maxnreg", None) else ""
     return f"n{c.block_n} k{c.block_k} w{c.num_warps} s{c.num_stages} {kind} {c.split}"
 
 
@@ -56,12 +58,17 @@ def log(msg: str) -> None:
 GRID_LIMIT: int | None = None  # --smoke: the first few candidates only
 
 
+MAXNREG: tuple[int, ...] = ()  # --maxnreg: the bucket's candidates under these caps only
+
+
 def grid(m: int):
     """Candidate configurations for M rows (splits are swept separately)."""
     from kernels.w12.gemv import CONFIGS, GemvConfig as C, bucket
 
     out = list(CONFIGS[bucket(m)])
-    if m == 1:
+    if MAXNREG:
+        out += [dataclasses.replace(c, maxnreg=r) for r in MAXNREG for c in CONFIGS[bucket(m)]]
+    elif m == 1:
         for bn in (8, 16, 32, 64):
             for bk in (256, 512, 1024):
                 for w in (2, 4, 8):
@@ -211,7 +218,11 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=240)
     ap.add_argument("--workers", type=int, default=12)
     ap.add_argument("--smoke", action="store_true", help="CPU interpreter, tiny shapes")
+    ap.add_argument("--maxnreg", default="", help="e.g. 168,128: sweep the bucket's own "
+                    "candidates under these register caps instead of the wide grid")
     args = ap.parse_args()
+    global MAXNREG
+    MAXNREG = tuple(int(r) for r in args.maxnreg.split(",") if r)
     ms = [int(m) for m in args.ms.split(",")]
     deadline = T0 + args.budget_s
     shapes = {}

@@ -293,6 +293,15 @@ ncu2)  # stall reasons of every M = 16 candidate on 17408x5120 (GPU 0)
     TAIL=8 step ncu2 150 bash -c "$NCU python3 bench/w12_ncu.py --shape 17408x5120 --m 16 --all \
         --reps 0 > $OUT/ncu2.txt 2>&1"
     ;;
+w12reg)  # the M = 4 and 16 candidates under register caps (GPU 1: M = 4, GPU 0: M = 16)
+    ( export CUDA_VISIBLE_DEVICES=1
+      TAIL=12 step sweep4 230 python3 bench/gpu_w12_sweep.py --out "$OUT/m4" --ms 4 --shapes e2e \
+        --maxnreg 168,128 --workers 8 --budget-s 200 ) > "$LOGDIR/gpu1.txt" 2>&1 &
+    mkdir -p "$OUT/m4" "$OUT/m16"
+    TAIL=12 step sweep16 230 python3 bench/gpu_w12_sweep.py --out "$OUT/m16" --ms 16 --shapes e2e \
+        --maxnreg 168,128 --workers 8 --budget-s 200
+    wait; cat "$LOGDIR/gpu1.txt"
+    ;;
 w8tab)  # the W8 view tuned on its own: kernel table on GPU 1, W12 GPU tests on GPU 0
     ( export CUDA_VISIBLE_DEVICES=1
       step w12 150 python3 bench/gpu_w12.py --out "$OUT" --full --budget-s 100 ) \

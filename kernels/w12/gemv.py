@@ -72,6 +72,7 @@ class GemvConfig:
     dot: bool = False      # tensor-core dots (BLOCK_M >= 16) instead of fp32 FMAs
     swap: bool = False     # dot with the operands swapped: W tile [BLOCK_N, K] times x^T
     shared_k: bool = False  # swap only: one dot a chunk in _swap_k's K order (else two)
+    maxnreg: int | None = None  # register cap a thread (CUDA): more programs an SM
 
 
 BUCKETS = (1, 4, 16, 64)  # an M bucket is the smallest of these >= M
@@ -454,7 +455,8 @@ def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, use_lo: bool, cfg: G
         SHARED_K=cfg.dot and cfg.swap and cfg.shared_k,
         EVEN_K=kh % (cfg.block_k // 2) == 0, PTX=not _interpreting(),
         BLOCK_M=_block_m(m, cfg), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, BLOCK_E=BLOCK_E,
-        PREFETCH_E=_block_m(m, cfg) <= 16, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        PREFETCH_E=_block_m(m, cfg) <= 16, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not _interpreting() else {}))
     if split > 1:
         bm = triton.next_power_of_2(m)
         _w12_reduce_kernel[(triton.cdiv(n, REDUCE_BLOCK_N),)](
