@@ -294,10 +294,10 @@ ncu2)  # stall reasons of every M = 16 candidate on 17408x5120 (GPU 0)
         --reps 0 > $OUT/ncu2.txt 2>&1"
     ;;
 w12reg)  # the M = 4 and 16 candidates under register caps (GPU 1: M = 4, GPU 0: M = 16)
+    mkdir -p "$OUT/m4" "$OUT/m16"
     ( export CUDA_VISIBLE_DEVICES=1
       TAIL=12 step sweep4 230 python3 bench/gpu_w12_sweep.py --out "$OUT/m4" --ms 4 --shapes e2e \
         --maxnreg 168,128 --workers 8 --budget-s 200 ) > "$LOGDIR/gpu1.txt" 2>&1 &
-    mkdir -p "$OUT/m4" "$OUT/m16"
     TAIL=12 step sweep16 230 python3 bench/gpu_w12_sweep.py --out "$OUT/m16" --ms 16 --shapes e2e \
         --maxnreg 168,128 --workers 8 --budget-s 200
     wait; cat "$LOGDIR/gpu1.txt"
