@@ -94,7 +94,7 @@ def gemv_rows(every: bool):
            "stride_h": "i32", "stride_l": "i32", "stride_os": "i32", "stride_om": "i32",
            "split_pairs": "i32", "USE_LO": "constexpr", "X_PAIRS": "constexpr",
            "USE_DOT": "constexpr", "DOT_BF16": "constexpr", "SWAP": "constexpr",
-           "EVEN_K": "constexpr", "PTX": "constexpr",
+           "SHARED_K": "constexpr", "EVEN_K": "constexpr", "PTX": "constexpr",
            "BLOCK_M": "constexpr", "BLOCK_N": "constexpr", "BLOCK_K": "constexpr",
            "BLOCK_E": "constexpr", "PREFETCH_E": "constexpr"}
     div = [n for n in sig if sig[n] != "constexpr" and n != "M"]
@@ -102,7 +102,9 @@ def gemv_rows(every: bool):
         for cfg in (cfgs if every else cfgs[:1]):
             bm = max(16, b) if cfg.dot else b
             const = {"USE_LO": True, "X_PAIRS": True, "USE_DOT": cfg.dot, "DOT_BF16": True,
-                     "SWAP": cfg.dot and cfg.swap, "EVEN_K": True, "PTX": True, "BLOCK_M": bm, "BLOCK_N": cfg.block_n,
+                     "SWAP": cfg.dot and cfg.swap,
+                     "SHARED_K": cfg.dot and cfg.swap and cfg.shared_k, "EVEN_K": True,
+                     "PTX": True, "BLOCK_M": bm, "BLOCK_N": cfg.block_n,
                      "BLOCK_K": cfg.block_k, "BLOCK_E": gemv.BLOCK_E, "PREFETCH_E": bm <= 16}
             info = compile90(gemv._w12_gemv_kernel, sig, const, div, cfg.num_warps,
                              cfg.num_stages)
