@@ -69,7 +69,13 @@ class W12Linear(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.is_cuda and self.hi.is_cuda:
-            y = fused_matmul(self.kernel)(x, self.w12, self.view)
+            if torch.compiler.is_compiling():  # one opaque op for torch.compile (see below)
+                t = self.w12
+                y = torch.ops.specpilot_w12.matmul(x, t.hi, t.lo, t.base, t.exc_idx, t.exc_val,
+                                                   t.row_ptr(), self.in_features, self.view,
+                                                   self.kernel)
+            else:
+                y = fused_matmul(self.kernel)(x, self.w12, self.view)
             return y if self.bias is None else y + self.bias.to(y.dtype)
         bias = None if self.bias is None else self.bias.to(x.dtype)
         return F.linear(x, self._dense_weight(x.device).to(x.dtype), bias)
@@ -103,6 +109,24 @@ def fused_matmul(kernel: str):
 
         return w12_gemv
     raise ValueError(f"W12 kernel must be one of {KERNELS}, not {kernel!r}")
+
+
+# The fused kernels as one custom op, so that torch.compile (stock's `compile` option) treats
+# a W12 layer as an opaque call with a known output shape instead of tracing into the tuner's
+# Python and the Triton launches (graph breaks). Eager calls skip the op's dispatch cost and
+# call fused_matmul directly; both run the same kernels on the same planes.
+@torch.library.custom_op("specpilot_w12::matmul", mutates_args=())
+def w12_matmul_op(x: torch.Tensor, hi: torch.Tensor, lo: torch.Tensor, base: torch.Tensor,
+                  exc_idx: torch.Tensor, exc_val: torch.Tensor, row_ptr: torch.Tensor,
+                  in_features: int, view: str, kernel: str) -> torch.Tensor:
+    t = W12Tensor(hi, lo, base, exc_idx, exc_val, shape=(base.shape[0], in_features))
+    t._row_ptr = row_ptr
+    return fused_matmul(kernel)(x, t, view)
+
+
+@w12_matmul_op.register_fake
+def _(x, hi, lo, base, exc_idx, exc_val, row_ptr, in_features, view, kernel):
+    return x.new_empty((*x.shape[:-1], base.shape[0]))
 
 
 def auto_matmul(x: torch.Tensor, t: W12Tensor, view: str = "w12") -> torch.Tensor:

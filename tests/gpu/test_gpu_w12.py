@@ -94,3 +94,20 @@ def test_converted_model_on_cuda_runs_the_fused_kernel_close_to_bf16(kernel):
     if kernel == "auto":   # every shape met got a timed choice of one of the two kernels
         picks = chosen_kernels()
         assert picks and set(picks.values()) <= {"gemm", "gemv"}
+
+
+def test_w12_linear_under_torch_compile_is_one_op_with_eager_results():
+    """Under torch.compile a W12Linear is the custom op specpilot_w12::matmul (fullgraph:
+    no break), running the same kernels as the eager forward."""
+    from torch import nn
+
+    from kernels.w12.linear import W12Linear
+
+    torch.manual_seed(0)
+    lin = W12Linear.from_linear(nn.Linear(1000, 768, bias=False).to("cuda", torch.bfloat16))
+    x = torch.randn(4, 1000, device="cuda").to(torch.bfloat16)
+    eager = lin(x)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda v: lin(v * 2) + 1, fullgraph=True)(x)
+    assert torch.equal(compiled, lin(x * 2) + 1)
+    assert torch.equal(lin(x), eager)

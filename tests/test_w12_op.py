@@ -1,0 +1,54 @@
+"""The W12 kernels as one custom op (kernels/w12/linear.py, `specpilot_w12::matmul`), the
+form W12Linear takes under torch.compile: same result as the direct call (Triton's
+interpreter on this CPU), a fake implementation with the right shape, and a compiled
+caller that keeps the op whole (fullgraph: a graph break would raise)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before kernels.w12 builds its kernels
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from kernels.w12 import encode  # noqa: E402
+from kernels.w12.linear import fused_matmul, w12_matmul_op  # noqa: E402
+from kernels.w12.reference import w12_matmul_ref  # noqa: E402
+from w12_weights import check, student_t  # noqa: E402
+
+if os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("runs the kernels under the interpreter", allow_module_level=True)
+
+
+def planes(t):
+    return (t.hi, t.lo, t.base, t.exc_idx, t.exc_val, t.row_ptr())
+
+
+def test_op_equals_direct_call_and_fake_shape():
+    t = encode(student_t(24, 97, seed=5))           # odd K: the plane is padded to 98
+    x = torch.randn(3, 97, generator=torch.Generator().manual_seed(5))
+    y = w12_matmul_op(x, *planes(t), 97, "w12", "gemv")
+    assert torch.equal(y, fused_matmul("gemv")(x, t, "w12"))
+    check(y, w12_matmul_ref(x, t))
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    mode = FakeTensorMode()
+    fx = mode.from_tensor(x.reshape(1, 3, 97))
+    fp = [mode.from_tensor(p) for p in planes(t)]
+    with mode:
+        fy = torch.ops.specpilot_w12.matmul(fx, *fp, 97, "w12", "gemv")
+    assert fy.shape == (1, 3, 24)
+
+
+def test_compiled_caller_keeps_the_op_whole():
+    t = encode(student_t(16, 64, seed=6))
+    x = torch.randn(2, 64, generator=torch.Generator().manual_seed(6))
+    p = planes(t)
+
+    def f(x):
+        return torch.relu(torch.ops.specpilot_w12.matmul(x * 2.0, *p, 64, "w8", "gemv")) + 1.0
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(x), f(x))
+    check(f(x), torch.relu(w12_matmul_ref(x * 2.0, t, "w8")) + 1.0)
