@@ -483,12 +483,15 @@ class Bench:
         c1 = c.get("graph_T1", {}).get("median_ms")
         print(f"graph steps: {main} layers" + (" | compiled layers (option compile)" if c else ""))
         head = f"{'T':>4}{'ms':>10}{'p10-p90':>18}{'x AR':>8}{'x floor':>9}"
+        if extra:
+            print("bf16/<kernel>: the eager-layer bf16 graph step over that W12 kernel's step")
         if c:
             head += f"{'comp ms':>10}{'p10-p90':>18}{'x AR':>8}{'x floor':>9}{'comp/eag':>9}"
         if w:
             head += f"{'W12 ms':>10}{'p10-p90':>18}{'W12/bf16':>10}"
         for k in extra:
-            head += f"{k + ' ms':>10}{'p10-p90':>18}{'bf16/' + k:>10}"
+            wk = max(10, len(k) + 4), max(10, len(k) + 6)
+            head += f"{k + ' ms':>{wk[0]}}{'p10-p90':>18}{'bf16/' + k:>{wk[1]}}"
         print(head)
         rows = []
         for t in self.args.ts:
@@ -522,8 +525,9 @@ class Bench:
                     row.update({f"{k}_ms": q["median_ms"], f"{k}_p10": q["p10_ms"],
                                 f"{k}_p90": q["p90_ms"],
                                 f"bf16_over_{k}": r["median_ms"] / q["median_ms"]})
-                    line += (f"{q['median_ms']:>10.3f}{q['p10_ms']:>9.3f}-{q['p90_ms']:<8.3f}"
-                             f"{row[f'bf16_over_{k}']:>10.3f}")
+                    wk = max(10, len(k) + 4), max(10, len(k) + 6)
+                    line += (f"{q['median_ms']:>{wk[0]}.3f}{q['p10_ms']:>9.3f}-{q['p90_ms']:<8.3f}"
+                             f"{row[f'bf16_over_{k}']:>{wk[1]}.3f}")
             rows.append(row)
             print(line)
         self.report["table"] = rows
