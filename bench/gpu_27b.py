@@ -26,8 +26,8 @@ Parts (each in its own try, so one failure keeps the rest):
      timing, the compiled graph's logits are checked against the eager static forward (max
      |diff|, relative error, argmax agreement: bf16 rounding may differ). With `both` the
      table shows eager and compiled side by side (ms, x floor, x AR, compiled/eager). With
-     --w12, each W12 kernel is timed compiled too (its linears run eagerly between the
-     compiled pieces: graph breaks).
+     --w12 --w12-compiled, each W12 kernel is timed compiled too (its linears run eagerly
+     between the compiled pieces: graph breaks; compiling takes longer).
 
     python bench/gpu_27b.py --out $OUT            # about 60-90 s on an H200 (estimate)
     python bench/gpu_27b.py --out $OUT --w12
@@ -383,7 +383,7 @@ class Bench:
         self.runner.reset()
         self.check(tag)
         self.time_steps(tag)
-        if self.crunner is not None:  # W12 linears run eagerly between compiled pieces
+        if self.crunner is not None and self.args.w12_compiled:  # W12 linears: graph breaks
             self.crunner.reset()
             self.part(f"{tag} compiled", lambda: self.compiled(f"{tag}_compiled"))
 
@@ -581,6 +581,8 @@ def main() -> None:
     ap.add_argument("--compile", choices=("both", "on", "off"), default="both",
                     help="static steps with compiled layers (option compile), eager, or both "
                          "side by side")
+    ap.add_argument("--w12-compiled", action="store_true",
+                    help="with --w12 and --compile on|both: time each W12 kernel compiled too")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="run the script's logic on CPU in fp32 (use a tiny --preset)")

@@ -174,8 +174,12 @@ def _dynamo_limits():
         if hasattr(cfg, name):
             patch[name] = max(getattr(cfg, name), 4 * RECOMPILE_LIMIT)
             break
-    if hasattr(cfg, "fail_on_recompile_limit_hit"):
-        patch["fail_on_recompile_limit_hit"] = True
+    for name in ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit"):
+        if hasattr(cfg, name):
+            patch[name] = True
+            break
+    if hasattr(cfg, "suppress_errors"):  # errors reach run_region (and dynamo asserts that
+        patch["suppress_errors"] = False  # it is off together with fail_on_..._limit_hit)
     return cfg.patch(patch) if patch else nullcontext()
 
 
