@@ -15,11 +15,16 @@ runs as two compiled regions with eager attention between them, the way gpt-fast
   post-attention RMSNorm, the MLP and its residual add;
 - the head (`head`): final norm, lm_head and the fp32 cast.
 
+Between two layers, region B of the first and region A of the next run as one graph
+(`attn_out_mlp_next`), so the residual add fuses with the next input norm: a step runs
+A, then (attention, B+A) per layer but the last, then (attention, B), then the head.
+
 Each region is one function compiled once (inductor, `dynamic=False`, default mode: the
 GraphRunner captures its own CUDA graphs, and its warm-up forwards, which run before the
 capture, are where compilation happens). A layer's modules and K/V buffers are arguments,
 never looked up by layer index, so one compiled graph per region and T serves every layer
-(`graphs_compiled()` counts them; tests check that it does not grow with the layer count).
+(`graphs_compiled()` counts them: 4 per T; tests check that it does not grow with the layer
+count).
 GEMMs stay cuBLAS (inductor's default for mm).
 
 Modules: the compiled regions call the layer's own modules, so a module swapped in place is
@@ -127,12 +132,21 @@ def attn_out_mlp(x, out, attn, ln, mlp):
     return x + _call(mlp, _call(ln, x))
 
 
+def attn_out_mlp_next(x, out, attn, ln, mlp, next_ln, next_attn, cos, sin, positions,
+                      k_buf, v_buf):
+    """Region B of one layer and region A of the next in one graph, so the residual add
+    fuses with the next input norm: (the layer's output x, the next layer's queries)."""
+    x = attn_out_mlp(x, out, attn, ln, mlp)
+    return x, attn_in(x, next_ln, next_attn, cos, sin, positions, k_buf, v_buf)
+
+
 def head(x, norm, lm_head):
     """Final norm, lm_head, fp32 logits."""
     return _call(lm_head, _call(norm, x)).float()
 
 
-REGIONS = {"attn_in": attn_in, "attn_out_mlp": attn_out_mlp, "head": head}
+REGIONS = {"attn_in": attn_in, "attn_out_mlp": attn_out_mlp,
+           "attn_out_mlp_next": attn_out_mlp_next, "head": head}
 
 
 # -- compilation ---------------------------------------------------------------------------
@@ -217,17 +231,29 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
     from stock.model import Output
 
     cos, sin, mask_g, x = step_prologue(model, ids, positions, kv_len)
+    layers = list(model.model.layers)
     hidden = {}
+
+    def buffers(layer):
+        return cache.k[layer.self_attn.layer], cache.v[layer.self_attn.layer]
+
     with _dynamo_limits():
-        for i, layer in enumerate(model.model.layers):
-            attn = layer.self_attn
-            k_buf, v_buf = cache.k[attn.layer], cache.v[attn.layer]
-            qg = run_region("attn_in", x, layer.input_layernorm, attn, cos, sin, positions,
-                            k_buf, v_buf)
+        first = layers[0]
+        qg = run_region("attn_in", x, first.input_layernorm, first.self_attn, cos, sin,
+                        positions, *buffers(first))
+        for i, layer in enumerate(layers):
+            k_buf, v_buf = buffers(layer)
             out = F.scaled_dot_product_attention(qg, k_buf[:, :, :kv_len],
                                                  v_buf[:, :, :kv_len], attn_mask=mask_g)
-            x = run_region("attn_out_mlp", x, out, attn, layer.post_attention_layernorm,
-                           layer.mlp)
+            if i + 1 < len(layers):
+                nxt = layers[i + 1]
+                x, qg = run_region("attn_out_mlp_next", x, out, layer.self_attn,
+                                   layer.post_attention_layernorm, layer.mlp,
+                                   nxt.input_layernorm, nxt.self_attn, cos, sin, positions,
+                                   *buffers(nxt))
+            else:
+                x = run_region("attn_out_mlp", x, out, layer.self_attn,
+                               layer.post_attention_layernorm, layer.mlp)
             if i in hidden_layers:
                 hidden[i] = x
         if not logits:

@@ -46,7 +46,7 @@ def test_compiled_graphs_replay_the_compiled_forward_and_stay_close_to_eager():
             rel = ((got - want).norm() / want.norm()).item()
             assert rel < 2e-2, (t, rel)
         start += 1
-    assert C.graphs_compiled() - before <= 3 * 3  # T buckets 1, 4, 16: 3 regions each
+    assert C.graphs_compiled() - before <= 3 * 4  # T buckets 1, 4, 16: 4 regions each
     assert not C.fallbacks()
     assert all(s.graph is not None for s in r["graph"].slots.values())
     for layer in range(cfg.num_layers):  # the same K/V written (bf16 rounding aside)
