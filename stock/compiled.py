@@ -28,10 +28,11 @@ count).
 GEMMs stay cuBLAS (inductor's default for mm).
 
 Modules: the compiled regions call the layer's own modules, so a module swapped in place is
-used. Types stock knows (its Linear, nn.Linear, RMSNorm, MLP) are traced; a module of any
-other type runs eagerly between compiled pieces (a graph break, no tracing of its code)
-unless it sets `compile_traceable = True` (say, because its forward is a torch.library
-custom op that dynamo can trace).
+used. Types stock knows (its Linear, nn.Linear, RMSNorm, and MLP when its linears are of
+those) are traced; a module of any other type runs eagerly between compiled pieces (a graph
+break, no tracing of its code), and so does an MLP holding one, unless the module sets
+`compile_traceable = True` (say, because its forward is a torch.library custom op that
+dynamo can trace).
 
 Failure is loud, never silent: if compiling a region fails, or dynamo would give up on it
 (its recompile limit, raised here for these functions and turned into an error), the region
@@ -96,15 +97,21 @@ def _opaque(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
     return mod(x)
 
 
-def _call(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """mod(x), traced when stock knows the module's type (or it says it is traceable), else
-    run eagerly through a graph break. Under dynamo the type tests are guards, the same for
-    every layer."""
+def _traceable(mod: nn.Module) -> bool:
+    """Whether dynamo should trace mod's forward: a type stock knows (its MLP only when its
+    three linears are), or a module that says so. Under dynamo these tests are guards on
+    types, the same for every layer."""
+    if getattr(mod, "compile_traceable", False):
+        return True
     if type(mod) is MLP:
-        return _call(mod.down_proj, F.silu(_call(mod.gate_proj, x)) * _call(mod.up_proj, x))
-    if type(mod) in _TRACED_TYPES or getattr(mod, "compile_traceable", False):
-        return mod(x)
-    return _opaque(mod, x)
+        return (_traceable(mod.gate_proj) and _traceable(mod.up_proj)
+                and _traceable(mod.down_proj))
+    return type(mod) in _TRACED_TYPES
+
+
+def _call(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """mod(x): traced if `_traceable(mod)`, else run eagerly through a graph break."""
+    return mod(x) if _traceable(mod) else _opaque(mod, x)
 
 
 # -- the regions (plain functions: also the eager fallback) --------------------------------
