@@ -18,10 +18,20 @@ Parts (each in its own try, so one failure keeps the rest):
   6. --w12: kernels.w12.linear.convert_model(model) replaces nn.Linear modules in place, the
      graphs are captured again and the same steps timed; both printed side by side;
   7. --profile: GPU time of eager T = 1 and 16 steps by kernel and category (gemm,
-     attention, other) and launches per step, for bf16 and for the last W12 kernel.
+     attention, other) and launches per step, for bf16 and for the last W12 kernel (and,
+     with --compile on|both, of the compiled static forward run without a graph);
+  8. --compile both|on|off (default both): the static forward's layers through
+     torch.compile'd regions (stock/compiled.py, the engine's option `compile`). Per T the
+     first slot's warm-up compiles, then it is captured; that time is reported per T. Before
+     timing, the compiled graph's logits are checked against the eager static forward (max
+     |diff|, relative error, argmax agreement: bf16 rounding may differ). With `both` the
+     table shows eager and compiled side by side (ms, x floor, x AR, compiled/eager). With
+     --w12 --w12-compiled, each W12 kernel is timed compiled too (its linears run eagerly
+     between the compiled pieces: graph breaks; compiling takes longer).
 
     python bench/gpu_27b.py --out $OUT            # about 60-90 s on an H200 (estimate)
     python bench/gpu_27b.py --out $OUT --w12
+    python bench/gpu_27b.py --compile both --ts 1,8,16 --iters 20 --out $OUT
 
 Prints progress, then a table; writes gpu_27b.json to --out (default $OUT, else cwd).
 """
@@ -42,6 +52,7 @@ if "stock" not in sys.modules and not any(Path(p, "stock").is_dir() for p in sys
 
 import torch  # noqa: E402
 
+from stock import compiled as compiled_step  # noqa: E402
 from stock.cache import KVCache  # noqa: E402
 from stock.config import PRESETS, ModelConfig  # noqa: E402
 from stock.graphs import GraphRunner  # noqa: E402
@@ -137,6 +148,7 @@ class Bench:
         self.args = args
         self.report: dict = {"args": vars(args), "errors": {}}
         self.model = self.cache = self.runner = self.eager = None
+        self.crunner = self.ceager = None  # compiled: captured, and run without a graph
 
     def part(self, name: str, fn):
         log(f"{name} ...")
@@ -224,6 +236,10 @@ class Bench:
         self.cache.commit(ctx)
         self.runner = GraphRunner(m, self.cache, max_context)
         self.eager = GraphRunner(m, self.cache, max_context, capture=False)
+        if self.args.compile != "off":
+            self.crunner = GraphRunner(m, self.cache, max_context, capture=DEV == "cuda",
+                                       compile=True)
+            self.ceager = GraphRunner(m, self.cache, max_context, capture=False, compile=True)
         sync()
 
     def step_ids(self, t: int) -> list[int]:
@@ -250,21 +266,71 @@ class Bench:
         self.report.setdefault("checks", {})[tag] = out
         return out
 
-    def time_steps(self, tag: str) -> dict:
+    def time_steps(self, tag: str, runner: GraphRunner | None = None) -> dict:
+        runner = runner or self.runner
         ctx, iters, res = self.args.context, self.args.iters, {}
-        if tag == "bf16":
+        if tag == "bf16" or (tag == "bf16_compiled" and self.args.compile == "on"):
             ids = torch.tensor([self.step_ids(1)], device=DEV)
             with torch.inference_mode():
                 res["ar_eager"] = timed(lambda: self.model(ids, self.cache, ctx), iters)
             log(f"[{tag}] AR eager (dynamic forward): {res['ar_eager']['median_ms']:.3f} ms")
         for t in self.args.ts:
-            s = self.runner.slot(self.runner.bucket(t), self.runner.kv_bucket(ctx + t))
-            self.runner.load(s, self.step_ids(t), ctx)
-            res[f"graph_T{t}"] = timed(lambda: self.runner.launch(s), iters)
+            s = runner.slot(runner.bucket(t), runner.kv_bucket(ctx + t))
+            runner.load(s, self.step_ids(t), ctx)
+            res[f"graph_T{t}"] = timed(lambda: runner.launch(s), iters)
             log(f"[{tag}] T={t} (bucket {s.t}, kv {s.kv_len}) graph: "
                 f"{res[f'graph_T{t}']['median_ms']:.3f} ms")
         self.report.setdefault("timings", {})[tag] = res
         return res
+
+    def compile_slots(self, tag: str) -> dict:
+        """Per T: the compiled runner's first slot (warm-up forwards, which compile, then the
+        capture), timed, with the number of graphs compiled."""
+        ctx, out = self.args.context, {}
+        for t in sorted({*self.args.ts, 1, 16}):
+            r = self.crunner
+            before = compiled_step.graphs_compiled()
+            t0 = time.perf_counter()
+            slot = r.slot(r.bucket(t), r.kv_bucket(ctx + t))
+            if slot.graph is None:  # no capture (--cpu-smoke): the first step compiles
+                r.load(slot, self.step_ids(t), ctx)
+                r.launch(slot)
+            sync()
+            out[t] = {"compile_and_capture_s": round(time.perf_counter() - t0, 2),
+                      "graphs": compiled_step.graphs_compiled() - before}
+            log(f"[{tag}] T={t}: compiled and captured in {out[t]['compile_and_capture_s']} s "
+                f"({out[t]['graphs']} graphs)")
+        self.report.setdefault("compile_s", {})[tag] = out
+        fb = compiled_step.fallbacks()
+        self.report.setdefault("compile_fallbacks", {})[tag] = fb
+        if fb:
+            log(f"[{tag}] REGIONS FELL BACK TO EAGER: {fb}")
+        return out
+
+    def check_compiled(self, tag: str) -> dict:
+        """The compiled graph against the eager static forward (bf16 rounding may differ):
+        max |diff|, relative error, argmax agreement; and against the compiled forward run
+        without a graph (bit for bit expected)."""
+        ctx, out = self.args.context, {}
+        for t in (1, 16):
+            ids = self.step_ids(t)
+            want = self.eager.step(ids, ctx).logits[:t].clone()
+            got = self.crunner.step(ids, ctx).logits[:t].clone()
+            plain = self.ceager.step(ids, ctx).logits[:t].clone()
+            out[t] = {"max_abs_compiled_vs_eager": (got - want).abs().max().item(),
+                      "rel_compiled_vs_eager": ((got - want).norm() / want.norm()).item(),
+                      "argmax_agree": float((got.argmax(-1) == want.argmax(-1)).float().mean()),
+                      "graph_equals_compiled_no_graph_bitwise": bool(torch.equal(got, plain)),
+                      "finite": bool(torch.isfinite(got).all())}
+            log(f"[{tag}] T={t}: {out[t]}")
+        self.report.setdefault("checks_compiled", {})[tag] = out
+        return out
+
+    def compiled(self, tag: str = "bf16_compiled"):
+        self.compile_slots(tag)
+        self.check_compiled(tag)
+        self.time_steps(tag, self.crunner)
+        return True
 
     def w12(self, kernel: str = "gemm"):
         import kernels.w12.linear as w12
@@ -274,6 +340,8 @@ class Bench:
         ref = {t: self.eager.step(self.step_ids(t), ctx).logits[:t].float().cpu()
                for t in (1, 16)}
         self.runner.reset()
+        if self.crunner is not None:
+            self.crunner.reset()
         empty_cache()
         log(f"free before W12 conversion: {free_bytes() / GiB:.1f} GiB")
         t0 = time.perf_counter()
@@ -315,6 +383,9 @@ class Bench:
         self.runner.reset()
         self.check(tag)
         self.time_steps(tag)
+        if self.crunner is not None and self.args.w12_compiled:  # W12 linears: graph breaks
+            self.crunner.reset()
+            self.part(f"{tag} compiled", lambda: self.compiled(f"{tag}_compiled"))
 
     def w12_kernel(self, kernel: str):
         """The same W12 model on another kernel: gemv (kernels/w12/gemv.py, split-K) or
@@ -329,19 +400,21 @@ class Bench:
                                               for k, v in w12.chosen_kernels().items()}
             log(f"auto picked: {self.report['w12_auto_choice']}")
 
-    def profile(self, tag: str, t: int = 1, steps: int = 3) -> dict:
+    def profile(self, tag: str, t: int = 1, steps: int = 3,
+                runner: GraphRunner | None = None) -> dict:
         """GPU time of one step by kernel (torch.profiler over `steps` eager static steps):
         totals per category (gemm, attention, other), launches per step, the top kernels.
         Their sum is the step's busy time; the graph step's time minus it is idle time."""
         from torch.profiler import ProfilerActivity, profile
 
+        runner = runner or self.eager
         ctx, ids = self.args.context, self.step_ids(t)
-        self.eager.step(ids, ctx)
+        runner.step(ids, ctx)
         sync()
         act = ProfilerActivity.CUDA if DEV == "cuda" else ProfilerActivity.CPU  # CPU: smoke
         with profile(activities=[act]) as prof:
             for _ in range(steps):
-                self.eager.step(ids, ctx)
+                runner.step(ids, ctx)
             sync()
         kern = {}
         for e in prof.key_averages():
@@ -381,6 +454,10 @@ class Bench:
     def table(self):
         tim = self.report.get("timings", {})
         bf = tim.get("bf16", {})
+        c = tim.get("bf16_compiled", {})
+        main = "eager"
+        if not bf and c:  # --compile on: the compiled timings are the main columns
+            bf, c, main = c, {}, "compiled"
         w = tim.get("w12", {})
         extra = {k[4:]: v for k, v in tim.items() if k.startswith("w12_")}
         bw = self.report.get("copy", {}).get("read_plus_write_bytes_per_s")
@@ -403,11 +480,18 @@ class Bench:
             print(f"AR step eager (dynamic forward): {e['median_ms']:.3f} ms "
                   f"(p10-p90 {e['p10_ms']:.3f}-{e['p90_ms']:.3f})"
                   + (f", x floor {e['median_ms'] / floor:.3f}" if floor else ""))
+        c1 = c.get("graph_T1", {}).get("median_ms")
+        print(f"graph steps: {main} layers" + (" | compiled layers (option compile)" if c else ""))
         head = f"{'T':>4}{'ms':>10}{'p10-p90':>18}{'x AR':>8}{'x floor':>9}"
+        if extra:
+            print("bf16/<kernel>: the eager-layer bf16 graph step over that W12 kernel's step")
+        if c:
+            head += f"{'comp ms':>10}{'p10-p90':>18}{'x AR':>8}{'x floor':>9}{'comp/eag':>9}"
         if w:
             head += f"{'W12 ms':>10}{'p10-p90':>18}{'W12/bf16':>10}"
         for k in extra:
-            head += f"{k + ' ms':>10}{'p10-p90':>18}{'bf16/' + k:>10}"
+            wk = max(10, len(k) + 4), max(10, len(k) + 6)
+            head += f"{k + ' ms':>{wk[0]}}{'p10-p90':>18}{'bf16/' + k:>{wk[1]}}"
         print(head)
         rows = []
         for t in self.args.ts:
@@ -419,6 +503,16 @@ class Bench:
                    "x_floor": r["median_ms"] / floor if floor else None}
             line = (f"{t:>4}{r['median_ms']:>10.3f}{r['p10_ms']:>9.3f}-{r['p90_ms']:<8.3f}"
                     f"{_f(row['x_ar']):>8}{_f(row['x_floor']):>9}")
+            q = c.get(f"graph_T{t}")
+            if q:
+                row.update(compiled_ms=q["median_ms"], compiled_p10=q["p10_ms"],
+                           compiled_p90=q["p90_ms"],
+                           compiled_x_ar=q["median_ms"] / c1 if c1 else None,
+                           compiled_x_floor=q["median_ms"] / floor if floor else None,
+                           compiled_over_eager=q["median_ms"] / r["median_ms"])
+                line += (f"{q['median_ms']:>10.3f}{q['p10_ms']:>9.3f}-{q['p90_ms']:<8.3f}"
+                         f"{_f(row['compiled_x_ar']):>8}{_f(row['compiled_x_floor']):>9}"
+                         f"{row['compiled_over_eager']:>9.3f}")
             q = w.get(f"graph_T{t}")
             if q:
                 row.update(w12_ms=q["median_ms"], w12_p10=q["p10_ms"], w12_p90=q["p90_ms"],
@@ -431,8 +525,9 @@ class Bench:
                     row.update({f"{k}_ms": q["median_ms"], f"{k}_p10": q["p10_ms"],
                                 f"{k}_p90": q["p90_ms"],
                                 f"bf16_over_{k}": r["median_ms"] / q["median_ms"]})
-                    line += (f"{q['median_ms']:>10.3f}{q['p10_ms']:>9.3f}-{q['p90_ms']:<8.3f}"
-                             f"{row[f'bf16_over_{k}']:>10.3f}")
+                    wk = max(10, len(k) + 4), max(10, len(k) + 6)
+                    line += (f"{q['median_ms']:>{wk[0]}.3f}{q['p10_ms']:>9.3f}-{q['p90_ms']:<8.3f}"
+                             f"{row[f'bf16_over_{k}']:>{wk[1]}.3f}")
             rows.append(row)
             print(line)
         self.report["table"] = rows
@@ -442,6 +537,18 @@ class Bench:
             print(f"W12: weight bytes {wq['weight_bytes_excl_embedding'] / 1e9:.2f} GB, floor "
                   f"{wq['floor_ms']:.3f} ms" + (f", AR step x W12 floor {q1 / wq['floor_ms']:.3f}"
                                                  if q1 else ""))
+        for tag, per_t in self.report.get("compile_s", {}).items():
+            print(f"{tag}: compile + capture per T (s): "
+                  + ", ".join(f"T={t} {v['compile_and_capture_s']} ({v['graphs']} graphs)"
+                              for t, v in per_t.items()))
+        for tag, per_t in self.report.get("checks_compiled", {}).items():
+            print(f"{tag} vs eager static forward: "
+                  + "; ".join(f"T={t} max|diff| {v['max_abs_compiled_vs_eager']:.3g}, rel "
+                              f"{v['rel_compiled_vs_eager']:.3g}, argmax agree "
+                              f"{v['argmax_agree']:.3f}" for t, v in per_t.items()))
+        fb = {k: v for k, v in self.report.get("compile_fallbacks", {}).items() if v}
+        if fb:
+            print(f"COMPILED REGIONS THAT FELL BACK TO EAGER: {fb}")
         if self.report["errors"]:
             print(f"errors: {self.report['errors']}")
 
@@ -471,6 +578,11 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true",
                     help="GPU time by kernel of eager T=1 and 16 steps (bf16, and the last "
                          "W12 kernel with --w12)")
+    ap.add_argument("--compile", choices=("both", "on", "off"), default="both",
+                    help="static steps with compiled layers (option compile), eager, or both "
+                         "side by side")
+    ap.add_argument("--w12-compiled", action="store_true",
+                    help="with --w12 and --compile on|both: time each W12 kernel compiled too")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="run the script's logic on CPU in fp32 (use a tiny --preset)")
@@ -490,10 +602,16 @@ def main() -> None:
     b.report["weights"] = b.weight_bytes()
     if b.part("cache", b.setup_cache) is not None or b.runner is not None:
         b.part("check bf16", lambda: b.check("bf16"))
-        b.part("time bf16", lambda: b.time_steps("bf16"))
+        if args.compile != "on":
+            b.part("time bf16", lambda: b.time_steps("bf16"))
+        if args.compile != "off":
+            b.part("compiled bf16", lambda: b.compiled("bf16_compiled"))
         if args.profile:
             for t in (1, 16):
                 b.part(f"profile bf16 T={t}", lambda t=t: b.profile(f"bf16_T{t}", t))
+                if b.ceager is not None:
+                    b.part(f"profile compiled T={t}",
+                           lambda t=t: b.profile(f"bf16_compiled_T{t}", t, runner=b.ceager))
         kernels = [k for k in args.w12_kernels.split(",") if k]
         if args.w12 and b.part("w12", lambda: b.w12(kernels[0])) is not None:
             for k in kernels[1:]:

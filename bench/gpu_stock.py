@@ -10,6 +10,11 @@ divergence, a large margin would be a bug. Prints one table; full JSON to --out.
 `--graphs on|off|both` (default: the option `cuda_graphs`, on): with `both`, the same model
 runs through an engine with CUDA graphs and one without, and the summaries are printed side
 by side. Every graph shape the runs can use is captured before timing starts.
+`--compile on|off|both` (default: the option `compile`, on; it applies to the graph path):
+with `both`, the graph runs are made with compiled layers and without, side by side; the
+capture time then includes compiling (stock/compiled.py).
+
+    python bench/gpu_stock.py --prompts 8 --max-new 256 --compile both --out $OUT/gpu_stock.json
 """
 
 from __future__ import annotations
@@ -50,6 +55,9 @@ def main() -> None:
     ap.add_argument("--opt", action="append", default=[], help="engine option NAME=VALUE")
     ap.add_argument("--graphs", choices=("on", "off", "both"), default=None,
                     help="CUDA graphs on, off, or both side by side (default: option cuda_graphs)")
+    ap.add_argument("--compile", choices=("on", "off", "both"), default=None,
+                    help="graph steps with compiled layers, eager layers, or both side by side "
+                         "(default: option compile)")
     args = ap.parse_args()
 
     t0 = time.perf_counter()
@@ -60,16 +68,20 @@ def main() -> None:
     reqs = select(load_dev(), None, 2)[: args.prompts]
     prompts = [tok.chat(r.prompt) for r in reqs]
     drafters = [d for d in args.drafters.split(",") if d]
-    settings = {"on": [True], "off": [False], "both": [True, False],
-                None: [opts["cuda_graphs"]]}[args.graphs]
+    graph_settings = {"on": [True], "off": [False], "both": [True, False],
+                      None: [opts["cuda_graphs"]]}[args.graphs]
+    compile_settings = {"on": [True], "off": [False], "both": [True, False],
+                        None: [opts["compile"]]}[args.compile]
+    # (cuda_graphs, compile); compile applies to the graph path only
+    settings = [(g, c) for g in graph_settings for c in (compile_settings if g else [False])]
     report = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
               "torch": torch.__version__, "dtype": str(system.engine.model.dtype),
               "load_s": round(load_s, 2), "max_new": args.max_new, "runs": []}
-    for graphs in settings:
+    for graphs, comp in settings:
         eng = system.engine
-        if graphs != eng.options["cuda_graphs"]:
-            eng = Engine(eng.model, eng.options.with_values(cuda_graphs=graphs), eng.max_context,
-                         eng.stop_ids)
+        if graphs != eng.options["cuda_graphs"] or comp != eng.options["compile"]:
+            eng = Engine(eng.model, eng.options.with_values(cuda_graphs=graphs, compile=comp),
+                         eng.max_context, eng.stop_ids)
         t1 = time.perf_counter()
         if eng.runner is not None:  # capture every shape the runs can reach, before timing
             end = max(len(p) for p in prompts) + args.max_new + 1
@@ -78,22 +90,27 @@ def main() -> None:
                 eng.runner.capture_upto(end, drafter.hidden_layers if drafter else ())
         capture_s = time.perf_counter() - t1
         summary, rows = run(eng, reqs, prompts, drafters, args)
-        report["runs"].append({"cuda_graphs": eng.uses_graphs, "capture_s": round(capture_s, 2),
+        report["runs"].append({"cuda_graphs": eng.uses_graphs, "compiled": eng.compiled,
+                               "label": ("graphs" if eng.uses_graphs else "eager")
+                               + ("+compile" if eng.compiled else ""),
+                               "capture_s": round(capture_s, 2),
                                "graph_slots": len(eng.runner.slots) if eng.runner else 0,
                                "options": eng.options.as_dict(), "summary": summary,
                                "rows": rows})
         print_run(report, report["runs"][-1])
         del eng
         torch.cuda.empty_cache() if torch.cuda.is_available() else None
-    if len(report["runs"]) == 2:
-        on, off = report["runs"]
-        print(f"\n{'mode':<8}{'tok/s graphs':>14}{'tok/s eager':>13}{'x':>7}"
-              f"{'step ms graphs':>16}{'step ms eager':>15}")
-        for mode in on["summary"]:
-            a, b = on["summary"][mode], off["summary"][mode]
-            print(f"{mode:<8}{a['tokens_per_s']:>14}{b['tokens_per_s']:>13}"
-                  f"{a['tokens_per_s'] / max(b['tokens_per_s'], 1e-9):>7.2f}"
-                  f"{a['step_ms']:>16}{b['step_ms']:>15}")
+    if len(report["runs"]) >= 2:  # each run against the last (the least optimised) one
+        base = report["runs"][-1]
+        for on in report["runs"][:-1]:
+            la, lb = on["label"], base["label"]
+            print(f"\n{'mode':<8}{'tok/s ' + la:>22}{'tok/s ' + lb:>22}{'x':>7}"
+                  f"{'step ms ' + la:>24}{'step ms ' + lb:>24}")
+            for mode in on["summary"]:
+                a, b = on["summary"][mode], base["summary"][mode]
+                print(f"{mode:<8}{a['tokens_per_s']:>22}{b['tokens_per_s']:>22}"
+                      f"{a['tokens_per_s'] / max(b['tokens_per_s'], 1e-9):>7.2f}"
+                      f"{a['step_ms']:>24}{b['step_ms']:>24}")
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=1))
 
@@ -145,6 +162,7 @@ def print_run(report: dict, run_: dict) -> None:
     rows, summary = run_["rows"], run_["summary"]
     print(f"\n{report['device']}  torch {report['torch']}  {report['dtype']}  "
           f"load {report['load_s']:.1f}s  cuda_graphs {run_['cuda_graphs']} "
+          f"compile {run_['compiled']} "
           f"({run_['graph_slots']} graphs captured in {run_['capture_s']:.1f}s)")
     print(f"{'request':<18}{'drafter':<8}{'tokens':>7}{'same':>6}{'div@':>6}{'AR margin':>11}{'min margin':>11}")
     for r in rows:

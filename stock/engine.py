@@ -11,7 +11,9 @@ bucket, acceptance computed on the device, and one host read per step (the accep
 with the target's tokens). Prefill and longer steps use the dynamic forward. `static=True`
 runs the static forward eagerly on any device (CPU tests of the graph path's logic). While a
 profiler is active the static forward runs eagerly too: a graph hides its kernels from the
-profile's regions.
+profile's regions. On CUDA the option `compile` (on by default, ignored on CPU) runs the
+static forward's layers through torch.compile'd regions (stock/compiled.py), which fuse the
+elementwise work between the GEMMs; they are compiled in each graph slot's warm-up.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from dataclasses import dataclass, field
 import torch
 
 from stock.cache import ContextOverflow, KVCache
+from stock.compiled import compile_enabled
 from stock.errors import StockError
 from stock.drafters.base import DraftContext, DraftLattice, Drafter
 from stock.graphs import BUCKETS, GraphRunner
@@ -90,6 +93,7 @@ class Engine:
         if static is None:
             static = model.device.type == "cuda" and self.options["cuda_graphs"]
         self._static, self._capture = static, capture
+        self.compiled = compile_enabled(self.options, model.device)  # False off CUDA
         self.runner: GraphRunner | None = None
         # the static path pads steps to a bucket: the largest bucket as slack, rounded up to
         # 64 slots (aligned rows for the attention kernels)
@@ -107,7 +111,8 @@ class Engine:
         a cache without the padding slack it needs falls back to the dynamic path."""
         self._cache = cache
         fits = cache.max_len >= self.max_context + BUCKETS[-1]
-        self.runner = (GraphRunner(self.model, cache, self.max_context, capture=self._capture)
+        self.runner = (GraphRunner(self.model, cache, self.max_context, capture=self._capture,
+                                   compile=self.compiled)
                        if self._static and fits else None)
         self._eager_runner: GraphRunner | None = None
 

@@ -18,6 +18,11 @@ the middle of a request. With `capture=False` (any device) the same static forwa
 eagerly: on CPU that is how the tests check the step logic; on CUDA it is the reference the
 graphs are checked against bit for bit.
 
+`compile=True` runs the static forward's layers through torch.compile'd regions
+(stock/compiled.py; the engine's option `compile`). Compilation happens in the first
+warm-up forward of each T bucket, before any capture; the compiled kernels are then captured
+into the slot's graph like any others.
+
 `reset()` drops every graph, so a benchmark can swap modules (e.g. nn.Linear replaced by
 another implementation) and capture again. Outputs are views of static buffers: valid until
 the same slot runs again.
@@ -75,8 +80,9 @@ class Slot:
 class GraphRunner:
     def __init__(self, model: Transformer, cache: KVCache, max_context: int,
                  buckets: tuple[int, ...] = BUCKETS, capture: bool | None = None,
-                 min_kv: int = MIN_KV):
+                 min_kv: int = MIN_KV, compile: bool = False):
         self.model, self.cache, self.max_context = model, cache, max_context
+        self.compile = compile  # layers through stock/compiled.py (compiled in warm-up)
         self.buckets = tuple(sorted(buckets))
         self.device = model.device
         self.capture = self.device.type == "cuda" if capture is None else capture
@@ -125,7 +131,8 @@ class GraphRunner:
         start, k = s.inp[t], s.inp[t + 1]
         steps = torch.arange(t, device=self.device)
         positions = start + steps
-        out = static_forward(self.model, ids, positions, self.cache, s.kv_len, s.hidden_layers)
+        out = static_forward(self.model, ids, positions, self.cache, s.kv_len, s.hidden_layers,
+                             compiled=self.compile)
         logits = out.logits[0]
         target = logits.argmax(-1)
         # draft token i (ids[i + 1]) is accepted iff it equals the target's choice at row i

@@ -139,6 +139,8 @@ def resolve(cli: list[str] | tuple[str, ...] = (), toml_path: str | Path | None 
 # The stock system's own options. Patches register theirs in the modules they add.
 register("cuda_graphs", bool, True, "verification steps replayed from CUDA graphs (fixed "
          "shapes, drafts padded to a bucket); used on CUDA only, ignored on CPU")
+register("compile", bool, True, "static steps compiled with torch.compile (inductor) so "
+         "elementwise work fuses; used on CUDA only, ignored on CPU")
 register("draft_len", int, 8, "draft tokens proposed per verification step")
 register("lattice_topk", int, 4, "tokens kept per draft position in the lattice")
 register("ngram_max", int, 4, "longest n-gram the prompt-lookup drafter matches")

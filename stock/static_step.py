@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from stock.cache import KVCache
 from stock.layers import apply_rope
 from stock.model import Output, Transformer
-from stock.profile import region
+from stock.profile import profile_active, region
 
 
 def step_mask(positions: torch.Tensor, kv_len: int, dtype: torch.dtype) -> torch.Tensor:
@@ -68,11 +68,18 @@ def _attention(attn, x, cos, sin, cache: KVCache, positions, kv_len: int, mask_g
 @torch.inference_mode()
 def static_forward(model: Transformer, ids: torch.Tensor, positions: torch.Tensor,
                    cache: KVCache, kv_len: int, hidden_layers: tuple[int, ...] = (),
-                   logits: bool = True) -> Output:
-    """ids [B, T], positions [T] int64 (device tensors); logits [B, T, vocab] fp32."""
+                   logits: bool = True, compiled: bool = False) -> Output:
+    """ids [B, T], positions [T] int64 (device tensors); logits [B, T, vocab] fp32.
+    `compiled`: run the layers through stock/compiled.py's torch.compile regions (same
+    contract; eager anyway while a profiler is active, whose regions synchronise)."""
     b, t = ids.shape
     if not 0 < kv_len <= cache.max_len:
         raise ValueError(f"kv_len {kv_len} outside (0, {cache.max_len}]")
+    if compiled and not profile_active():
+        from stock import compiled as compiled_step
+
+        return compiled_step.forward(model, ids, positions, cache, kv_len, hidden_layers,
+                                     logits)
     rope_pos = positions.clamp(max=model.cos.shape[0] - 1)
     cos = model.cos[rope_pos].view(1, 1, t, -1)
     sin = model.sin[rope_pos].view(1, 1, t, -1)

@@ -1,0 +1,268 @@
+"""The static forward with its elementwise work fused by torch.compile (option `compile`).
+
+On the H200 the 27B-class step in a CUDA graph spent about a fifth of its time in some
+3,000 small kernels around the GEMMs (norms, RoPE, the K/V cache write, SiLU * up, residual
+adds, casts; bench/NOTES.md, "Where the 27B-class AR step goes"). Here each decoder layer
+runs as two compiled regions with eager attention between them, the way gpt-fast does it:
+
+- region A (`attn_in`): input RMSNorm, q/k/v projections, q/k norm, RoPE, and the K/V
+  write at the step's positions (`index_copy_` into the layer's cache buffers, passed in);
+  it returns the queries folded onto their K/V heads;
+- attention, eager: SDPA over the first `kv_len` cache slots with the step's mask. `kv_len`
+  never enters a compiled region, so compiled code depends on T (and the model's shapes)
+  only, not on the KV bucket;
+- region B (`attn_out_mlp`): the attention output's reshape, o_proj, residual add,
+  post-attention RMSNorm, the MLP and its residual add;
+- the head (`head`): final norm, lm_head and the fp32 cast.
+
+Between two layers, region B of the first and region A of the next run as one graph
+(`attn_out_mlp_next`), so the residual add fuses with the next input norm: a step runs
+A, then (attention, B+A) per layer but the last, then (attention, B), then the head.
+
+Each region is one function compiled once (inductor, `dynamic=False`, default mode: the
+GraphRunner captures its own CUDA graphs, and its warm-up forwards, which run before the
+capture, are where compilation happens). A layer's modules and K/V buffers are arguments,
+never looked up by layer index, so one compiled graph per region and T serves every layer
+(`graphs_compiled()` counts them: 4 per T; tests check that it does not grow with the layer
+count).
+GEMMs stay cuBLAS (inductor's default for mm).
+
+Modules: the compiled regions call the layer's own modules, so a module swapped in place is
+used. Types stock knows (its Linear, nn.Linear, RMSNorm, and MLP when its linears are of
+those) are traced; a module of any other type runs eagerly between compiled pieces (a graph
+break, no tracing of its code), and so does an MLP holding one, unless the module sets
+`compile_traceable = True` (say, because its forward is a torch.library custom op that
+dynamo can trace).
+
+Failure is loud, never silent: if compiling a region fails, or dynamo would give up on it
+(its recompile limit, raised here for these functions and turned into an error), the region
+is logged once (logger `stock.compiled`, level WARNING) and runs eagerly from then on in
+this process; `fallbacks()` lists such regions. Profiling (stock/profile.py) runs the eager
+static forward, whose regions synchronise.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextlib import nullcontext
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from stock.cache import KVCache
+from stock.layers import MLP, RMSNorm, apply_rope
+from stock.linear import Linear
+
+log = logging.getLogger("stock.compiled")
+
+BACKEND = "inductor"  # tests may count graphs with "eager" (no code generation)
+RECOMPILE_LIMIT = 256  # per region: T buckets x models x caches in one process
+_TRACED_TYPES = (Linear, nn.Linear, RMSNorm)
+
+_graphs = 0
+_fallbacks: dict[str, str] = {}
+_compiled: dict[tuple[str, str], object] = {}
+
+
+def compile_enabled(options, device: torch.device | str) -> bool:
+    """The engine's decision: compiled static steps on CUDA with option `compile` on; never
+    on another device (the option is ignored there, as `cuda_graphs` is)."""
+    return torch.device(device).type == "cuda" and bool(options["compile"])
+
+
+def graphs_compiled() -> int:
+    """FX graphs handed to the backend so far in this process (graph breaks count each)."""
+    return _graphs
+
+
+def fallbacks() -> dict[str, str]:
+    """Regions that fell back to eager in this process, with the reason."""
+    return dict(_fallbacks)
+
+
+def reset() -> None:
+    """Forget compiled code, counts and fallbacks (tests)."""
+    global _graphs
+    _graphs = 0
+    _fallbacks.clear()
+    _compiled.clear()
+    torch._dynamo.reset()
+
+
+# -- calling modules -----------------------------------------------------------------------
+def _opaque(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """mod(x) run eagerly; wrapped in torch.compiler.disable on first compile (importing
+    dynamo takes seconds: not at import of the engine)."""
+    return mod(x)
+
+
+def _traceable(mod: nn.Module) -> bool:
+    """Whether dynamo should trace mod's forward: a type stock knows (its MLP only when its
+    three linears are), or a module that says so. Under dynamo these tests are guards on
+    types, the same for every layer."""
+    if getattr(mod, "compile_traceable", False):
+        return True
+    if type(mod) is MLP:
+        return (_traceable(mod.gate_proj) and _traceable(mod.up_proj)
+                and _traceable(mod.down_proj))
+    return type(mod) in _TRACED_TYPES
+
+
+def _call(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """mod(x): traced if `_traceable(mod)`, else run eagerly through a graph break."""
+    return mod(x) if _traceable(mod) else _opaque(mod, x)
+
+
+# -- the regions (plain functions: also the eager fallback) --------------------------------
+def attn_in(x, ln, attn, cos, sin, positions, k_buf, v_buf):
+    """Region A: x [B, T, H] -> queries [B, Hkv, G*T, D]; writes K/V at `positions`."""
+    b, t, _ = x.shape
+    hx = _call(ln, x)
+    q = _call(attn.q_proj, hx).view(b, t, attn.h, attn.d)
+    k = _call(attn.k_proj, hx).view(b, t, attn.hkv, attn.d)
+    v = _call(attn.v_proj, hx).view(b, t, attn.hkv, attn.d)
+    if attn.qk_norm:
+        q, k = _call(attn.q_norm, q), _call(attn.k_norm, k)
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    k_buf.index_copy_(2, positions, k)
+    v_buf.index_copy_(2, positions, v)
+    return q.reshape(b, attn.hkv, (attn.h // attn.hkv) * t, attn.d)
+
+
+def attn_out_mlp(x, out, attn, ln, mlp):
+    """Region B: attention output [B, Hkv, G*T, D] -> the layer's output x [B, T, H]."""
+    b, t, _ = x.shape
+    out = out.view(b, attn.h, t, attn.d).transpose(1, 2).reshape(b, t, attn.h * attn.d)
+    x = x + _call(attn.o_proj, out)
+    return x + _call(mlp, _call(ln, x))
+
+
+def attn_out_mlp_next(x, out, attn, ln, mlp, next_ln, next_attn, cos, sin, positions,
+                      k_buf, v_buf):
+    """Region B of one layer and region A of the next in one graph, so the residual add
+    fuses with the next input norm: (the layer's output x, the next layer's queries)."""
+    x = attn_out_mlp(x, out, attn, ln, mlp)
+    return x, attn_in(x, next_ln, next_attn, cos, sin, positions, k_buf, v_buf)
+
+
+def head(x, norm, lm_head):
+    """Final norm, lm_head, fp32 logits."""
+    return _call(lm_head, _call(norm, x)).float()
+
+
+REGIONS = {"attn_in": attn_in, "attn_out_mlp": attn_out_mlp,
+           "attn_out_mlp_next": attn_out_mlp_next, "head": head}
+
+
+# -- compilation ---------------------------------------------------------------------------
+def _counting(backend: str):
+    def compile_graph(gm, example_inputs):
+        global _graphs
+        _graphs += 1
+        if backend == "inductor":
+            from torch._inductor.compile_fx import compile_fx
+
+            return compile_fx(gm, example_inputs)
+        return gm.forward  # "eager": the traced graph as is
+    return compile_graph
+
+
+def _region(name: str):
+    global _opaque
+    key = (name, BACKEND)
+    fn = _compiled.get(key)
+    if fn is None:
+        if not hasattr(_opaque, "_torchdynamo_disable"):
+            _opaque = torch.compiler.disable(_opaque)
+        fn = _compiled[key] = torch.compile(REGIONS[name], backend=_counting(BACKEND),
+                                            dynamic=False, fullgraph=False)
+    return fn
+
+
+def _dynamo_limits():
+    """A recompile limit our regions do not reach, and reaching it an error (so the fallback
+    below logs it) instead of dynamo's silent switch to eager. Names differ across torch
+    versions (recompile_limit from 2.6, cache_size_limit before); only existing ones are set."""
+    cfg = torch._dynamo.config
+    patch = {}
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(cfg, name):
+            patch[name] = RECOMPILE_LIMIT
+            break
+    for name in ("accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(cfg, name):
+            patch[name] = max(getattr(cfg, name), 4 * RECOMPILE_LIMIT)
+            break
+    for name in ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit"):
+        if hasattr(cfg, name):
+            patch[name] = True
+            break
+    if hasattr(cfg, "suppress_errors"):  # errors reach run_region (and dynamo asserts that
+        patch["suppress_errors"] = False  # it is off together with fail_on_..._limit_hit)
+    return cfg.patch(patch) if patch else nullcontext()
+
+
+def run_region(name: str, *args):
+    """The compiled region, or its eager function after a (logged) failure."""
+    if name in _fallbacks:
+        return REGIONS[name](*args)
+    try:
+        return _region(name)(*args)
+    except Exception as exc:  # noqa: BLE001 - any compile failure: loud eager fallback
+        if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            raise  # inside a capture nothing can be retried; the capture fails instead
+        _fallbacks[name] = f"{type(exc).__name__}: {exc}"[:500]
+        log.warning("stock.compiled: region %s fell back to eager for the rest of this "
+                    "process: %s", name, _fallbacks[name])
+        return REGIONS[name](*args)
+
+
+def step_prologue(model, ids, positions, kv_len: int):
+    """RoPE rows, the grouped mask [1, 1, G*T, kv_len] and the embeddings (eager, per step)."""
+    from stock.static_step import step_mask
+
+    t = ids.shape[1]
+    rope_pos = positions.clamp(max=model.cos.shape[0] - 1)
+    cos = model.cos[rope_pos].view(1, 1, t, -1)
+    sin = model.sin[rope_pos].view(1, 1, t, -1)
+    g = model.cfg.num_heads // model.cfg.num_kv_heads
+    mask_g = step_mask(positions, kv_len, model.dtype).repeat(g, 1).view(1, 1, g * t, kv_len)
+    return cos, sin, mask_g, model.model.embed_tokens(ids)
+
+
+def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, kv_len: int,
+            hidden_layers: tuple[int, ...] = (), logits: bool = True):
+    """static_forward's contract (see stock/static_step.py), through the compiled regions."""
+    from stock.model import Output
+
+    cos, sin, mask_g, x = step_prologue(model, ids, positions, kv_len)
+    layers = list(model.model.layers)
+    hidden = {}
+
+    def buffers(layer):
+        return cache.k[layer.self_attn.layer], cache.v[layer.self_attn.layer]
+
+    with _dynamo_limits():
+        first = layers[0]
+        qg = run_region("attn_in", x, first.input_layernorm, first.self_attn, cos, sin,
+                        positions, *buffers(first))
+        for i, layer in enumerate(layers):
+            k_buf, v_buf = buffers(layer)
+            out = F.scaled_dot_product_attention(qg, k_buf[:, :, :kv_len],
+                                                 v_buf[:, :, :kv_len], attn_mask=mask_g)
+            if i + 1 < len(layers):
+                nxt = layers[i + 1]
+                x, qg = run_region("attn_out_mlp_next", x, out, layer.self_attn,
+                                   layer.post_attention_layernorm, layer.mlp,
+                                   nxt.input_layernorm, nxt.self_attn, cos, sin, positions,
+                                   *buffers(nxt))
+            else:
+                x = run_region("attn_out_mlp", x, out, layer.self_attn,
+                               layer.post_attention_layernorm, layer.mlp)
+            if i in hidden_layers:
+                hidden[i] = x
+        if not logits:
+            return Output(None, hidden)
+        return Output(run_region("head", x, model.model.norm, model.lm_head), hidden)

@@ -1,0 +1,179 @@
+"""The compiled static forward (stock/compiled.py, option `compile`) on CPU: the same logits
+and K/V writes as the eager static forward, one compiled graph per region and T whatever the
+layer count, loud fallbacks, and the option's dispatch (CUDA only)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+
+import pytest
+import torch
+from torch import nn
+
+from stock import compiled as C
+from stock.config import PRESETS
+from stock.engine import Engine
+from stock.graphs import GraphRunner
+from stock.model import Transformer
+from stock.options import Options, resolve
+from stock.profile import Profiler, profiling
+from stock.static_step import static_forward
+
+MAX_LEN = 160
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return Transformer.random(PRESETS["tiny-qwen3"], seed=7, std=0.08)
+
+
+def _model(layers: int, seed: int = 3) -> Transformer:
+    cfg = dataclasses.replace(PRESETS["tiny-qwen3"], num_layers=layers)
+    return Transformer.random(cfg, seed=seed, std=0.08)
+
+
+def _caches(model, seed=0):
+    """Two caches holding the same junk: a write the compiled path skipped would show."""
+    a, b = model.new_cache(MAX_LEN), model.new_cache(MAX_LEN)
+    gen = torch.Generator().manual_seed(seed)
+    for x, y in zip(a.k + a.v, b.k + b.v):
+        x.copy_(torch.randn(x.shape, generator=gen))
+        y.copy_(x)
+    return a, b, [x.clone() for x in a.k + a.v]
+
+
+def _both(model, t, kv_len, start=20, seed=0):
+    """(compiled, eager) outputs and caches for one step of t tokens at `start`."""
+    got_c, want_c, junk = _caches(model, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    ids = torch.randint(0, model.cfg.vocab_size, (1, t), generator=gen)
+    with torch.inference_mode():  # as GraphRunner's positions (a guard on inference-ness)
+        positions = torch.arange(start, start + t)
+    layers = (0, model.cfg.num_layers - 1)
+    got = static_forward(model, ids, positions, got_c, kv_len, layers, compiled=True)
+    want = static_forward(model, ids, positions, want_c, kv_len, layers)
+    return got, want, got_c, want_c, junk, positions
+
+
+def _assert_same(got, want, got_c, want_c, junk, positions):
+    torch.testing.assert_close(got.logits, want.logits, atol=1e-5, rtol=1e-5)
+    assert torch.equal(got.logits.argmax(-1), want.logits.argmax(-1))
+    for layer, h in want.hidden.items():
+        torch.testing.assert_close(got.hidden[layer], h, atol=1e-5, rtol=1e-5)
+    others = torch.ones(MAX_LEN, dtype=torch.bool)
+    others[positions] = False
+    for x, y, j in zip(got_c.k + got_c.v, want_c.k + want_c.v, junk):
+        torch.testing.assert_close(x, y, atol=1e-6, rtol=1e-6)
+        # the step's slots were written (no junk left there), and no other slot moved
+        assert not torch.isclose(x[:, :, positions], j[:, :, positions]).any()
+        assert torch.equal(x[:, :, others], j[:, :, others])
+
+
+@pytest.mark.parametrize("t", [1, 4])
+def test_compiled_matches_eager_and_kv_len_does_not_recompile(tiny, t):
+    """Inductor on CPU, fp32: logits, hidden states and every cache buffer match the eager
+    static forward at two KV lengths; the second KV length compiles nothing new, and the
+    stock modules trace without graph breaks (one graph per region: A, B+A, B, head)."""
+    before = C.graphs_compiled()
+    _assert_same(*_both(tiny, t, kv_len=32))
+    first = C.graphs_compiled() - before
+    assert first in (0, 4)  # 0: this T was compiled by an earlier test in the process
+    _assert_same(*_both(tiny, t, kv_len=MAX_LEN, start=37, seed=5))
+    assert C.graphs_compiled() - before == first
+    assert not C.fallbacks()
+
+
+def test_graph_runner_passes_compile(tiny):
+    """GraphRunner(compile=True) (capture off, as on CPU) steps through the compiled
+    forward: same logits and acceptance as without."""
+    runners = []
+    for compile in (True, False):
+        cache = tiny.new_cache(MAX_LEN)
+        tiny(torch.arange(1, 31).view(1, 30), cache, 0, logits="none")
+        runners.append(GraphRunner(tiny, cache, MAX_LEN - 64, compile=compile))
+    before = C.graphs_compiled()
+    ids = [3, 9, 27, 81]
+    got, want = (r.step(ids, 30) for r in runners)
+    assert got is not None and runners[0].compile and not runners[1].compile
+    torch.testing.assert_close(got.logits[:4], want.logits[:4], atol=1e-5, rtol=1e-5)
+    assert torch.equal(got.packed, want.packed)
+    assert C.graphs_compiled() - before in (0, 4)  # 0 when T=4 was compiled already
+
+
+@pytest.fixture
+def eager_backend(monkeypatch):
+    """Count graphs without generating code (dynamo's tracing, guards and recompiles are
+    the same as with inductor)."""
+    C.reset()
+    monkeypatch.setattr(C, "BACKEND", "eager")
+    yield
+    C.reset()
+
+
+class Opaque(nn.Module):
+    """A module type stock does not know (as a swapped-in kernel's linear): run eagerly."""
+
+    def __init__(self, inner: nn.Module):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x)
+
+
+class Traceable(Opaque):
+    compile_traceable = True
+
+
+def _graphs_for(model, t: int = 2) -> int:
+    C.reset()
+    _assert_same(*_both(model, t, kv_len=64))
+    return C.graphs_compiled()
+
+
+def test_compiles_do_not_grow_with_layers(eager_backend):
+    two, four = _model(2), _model(4, seed=4)
+    assert _graphs_for(two) == _graphs_for(four) == 4  # one graph per region
+    for model in (two, four):  # an unknown module type: a graph break around it, per region
+        for layer in model.model.layers:
+            layer.self_attn.q_proj = Opaque(layer.self_attn.q_proj)
+            layer.mlp.up_proj = Opaque(layer.mlp.up_proj)
+    broken = _graphs_for(four)
+    assert broken > 4 and _graphs_for(two) == broken
+    assert not C.fallbacks()
+    for layer in four.model.layers:  # one that says it is traceable is traced: no breaks
+        layer.self_attn.q_proj = Traceable(layer.self_attn.q_proj.inner)
+        layer.mlp.up_proj = Traceable(layer.mlp.up_proj.inner)
+    assert _graphs_for(four) == 4
+
+
+def test_fallback_to_eager_is_loud_and_logged_once(eager_backend, monkeypatch, caplog):
+    model = _model(2)
+    monkeypatch.setattr(C, "RECOMPILE_LIMIT", 1)  # T=2 after T=1 exceeds it
+    _assert_same(*_both(model, 1, kv_len=64))
+    assert not C.fallbacks()
+    with caplog.at_level(logging.WARNING, logger="stock.compiled"):
+        for _ in range(2):
+            _assert_same(*_both(model, 2, kv_len=64))
+    assert set(C.fallbacks()) == {"attn_in", "attn_out_mlp_next", "attn_out_mlp", "head"}
+    warned = [r for r in caplog.records if "fell back to eager" in r.getMessage()]
+    assert len(warned) == 4  # once per region, not once per call
+
+
+def test_profiling_runs_eager(eager_backend):
+    model = _model(2)
+    with profiling(Profiler()):
+        _assert_same(*_both(model, 2, kv_len=64))
+    assert C.graphs_compiled() == 0
+
+
+def test_option_and_dispatch(tiny):
+    assert Options()["compile"] is True
+    off = resolve(["compile=false"], env={})
+    assert off["compile"] is False
+    assert C.compile_enabled(Options(), "cuda") and not C.compile_enabled(off, "cuda")
+    assert not C.compile_enabled(Options(), "cpu")  # ignored on CPU
+    eng = Engine(tiny, Options({"compile": True}), max_context=96, static=True)
+    assert not eng.compiled and not eng.runner.compile  # CPU: the eager static forward
+    assert Engine(tiny, max_context=96).runner is None  # CPU default: the dynamic path
