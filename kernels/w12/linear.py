@@ -29,6 +29,10 @@ _CHOICE: dict[tuple, str] = {}   # (row bucket, N, K, view, dtype, device) -> ke
 
 
 class W12Linear(nn.Module):
+    # stock/compiled.py traces modules that declare it: under torch.compile the CUDA forward
+    # is the custom op specpilot_w12::matmul below (dynamo keeps it whole)
+    compile_traceable = True
+
     def __init__(self, t: W12Tensor, bias: torch.Tensor | None = None,
                  dtype: torch.dtype = torch.bfloat16, dense: torch.Tensor | None = None):
         super().__init__()
@@ -43,7 +47,9 @@ class W12Linear(nn.Module):
         self._dense = dense     # the source weight (keep_dense) or the CPU decode
         if self._dense is None and self.hi.device.type != "cuda":
             self._dense = self.decode().to(dtype)
-        self.w12.row_ptr()      # derive it now: never inside a CUDA graph capture
+        # derived now (never inside a CUDA graph capture); a buffer so that it follows .to()
+        # and the compiled forward can pass it without touching the W12Tensor cache
+        self.register_buffer("row_ptr", self.w12.row_ptr(), persistent=False)
 
     @classmethod
     def from_linear(cls, lin: nn.Linear, keep_dense: bool = False) -> "W12Linear":
@@ -57,6 +63,9 @@ class W12Linear(nn.Module):
         if t is None or t.hi.data_ptr() != self.hi.data_ptr() or t.device != self.hi.device:
             t = self._t = W12Tensor(*(getattr(self, n) for n in PLANES),
                                     shape=(self.out_features, self.in_features))
+            rp = getattr(self, "row_ptr", None)  # absent only while __init__ derives it
+            if rp is not None and rp.device == t.device:
+                t._row_ptr = rp
         return t
 
     def decode(self) -> torch.Tensor:
@@ -70,10 +79,9 @@ class W12Linear(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.is_cuda and self.hi.is_cuda:
             if torch.compiler.is_compiling():  # one opaque op for torch.compile (see below)
-                t = self.w12
-                y = torch.ops.specpilot_w12.matmul(x, t.hi, t.lo, t.base, t.exc_idx, t.exc_val,
-                                                   t.row_ptr(), self.in_features, self.view,
-                                                   self.kernel)
+                y = torch.ops.specpilot_w12.matmul(x, self.hi, self.lo, self.base, self.exc_idx,
+                                                   self.exc_val, self.row_ptr,
+                                                   self.in_features, self.view, self.kernel)
             else:
                 y = fused_matmul(self.kernel)(x, self.w12, self.view)
             return y if self.bias is None else y + self.bias.to(y.dtype)
