@@ -26,8 +26,8 @@ Parts (each in its own try, so one failure keeps the rest):
      timing, the compiled graph's logits are checked against the eager static forward (max
      |diff|, relative error, argmax agreement: bf16 rounding may differ). With `both` the
      table shows eager and compiled side by side (ms, x floor, x AR, compiled/eager). With
-     --w12 --w12-compiled, each W12 kernel is timed compiled too (its linears run eagerly
-     between the compiled pieces: graph breaks; compiling takes longer).
+     --w12 --w12-compiled, each W12 kernel is timed compiled too (a W12Linear is one custom
+     op inside the compiled regions, kernels/w12/linear.py).
 
     python bench/gpu_27b.py --out $OUT            # about 60-90 s on an H200 (estimate)
     python bench/gpu_27b.py --out $OUT --w12
@@ -383,7 +383,7 @@ class Bench:
         self.runner.reset()
         self.check(tag)
         self.time_steps(tag)
-        if self.crunner is not None and self.args.w12_compiled:  # W12 linears: graph breaks
+        if self.crunner is not None and self.args.w12_compiled:  # W12 as a custom op
             self.crunner.reset()
             self.part(f"{tag} compiled", lambda: self.compiled(f"{tag}_compiled"))
 

@@ -49,6 +49,9 @@
 #               the shipped weights (2 dev requests a category, GPU 1); tests/gpu (GPU 0)
 #   bash bench/gpu_x2.sh train2w 570        # train2, and GPU 1 after answering: the W12 27B
 #               step (bench/gpu_27b.py --w12) and the w12-weights entry through the controller
+#   bash bench/gpu_x2.sh compile 560        # stock compiled (27B eager vs compiled, bf16 and W12;
+#               tests/gpu; the W12 verdict with both systems compiled). Modes above this one
+#               predate the `compile` option (on by default since): they now compile too
 #   bash bench/gpu_x2.sh w12swap 470        # the swapped GEMV in the shared K order: W12 GPU
 #               tests and the verdict (GPU 0); 27B, kernels and a sweep of M = 4, 16, 64 (GPU 1)
 set -u
@@ -301,6 +304,17 @@ w12reg)  # the M = 4 and 16 candidates under register caps (GPU 1: M = 4, GPU 0:
     TAIL=12 step sweep16 230 python3 bench/gpu_w12_sweep.py --out "$OUT/m16" --ms 16 --shapes e2e \
         --maxnreg 168,128 --workers 8 --budget-s 200
     wait; cat "$LOGDIR/gpu1.txt"
+    ;;
+compile)  # stock's `compile` option (on by default): 27B eager against compiled, bf16 and
+    # W12 (GPU 1); tests/gpu and the w12-weights entry through the controller, both systems
+    # compiled (GPU 0)
+    ( export CUDA_VISIBLE_DEVICES=1
+      TAIL=40 step b27c 330 python3 bench/gpu_27b.py --out "$OUT" --compile both --ts 1,8,16 \
+        --iters 20 --w12 --w12-kernels gemv --w12-compiled ) > "$LOGDIR/gpu1.txt" 2>&1 &
+    step gputests 240 python3 -m pytest -q tests/gpu
+    w12_verdict w12_27b_1gpu 300 0
+    wait; cat "$LOGDIR/gpu1.txt"
+    summary "$OUT"/w12_27b_1gpu.json
     ;;
 w8tab)  # the W8 view tuned on its own: kernel table on GPU 1, W12 GPU tests on GPU 0
     ( export CUDA_VISIBLE_DEVICES=1
