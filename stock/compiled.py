@@ -32,7 +32,9 @@ used. Types stock knows (its Linear, nn.Linear, RMSNorm, and MLP when its linear
 those) are traced; a module of any other type runs eagerly between compiled pieces (a graph
 break, no tracing of its code), and so does an MLP holding one, unless the module sets
 `compile_traceable = True` (say, because its forward is a torch.library custom op that
-dynamo can trace).
+dynamo can trace). A module whose buffers differ in length from layer to layer (W12's
+exception lists) names them in `compile_dynamic_buffers`: their first dimension is then
+dynamic, so one graph per region and T still serves every layer.
 
 Failure is loud, never silent: if compiling a region fails, or dynamo would give up on it
 (its recompile limit, raised here for these functions and turned into an error), the region
@@ -201,6 +203,8 @@ def _dynamo_limits():
             break
     if hasattr(cfg, "suppress_errors"):  # errors reach run_region (and dynamo asserts that
         patch["suppress_errors"] = False  # it is off together with fail_on_..._limit_hit)
+    if hasattr(cfg, "force_parameter_static_shapes"):  # honour _mark_dynamic_buffers' marks
+        patch["force_parameter_static_shapes"] = False  # (unmarked tensors stay static)
     return cfg.patch(patch) if patch else nullcontext()
 
 
@@ -217,6 +221,18 @@ def run_region(name: str, *args):
         log.warning("stock.compiled: region %s fell back to eager for the rest of this "
                     "process: %s", name, _fallbacks[name])
         return REGIONS[name](*args)
+
+
+def _mark_dynamic_buffers(model) -> None:
+    """Buffers a module names in `compile_dynamic_buffers` get a dynamic first dimension, so
+    that one graph per region and T still serves every layer when their lengths differ from
+    layer to layer (W12's exception lists, kernels/w12/linear.py). Marks live on the tensor
+    objects; this runs in the compiled forward, which only warm-ups and captures call."""
+    for mod in model.modules():
+        for name in getattr(mod, "compile_dynamic_buffers", ()):
+            buf = getattr(mod, name)
+            if buf.dim() and buf.shape[0] > 1:  # 0 and 1 are specialised by dynamo anyway
+                torch._dynamo.maybe_mark_dynamic(buf, 0)
 
 
 def step_prologue(model, ids, positions, kv_len: int):
@@ -245,6 +261,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
         return cache.k[layer.self_attn.layer], cache.v[layer.self_attn.layer]
 
     with _dynamo_limits():
+        _mark_dynamic_buffers(model)
         first = layers[0]
         qg = run_region("attn_in", x, first.input_layernorm, first.self_attn, cos, sin,
                         positions, *buffers(first))

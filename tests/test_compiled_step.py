@@ -177,3 +177,33 @@ def test_option_and_dispatch(tiny):
     eng = Engine(tiny, Options({"compile": True}), max_context=96, static=True)
     assert not eng.compiled and not eng.runner.compile  # CPU: the eager static forward
     assert Engine(tiny, max_context=96).runner is None  # CPU default: the dynamic path
+
+
+class PerLayerBuffer(Traceable):
+    """A traceable module with a buffer whose length differs from layer to layer (as W12's
+    exception lists): zeros, so the outputs do not change."""
+
+    def __init__(self, inner: nn.Module, n: int):
+        super().__init__(inner)
+        self.register_buffer("extra", torch.zeros(n))
+
+    def forward(self, x):
+        return self.inner(x) + self.extra.sum()
+
+
+class DynamicPerLayerBuffer(PerLayerBuffer):
+    compile_dynamic_buffers = ("extra",)
+
+
+def test_buffers_declared_dynamic_do_not_recompile_per_layer(eager_backend):
+    four = _model(4, seed=5)
+    for cls, want in ((PerLayerBuffer, None), (DynamicPerLayerBuffer, 4)):
+        for i, layer in enumerate(four.model.layers):
+            inner = getattr(layer.self_attn.q_proj, "inner", layer.self_attn.q_proj)
+            layer.self_attn.q_proj = cls(inner, 3 + 2 * i)
+        graphs = _graphs_for(four)
+        if want is None:
+            assert graphs > 4  # a static length: one graph per layer length
+        else:
+            assert graphs == want
+    assert not C.fallbacks()

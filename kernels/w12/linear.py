@@ -32,6 +32,9 @@ class W12Linear(nn.Module):
     # stock/compiled.py traces modules that declare it: under torch.compile the CUDA forward
     # is the custom op specpilot_w12::matmul below (dynamo keeps it whole)
     compile_traceable = True
+    # their lengths differ from layer to layer: dynamic in the compiled graphs, so that one
+    # graph serves every layer (stock/compiled.py, _mark_dynamic_buffers)
+    compile_dynamic_buffers = ("exc_idx", "exc_val")
 
     def __init__(self, t: W12Tensor, bias: torch.Tensor | None = None,
                  dtype: torch.dtype = torch.bfloat16, dense: torch.Tensor | None = None):
