@@ -52,6 +52,7 @@
 #   bash bench/gpu_x2.sh compile 560        # stock compiled (27B eager vs compiled, bf16 and W12;
 #               tests/gpu; the W12 verdict with both systems compiled). Modes above this one
 #               predate the `compile` option (on by default since): they now compile too
+#   bash bench/gpu_x2.sh compile2 330       # `compile` again after the W12 dynamic buffers
 #   bash bench/gpu_x2.sh w12swap 470        # the swapped GEMV in the shared K order: W12 GPU
 #               tests and the verdict (GPU 0); 27B, kernels and a sweep of M = 4, 16, 64 (GPU 1)
 set -u
@@ -313,6 +314,15 @@ compile)  # stock's `compile` option (on by default): 27B eager against compiled
         --iters 20 --w12 --w12-kernels gemv --w12-compiled ) > "$LOGDIR/gpu1.txt" 2>&1 &
     step gputests 240 python3 -m pytest -q tests/gpu
     w12_verdict w12_27b_1gpu 300 0
+    wait; cat "$LOGDIR/gpu1.txt"
+    summary "$OUT"/w12_27b_1gpu.json
+    ;;
+compile2)  # after the W12 exception lists became dynamic: 27B eager against compiled, bf16
+    # and W12 (GPU 1); the W12 verdict, both systems compiled (GPU 0)
+    ( export CUDA_VISIBLE_DEVICES=1
+      TAIL=30 step b27c 240 python3 bench/gpu_27b.py --out "$OUT" --compile both --ts 1,8,16 \
+        --iters 20 --w12 --w12-kernels gemv --w12-compiled ) > "$LOGDIR/gpu1.txt" 2>&1 &
+    w12_verdict w12_27b_1gpu 270 0
     wait; cat "$LOGDIR/gpu1.txt"
     summary "$OUT"/w12_27b_1gpu.json
     ;;
