@@ -24,10 +24,14 @@ slow). Designed for M <= 16 (decode and short verify), with a tensor-core path f
   accumulation, BLOCK_M >= 16. Without `swap`, two tl.dot per chunk (even and odd k), x
   first. With `swap` the decoded weight tile is the first operand and x^T the second (acc is
   y^T [BLOCK_N, BLOCK_M]): on the H200 the best swapped configuration ran 1.16-3.4x faster
-  than the earlier candidates at M = 4 and 16 on 27B-class shapes (bench/NOTES.md). It is
-  one dot per chunk over K in a permuted order shared by both operands (`_swap_k`), chosen
-  so that each decoded word (two bf16 weights, the low 16 bits of the assembled word
-  truncated and reinterpreted) already is a register of the tensor-core operand.
+  than the earlier candidates at M = 4 and 16 on 27B-class shapes (bench/NOTES.md). The
+  decoded bf16 weights are the halves of the assembled word, truncated and reinterpreted.
+  With `shared_k` as well, one dot per chunk over K in a permuted order shared by both
+  operands (`_swap_k`), so that each decoded word already is a register of the tensor-core
+  operand: fewer instructions, but on the H200 slower at M <= 16 (the tile is
+  latency-bound: Nsight Compute, bench/NOTES.md) and faster at M = 64 on wide shapes, so
+  only the 17..64 bucket lists it. `maxnreg` caps registers a thread (a sweep knob; no
+  shipped candidate uses it).
 - Exceptions exactly, as in the first kernel: the planes give w0 = 2**(b-127) at an
   exception's slot, and the program owning split 0 of a tile adds x[:, k] * w_exc -
   x[:, k] * w0 for each exception of its rows, by selects (never a multiply by 0); the
@@ -196,8 +200,8 @@ def _swap_k(t, OTHER: tl.constexpr, HALF: tl.constexpr, K_FIRST: tl.constexpr):
     pair p = 4c + 2s + h goes to position 8s + 4h + c: a thread of the tensor-core operand
     layout holds pairs c, c+4, c+8, c+12 of a group, which are then the four pairs it loaded
     next to each other. Any order gives the same sum when both operands share it; this one
-    lets the compiler keep the decoded words in place (bench/w12_sass.py: 6.5 -> 5.1 SASS
-    instructions a weight at M = 16)."""
+    lets the compiler keep the decoded words in place (6.5 -> 5.0 SASS instructions a
+    weight at M = 16 under Triton 3.6, bench/NOTES.md)."""
     if K_FIRST:
         t = t.reshape(HALF // 16, 4, 2, 2, 2, OTHER).permute(0, 2, 3, 1, 4, 5)
         return t.reshape(2 * HALF, OTHER)
