@@ -98,6 +98,16 @@ def run_bench(system: System, requests: list[Request], modes: list[str], max_new
               progress: Callable[[str], None] = lambda _: None) -> BenchReport:
     results = {m: ModeResult(mode=m) for m in modes}
     hf = _hf_runner(system) if "hf" in modes else None
+    if system.engine.uses_graphs:
+        # untimed first: a step's first use of a shape captures a CUDA graph and, with stock's
+        # `compile` option, its first use of a T compiles the layers (seconds a T)
+        for req in requests:
+            prompt = system.tokenizer.chat(req.prompt)
+            for mode in modes:
+                if mode != "hf":
+                    progress(f"warm-up {req.id} {mode}")
+                    system.engine.generate(prompt, min(max_new, req.max_new_tokens),
+                                           system.drafter(None if mode == "ar" else mode))
     for req in requests:
         prompt = system.tokenizer.chat(req.prompt)
         n = min(max_new, req.max_new_tokens)
