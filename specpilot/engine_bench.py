@@ -98,6 +98,9 @@ def run_bench(system: System, requests: list[Request], modes: list[str], max_new
               progress: Callable[[str], None] = lambda _: None) -> BenchReport:
     results = {m: ModeResult(mode=m) for m in modes}
     hf = _hf_runner(system) if "hf" in modes else None
+    def generate(prompt, n, mode):
+        return system.engine.generate(prompt, n, system.drafter(None if mode == "ar" else mode))
+
     if system.engine.uses_graphs:
         # untimed first: a step's first use of a shape captures a CUDA graph and, with stock's
         # `compile` option, its first use of a T compiles the layers (seconds a T)
@@ -106,8 +109,7 @@ def run_bench(system: System, requests: list[Request], modes: list[str], max_new
             for mode in modes:
                 if mode != "hf":
                     progress(f"warm-up {req.id} {mode}")
-                    system.engine.generate(prompt, min(max_new, req.max_new_tokens),
-                                           system.drafter(None if mode == "ar" else mode))
+                    generate(prompt, min(max_new, req.max_new_tokens), mode)
     for req in requests:
         prompt = system.tokenizer.chat(req.prompt)
         n = min(max_new, req.max_new_tokens)
@@ -118,7 +120,7 @@ def run_bench(system: System, requests: list[Request], modes: list[str], max_new
             if mode == "hf":
                 tokens, secs = hf(prompt, n)
             else:
-                res = system.engine.generate(prompt, n, system.drafter(None if mode == "ar" else mode))
+                res = generate(prompt, n, mode)
                 tokens, secs = res.tokens, res.prefill_s + res.decode_s
                 r.steps += res.steps
                 r.accepted += sum(res.accepted)
