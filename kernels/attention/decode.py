@@ -1,0 +1,159 @@
+"""Split-KV attention over the static cache for a step's few query rows (flash decoding).
+
+A decode or verify step of a large target has few query rows per K/V head (R = G * T: 8 at
+T = 1 for 64 query / 8 K/V heads) and a cache of hundreds to thousands of slots. A fused
+attention kernel that gives each (head, query tile) one program runs 8 programs on a
+132-multiprocessor GPU, each walking the whole cache. Here the cache is cut into chunks:
+
+1. `_partial`: one program per (batch x K/V head, row block, chunk) computes, for its rows
+   and its chunk's keys, the running max m, the softmax denominator l and the unnormalised
+   output acc (online softmax, fp32, `tl.dot` on the tensor cores);
+2. `_combine`: one program per (batch x K/V head, row block) rescales the chunks' partials
+   to their common max and divides: out = sum_c e^(m_c - m) acc_c / sum_c e^(m_c - m) l_c.
+
+The mask is the static step's (see reference.py): row r sees key j iff j <= positions[r % T]
+and j < kv_len, read from `positions` on the device, so one launch serves every step of a
+CUDA graph slot. A chunk whose keys are all hidden from a row leaves m = -1e30, l = 0 there
+and weighs nothing in the combine (every row sees key 0, so some chunk has weight 1).
+
+The result matches `reference_attention` to bf16 rounding (probabilities are rounded to the
+value dtype before the second product, as fused attention kernels do).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_N = 64  # keys per inner step
+MAX_BLOCK_R = 64  # query rows per program
+NEG = -1.0e30  # "minus infinity" that keeps exp() and max() free of NaN
+
+
+@triton.jit
+def _partial(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
+             R, T, HKV, kv_len, chunk, scale,
+             sq_b, sq_h, sq_r, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s,
+             D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
+    bh = tl.program_id(0)
+    rb = tl.program_id(1)
+    c = tl.program_id(2)
+    splits = tl.num_programs(2)
+    b = bh // HKV
+    h = bh % HKV
+    rows = rb * BLOCK_R + tl.arange(0, BLOCK_R)
+    rmask = rows < R
+    pos = tl.load(pos_ptr + rows % T, mask=rmask, other=-1)
+    d = tl.arange(0, D)
+    q = tl.load(q_ptr + b * sq_b + h * sq_h + rows[:, None] * sq_r + d[None, :],
+                mask=rmask[:, None], other=0.0)
+    m_i = tl.full([BLOCK_R], NEG, tl.float32)
+    l_i = tl.zeros([BLOCK_R], tl.float32)
+    acc = tl.zeros([BLOCK_R, D], tl.float32)
+    lo = c * chunk
+    hi = tl.minimum(lo + chunk, kv_len)
+    k_base = k_ptr + b * sk_b + h * sk_h
+    v_base = v_ptr + b * sv_b + h * sv_h
+    for n0 in range(lo, hi, BLOCK_N):
+        keys = n0 + tl.arange(0, BLOCK_N)
+        kmask = keys < hi
+        k = tl.load(k_base + keys[None, :] * sk_s + d[:, None], mask=kmask[None, :], other=0.0)
+        s = tl.dot(q, k) * scale  # [BLOCK_R, BLOCK_N] fp32
+        vis = (keys[None, :] <= pos[:, None]) & kmask[None, :]
+        s = tl.where(vis, s, NEG)
+        m_new = tl.maximum(m_i, tl.max(s, 1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.where(vis, tl.exp(s - m_new[:, None]), 0.0)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        v = tl.load(v_base + keys[:, None] * sv_s + d[None, :], mask=kmask[:, None], other=0.0)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+        m_i = m_new
+    part = bh * splits + c
+    tl.store(m_ptr + part * R + rows, m_i, mask=rmask)
+    tl.store(l_ptr + part * R + rows, l_i, mask=rmask)
+    tl.store(acc_ptr + (part * R + rows[:, None]) * D + d[None, :], acc, mask=rmask[:, None])
+
+
+@triton.jit
+def _combine(m_ptr, l_ptr, acc_ptr, o_ptr, R, HKV, splits, so_b, so_h, so_r,
+             D: tl.constexpr, BLOCK_R: tl.constexpr):
+    bh = tl.program_id(0)
+    rb = tl.program_id(1)
+    rows = rb * BLOCK_R + tl.arange(0, BLOCK_R)
+    rmask = rows < R
+    d = tl.arange(0, D)
+    m = tl.full([BLOCK_R], NEG, tl.float32)
+    for c in range(0, splits):
+        m = tl.maximum(m, tl.load(m_ptr + (bh * splits + c) * R + rows, mask=rmask, other=NEG))
+    den = tl.zeros([BLOCK_R], tl.float32)
+    out = tl.zeros([BLOCK_R, D], tl.float32)
+    for c in range(0, splits):
+        part = bh * splits + c
+        w = tl.exp(tl.load(m_ptr + part * R + rows, mask=rmask, other=NEG) - m)
+        den += w * tl.load(l_ptr + part * R + rows, mask=rmask, other=0.0)
+        acc = tl.load(acc_ptr + (part * R + rows[:, None]) * D + d[None, :],
+                      mask=rmask[:, None], other=0.0)
+        out += w[:, None] * acc
+    out = out / tl.where(den > 0, den, 1.0)[:, None]
+    b = bh // HKV
+    h = bh % HKV
+    tl.store(o_ptr + b * so_b + h * so_h + rows[:, None] * so_r + d[None, :],
+             out.to(o_ptr.dtype.element_ty), mask=rmask[:, None])
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 8
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def plan(batch_heads: int, rows: int, kv_len: int, sms: int) -> tuple[int, int, int]:
+    """(rows per program, keys per chunk, chunks): about two programs per multiprocessor,
+    chunks a multiple of BLOCK_N keys, none empty."""
+    block_r = max(16, min(MAX_BLOCK_R, triton.next_power_of_2(rows)))
+    base = batch_heads * triton.cdiv(rows, block_r)
+    blocks = triton.cdiv(kv_len, BLOCK_N)
+    want = max(1, min(blocks, triton.cdiv(2 * sms, base)))
+    chunk = triton.cdiv(blocks, want) * BLOCK_N
+    return block_r, chunk, triton.cdiv(kv_len, chunk)
+
+
+def supported(q: torch.Tensor) -> bool:
+    """Head dims the kernel takes (a power of two, 16..256)."""
+    d = q.shape[-1]
+    return 16 <= d <= 256 and d & (d - 1) == 0
+
+
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     positions: torch.Tensor, kv_len: int) -> torch.Tensor:
+    """Attention of the step's rows q [B, Hkv, R, D] over cache slots [0, kv_len) of k, v
+    [B, Hkv, S, D] (last dim contiguous) with the static step's mask (module docstring);
+    returns [B, Hkv, R, D] in q's dtype."""
+    bsz, hkv, rows, dim = q.shape
+    t = positions.numel()
+    if k.shape[:2] != (bsz, hkv) or v.shape[:2] != (bsz, hkv) or k.shape[-1] != dim:
+        raise ValueError(f"q {tuple(q.shape)} and cache {tuple(k.shape)} / {tuple(v.shape)} "
+                         "disagree")
+    if not supported(q) or rows % t or not 0 < kv_len <= k.shape[2]:
+        raise ValueError(f"unsupported step: q {tuple(q.shape)}, {t} positions, kv_len "
+                         f"{kv_len} of {k.shape[2]} slots")
+    if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:
+        raise ValueError("q, k and v need a contiguous last dimension")
+    block_r, chunk, splits = plan(bsz * hkv, rows, kv_len, _num_sms(q.device))
+    row_blocks = triton.cdiv(rows, block_r)
+    f32 = dict(device=q.device, dtype=torch.float32)
+    m = torch.empty(bsz * hkv * splits * rows, **f32)
+    l_ = torch.empty_like(m)
+    acc = torch.empty(bsz * hkv * splits * rows * dim, **f32)
+    out = torch.empty(bsz, hkv, rows, dim, device=q.device, dtype=q.dtype)
+    _partial[(bsz * hkv, row_blocks, splits)](
+        q, k, v, positions, m, l_, acc, rows, t, hkv, kv_len, chunk, 1.0 / math.sqrt(dim),
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), D=dim, BLOCK_R=block_r, BLOCK_N=BLOCK_N)
+    _combine[(bsz * hkv, row_blocks)](
+        m, l_, acc, out, rows, hkv, splits, out.stride(0), out.stride(1), out.stride(2),
+        D=dim, BLOCK_R=block_r)
+    return out
