@@ -28,6 +28,10 @@ Parts (each in its own try, so one failure keeps the rest):
      table shows eager and compiled side by side (ms, x floor, x AR, compiled/eager). With
      --w12 --w12-compiled, each W12 kernel is timed compiled too (a W12Linear is one custom
      op inside the compiled regions, kernels/w12/linear.py).
+  9. --variants attn,fused_attn,fused: the compiled step again with stock's fast-path
+     options (attention_kernel=triton: kernels/attention's split-KV kernel; fuse_projections:
+     q/k/v and gate/up as one GEMM each, stock/fused.py), each compiled, checked and timed,
+     in a table beside the base compiled step (SDPA, separate projections).
 
     python bench/gpu_27b.py --out $OUT            # about 60-90 s on an H200 (estimate)
     python bench/gpu_27b.py --out $OUT --w12
@@ -332,6 +336,47 @@ class Bench:
         self.time_steps(tag, self.crunner)
         return True
 
+    def variant(self, tag: str, fuse: bool, attention: str):
+        """The compiled step again with stock's fast-path options: `fuse` (option
+        fuse_projections: stock/fused.py, fused in place, so later variants stay fused) and
+        `attention` (option attention_kernel), with new runners; compiled, checked, timed."""
+        from stock.fused import fuse_projections
+
+        if fuse:
+            log(f"[{tag}] fused {fuse_projections(self.model)} projection groups")
+        for r in (self.crunner, self.ceager):
+            if r is not None:
+                r.reset()
+        empty_cache()
+        ctx = self.args.context
+        self.crunner = GraphRunner(self.model, self.cache, ctx + 64, capture=DEV == "cuda",
+                                   compile=True, attention=attention)
+        self.ceager = GraphRunner(self.model, self.cache, ctx + 64, capture=False,
+                                  compile=True, attention=attention)
+        self.report.setdefault("variants", {})[tag] = {"fuse": fuse, "attention": attention}
+        return self.compiled(tag)
+
+    def variants_table(self):
+        tim = self.report.get("timings", {})
+        base = tim.get("bf16_compiled", {})
+        floor = self.report.get("floor_ms")
+        tags = list(self.report.get("variants", {}))
+        if not base or not tags:
+            return
+        print("\ncompiled variants (median ms; x floor; base / variant, base = compiled with "
+              "SDPA and separate projections)")
+        print(f"{'T':>4}{'base':>10}" + "".join(f"{t:>22}" for t in tags))
+        for t in self.args.ts:
+            b = base.get(f"graph_T{t}", {}).get("median_ms")
+            if b is None:
+                continue
+            line = f"{t:>4}{b:>10.3f}"
+            for tag in tags:
+                v = tim.get(tag, {}).get(f"graph_T{t}", {}).get("median_ms")
+                line += (f"{v:>9.3f} {v / floor:>5.3f}x {b / v:>5.3f}" if v and floor
+                         else f"{'-':>22}")
+            print(line)
+
     def w12(self, kernel: str = "gemm"):
         import kernels.w12.linear as w12
 
@@ -557,6 +602,10 @@ def _f(x) -> str:
     return "" if x is None else f"{x:.3f}"
 
 
+# --variants: name -> (fuse_projections, attention_kernel)
+VARIANTS = {"attn": (False, "triton"), "fused_attn": (True, "triton"), "fused": (True, "sdpa")}
+
+
 def _jsonable(obj):
     try:
         json.dumps(obj)
@@ -583,6 +632,10 @@ def main() -> None:
                          "side by side")
     ap.add_argument("--w12-compiled", action="store_true",
                     help="with --w12 and --compile on|both: time each W12 kernel compiled too")
+    ap.add_argument("--variants", default="",
+                    help="with --compile on|both: compiled variants to time after the base, in "
+                         f"order ({', '.join(VARIANTS)}); fusing is in place, so variants "
+                         "after a fused one stay fused")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="run the script's logic on CPU in fp32 (use a tiny --preset)")
@@ -606,6 +659,9 @@ def main() -> None:
             b.part("time bf16", lambda: b.time_steps("bf16"))
         if args.compile != "off":
             b.part("compiled bf16", lambda: b.compiled("bf16_compiled"))
+        for v in [v for v in args.variants.split(",") if v and args.compile != "off"]:
+            fuse, attention = VARIANTS[v]
+            b.part(f"variant {v}", lambda v=v, f=fuse, a=attention: b.variant(v, f, a))
         if args.profile:
             for t in (1, 16):
                 b.part(f"profile bf16 T={t}", lambda t=t: b.profile(f"bf16_T{t}", t))
@@ -621,6 +677,7 @@ def main() -> None:
                     b.part(f"profile w12 T={t}",
                            lambda t=t: b.profile(f"w12_{kernels[-1]}_T{t}", t))
     b.table()
+    b.variants_table()
     _write(b)
 
 

@@ -53,8 +53,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from stock.cache import KVCache
+from stock.fused import fused_gate_up, fused_qkv
 from stock.layers import MLP, RMSNorm, apply_rope
-from stock.linear import Linear
+from stock.linear import Linear, linear
 
 log = logging.getLogger("stock.compiled")
 
@@ -117,13 +118,32 @@ def _call(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 # -- the regions (plain functions: also the eager fallback) --------------------------------
-def attn_in(x, ln, attn, cos, sin, positions, k_buf, v_buf):
-    """Region A: x [B, T, H] -> queries [B, Hkv, G*T, D]; writes K/V at `positions`."""
+def _qkv(attn, hx, qkv):
+    """q, k, v [B, T, heads, D]: three projections, or one GEMM by the fused matrix."""
+    b, t, _ = hx.shape
+    if qkv is None:
+        q, k, v = _call(attn.q_proj, hx), _call(attn.k_proj, hx), _call(attn.v_proj, hx)
+    else:
+        q, k, v = linear(hx, qkv).split([attn.h * attn.d, attn.hkv * attn.d,
+                                         attn.hkv * attn.d], dim=-1)
+    return (q.reshape(b, t, attn.h, attn.d), k.reshape(b, t, attn.hkv, attn.d),
+            v.reshape(b, t, attn.hkv, attn.d))
+
+
+def _mlp(mlp, x, gate_up):
+    """The MLP: its module, or gate/up as one GEMM by the fused matrix."""
+    if gate_up is None:
+        return _call(mlp, x)
+    g, u = linear(x, gate_up).split([mlp.gate_proj.out_features, mlp.up_proj.out_features],
+                                    dim=-1)
+    return _call(mlp.down_proj, F.silu(g) * u)
+
+
+def attn_in(x, ln, attn, cos, sin, positions, k_buf, v_buf, qkv=None):
+    """Region A: x [B, T, H] -> queries [B, Hkv, G*T, D]; writes K/V at `positions`.
+    `qkv`: the layer's fused q/k/v matrix (stock/fused.py) or None."""
     b, t, _ = x.shape
-    hx = _call(ln, x)
-    q = _call(attn.q_proj, hx).view(b, t, attn.h, attn.d)
-    k = _call(attn.k_proj, hx).view(b, t, attn.hkv, attn.d)
-    v = _call(attn.v_proj, hx).view(b, t, attn.hkv, attn.d)
+    q, k, v = _qkv(attn, _call(ln, x), qkv)
     if attn.qk_norm:
         q, k = _call(attn.q_norm, q), _call(attn.k_norm, k)
     q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
@@ -133,20 +153,21 @@ def attn_in(x, ln, attn, cos, sin, positions, k_buf, v_buf):
     return q.reshape(b, attn.hkv, (attn.h // attn.hkv) * t, attn.d)
 
 
-def attn_out_mlp(x, out, attn, ln, mlp):
-    """Region B: attention output [B, Hkv, G*T, D] -> the layer's output x [B, T, H]."""
+def attn_out_mlp(x, out, attn, ln, mlp, gate_up=None):
+    """Region B: attention output [B, Hkv, G*T, D] -> the layer's output x [B, T, H].
+    `gate_up`: the layer's fused gate/up matrix (stock/fused.py) or None."""
     b, t, _ = x.shape
     out = out.view(b, attn.h, t, attn.d).transpose(1, 2).reshape(b, t, attn.h * attn.d)
     x = x + _call(attn.o_proj, out)
-    return x + _call(mlp, _call(ln, x))
+    return x + _mlp(mlp, _call(ln, x), gate_up)
 
 
 def attn_out_mlp_next(x, out, attn, ln, mlp, next_ln, next_attn, cos, sin, positions,
-                      k_buf, v_buf):
+                      k_buf, v_buf, gate_up=None, next_qkv=None):
     """Region B of one layer and region A of the next in one graph, so the residual add
     fuses with the next input norm: (the layer's output x, the next layer's queries)."""
-    x = attn_out_mlp(x, out, attn, ln, mlp)
-    return x, attn_in(x, next_ln, next_attn, cos, sin, positions, k_buf, v_buf)
+    x = attn_out_mlp(x, out, attn, ln, mlp, gate_up)
+    return x, attn_in(x, next_ln, next_attn, cos, sin, positions, k_buf, v_buf, next_qkv)
 
 
 def head(x, norm, lm_head):
@@ -235,8 +256,9 @@ def _mark_dynamic_buffers(model) -> None:
                 torch._dynamo.maybe_mark_dynamic(buf, 0)
 
 
-def step_prologue(model, ids, positions, kv_len: int):
-    """RoPE rows, the grouped mask [1, 1, G*T, kv_len] and the embeddings (eager, per step)."""
+def step_prologue(model, ids, positions, kv_len: int, mask: bool = True):
+    """RoPE rows, the grouped mask [1, 1, G*T, kv_len] (None without `mask`) and the
+    embeddings (eager, per step)."""
     from stock.static_step import step_mask
 
     t = ids.shape[1]
@@ -244,40 +266,64 @@ def step_prologue(model, ids, positions, kv_len: int):
     cos = model.cos[rope_pos].view(1, 1, t, -1)
     sin = model.sin[rope_pos].view(1, 1, t, -1)
     g = model.cfg.num_heads // model.cfg.num_kv_heads
-    mask_g = step_mask(positions, kv_len, model.dtype).repeat(g, 1).view(1, 1, g * t, kv_len)
+    mask_g = (step_mask(positions, kv_len, model.dtype).repeat(g, 1).view(1, 1, g * t, kv_len)
+              if mask else None)
     return cos, sin, mask_g, model.model.embed_tokens(ids)
 
 
+def uses_kernel(attention: str, device: torch.device, head_dim: int) -> bool:
+    """Whether `attention` ("triton" or "sdpa") runs kernels/attention's split-KV kernel: on
+    CUDA, for the head dims it takes; SDPA otherwise."""
+    if attention not in ("triton", "sdpa"):
+        raise ValueError(f"attention must be 'triton' or 'sdpa', not {attention!r}")
+    if attention == "sdpa" or device.type != "cuda":
+        return False
+    from kernels.attention import supported
+
+    return supported(head_dim)
+
+
 def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, kv_len: int,
-            hidden_layers: tuple[int, ...] = (), logits: bool = True):
-    """static_forward's contract (see stock/static_step.py), through the compiled regions."""
+            hidden_layers: tuple[int, ...] = (), logits: bool = True, attention: str = "sdpa"):
+    """static_forward's contract (see stock/static_step.py), through the compiled regions.
+    `attention`: "triton" runs the eager attention between the regions through
+    kernels/attention's split-KV kernel where `uses_kernel` says so, "sdpa" through
+    F.scaled_dot_product_attention with the step's mask."""
     from stock.model import Output
 
-    cos, sin, mask_g, x = step_prologue(model, ids, positions, kv_len)
     layers = list(model.model.layers)
+    kernel = uses_kernel(attention, ids.device, layers[0].self_attn.d)
+    cos, sin, mask_g, x = step_prologue(model, ids, positions, kv_len, mask=not kernel)
     hidden = {}
 
     def buffers(layer):
         return cache.k[layer.self_attn.layer], cache.v[layer.self_attn.layer]
 
+    def attend(qg, k_buf, v_buf):
+        if kernel:
+            from kernels.attention import decode_attention
+
+            return decode_attention(qg, k_buf, v_buf, positions, kv_len)
+        return F.scaled_dot_product_attention(qg, k_buf[:, :, :kv_len], v_buf[:, :, :kv_len],
+                                              attn_mask=mask_g)
+
     with _dynamo_limits():
         _mark_dynamic_buffers(model)
         first = layers[0]
         qg = run_region("attn_in", x, first.input_layernorm, first.self_attn, cos, sin,
-                        positions, *buffers(first))
+                        positions, *buffers(first), fused_qkv(first.self_attn))
         for i, layer in enumerate(layers):
-            k_buf, v_buf = buffers(layer)
-            out = F.scaled_dot_product_attention(qg, k_buf[:, :, :kv_len],
-                                                 v_buf[:, :, :kv_len], attn_mask=mask_g)
+            out = attend(qg, *buffers(layer))
+            gate_up = fused_gate_up(layer.mlp)
             if i + 1 < len(layers):
                 nxt = layers[i + 1]
                 x, qg = run_region("attn_out_mlp_next", x, out, layer.self_attn,
                                    layer.post_attention_layernorm, layer.mlp,
                                    nxt.input_layernorm, nxt.self_attn, cos, sin, positions,
-                                   *buffers(nxt))
+                                   *buffers(nxt), gate_up, fused_qkv(nxt.self_attn))
             else:
                 x = run_region("attn_out_mlp", x, out, layer.self_attn,
-                               layer.post_attention_layernorm, layer.mlp)
+                               layer.post_attention_layernorm, layer.mlp, gate_up)
             if i in hidden_layers:
                 hidden[i] = x
         if not logits:

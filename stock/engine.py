@@ -13,7 +13,9 @@ runs the static forward eagerly on any device (CPU tests of the graph path's log
 profiler is active the static forward runs eagerly too: a graph hides its kernels from the
 profile's regions. On CUDA the option `compile` (on by default, ignored on CPU) runs the
 static forward's layers through torch.compile'd regions (stock/compiled.py), which fuse the
-elementwise work between the GEMMs; they are compiled in each graph slot's warm-up.
+elementwise work between the GEMMs; they are compiled in each graph slot's warm-up. With it,
+`fuse_projections` (on) makes q/k/v and gate/up one GEMM each (stock/fused.py) and
+`attention_kernel` (triton) runs attention through kernels/attention's split-KV kernel.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import torch
 
 from stock.cache import ContextOverflow, KVCache
 from stock.compiled import compile_enabled
+from stock.fused import fuse_projections
 from stock.errors import StockError
 from stock.drafters.base import DraftContext, DraftLattice, Drafter
 from stock.graphs import BUCKETS, GraphRunner
@@ -94,6 +97,9 @@ class Engine:
             static = model.device.type == "cuda" and self.options["cuda_graphs"]
         self._static, self._capture = static, capture
         self.compiled = compile_enabled(self.options, model.device)  # False off CUDA
+        self.attention = self.options["attention_kernel"] if self.compiled else "sdpa"
+        if self.compiled and self.options["fuse_projections"]:
+            fuse_projections(model)  # views: the modules and their outputs are unchanged
         self.runner: GraphRunner | None = None
         # the static path pads steps to a bucket: the largest bucket as slack, rounded up to
         # 64 slots (aligned rows for the attention kernels)
@@ -112,7 +118,7 @@ class Engine:
         self._cache = cache
         fits = cache.max_len >= self.max_context + BUCKETS[-1]
         self.runner = (GraphRunner(self.model, cache, self.max_context, capture=self._capture,
-                                   compile=self.compiled)
+                                   compile=self.compiled, attention=self.attention)
                        if self._static and fits else None)
         self._eager_runner: GraphRunner | None = None
 

@@ -141,6 +141,12 @@ register("cuda_graphs", bool, True, "verification steps replayed from CUDA graph
          "shapes, drafts padded to a bucket); used on CUDA only, ignored on CPU")
 register("compile", bool, True, "static steps compiled with torch.compile (inductor) so "
          "elementwise work fuses; used on CUDA only, ignored on CPU")
+register("fuse_projections", bool, True, "q/k/v and gate/up weights stored as one matrix "
+         "each (stock/fused.py) so compiled static steps run one GEMM per group; used with "
+         "compile on CUDA only")
+register("attention_kernel", str, "triton", "attention of compiled static steps: the "
+         "split-KV Triton kernel (kernels/attention) or SDPA with the step's mask; used with "
+         "compile on CUDA only", choices=("triton", "sdpa"))
 register("draft_len", int, 8, "draft tokens proposed per verification step")
 register("lattice_topk", int, 4, "tokens kept per draft position in the lattice")
 register("ngram_max", int, 4, "longest n-gram the prompt-lookup drafter matches")

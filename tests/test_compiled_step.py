@@ -12,11 +12,12 @@ import torch
 from torch import nn
 
 from stock import compiled as C
+from stock import fused as F_
 from stock.config import PRESETS
 from stock.engine import Engine
 from stock.graphs import GraphRunner
 from stock.model import Transformer
-from stock.options import Options, resolve
+from stock.options import OptionError, Options, resolve
 from stock.profile import Profiler, profiling
 from stock.static_step import static_forward
 
@@ -208,3 +209,84 @@ def test_buffers_declared_dynamic_do_not_recompile_per_layer(eager_backend):
         else:
             assert graphs == want
     assert not C.fallbacks()
+
+
+def test_fused_projections_keep_the_modules_and_their_outputs():
+    """fuse_projections: each module's weight becomes a view of one matrix per group (no
+    byte duplicated), the state dict and the dynamic forward's logits are unchanged bit for
+    bit, fusing twice does nothing, and a group with a replaced module or a bias is not
+    (or no longer) fused."""
+    model = _model(2, seed=11)
+    ids = torch.arange(5, 25).view(1, 20)
+    before_sd = {k: v.clone() for k, v in model.state_dict().items()}
+    want = model(ids, model.new_cache(64), 0).logits
+    assert F_.fuse_projections(model) == 4 and F_.fuse_projections(model) == 0
+    got = model(ids, model.new_cache(64), 0).logits
+    assert torch.equal(got, want)
+    after_sd = model.state_dict()
+    assert after_sd.keys() == before_sd.keys()
+    assert all(torch.equal(after_sd[k], v) for k, v in before_sd.items())
+    attn, mlp = model.model.layers[0].self_attn, model.model.layers[0].mlp
+    qkv, gate_up = F_.fused_qkv(attn), F_.fused_gate_up(mlp)
+    assert qkv.shape == (attn.h * attn.d + 2 * attn.hkv * attn.d, model.cfg.hidden_size)
+    assert gate_up.shape == (2 * model.cfg.intermediate_size, model.cfg.hidden_size)
+    assert attn.q_proj.weight.untyped_storage().data_ptr() == qkv.untyped_storage().data_ptr()
+    assert qkv.untyped_storage().nbytes() == qkv.numel() * qkv.element_size()
+    attn.k_proj = Opaque(attn.k_proj)  # a patch swaps one projection: never bypassed
+    assert F_.fused_qkv(attn) is None and F_.fused_gate_up(mlp) is not None
+    mlp.up_proj.weight = nn.Parameter(mlp.up_proj.weight.detach().clone())
+    assert F_.fused_gate_up(mlp) is None
+    biased = _model(1, seed=12)
+    biased.model.layers[0].self_attn.q_proj.bias = nn.Parameter(torch.zeros(
+        biased.model.layers[0].self_attn.q_proj.out_features))
+    assert F_.fuse_projections(biased) == 1  # gate/up only
+    assert F_.fused_qkv(biased.model.layers[0].self_attn) is None
+
+
+def test_compiled_regions_multiply_by_the_fused_matrices(eager_backend, monkeypatch):
+    """The compiled forward of a fused model matches the eager static forward with one graph
+    per region, and hands every region its layer's fused matrices; a region multiplies by
+    the matrix it is given (a different one changes its output)."""
+    model = _model(3, seed=13)
+    F_.fuse_projections(model)
+    seen = []
+    for name in ("fused_qkv", "fused_gate_up"):
+        real = getattr(C, name)
+        monkeypatch.setattr(C, name, lambda mod, real=real: seen.append(real(mod)) or seen[-1])
+    assert _graphs_for(model) == 4
+    assert len(seen) == 2 * model.cfg.num_layers and all(w is not None for w in seen)
+    layer = model.model.layers[0]
+    x = torch.randn(1, 2, model.cfg.hidden_size, generator=torch.Generator().manual_seed(2))
+    out = torch.randn(1, layer.self_attn.hkv, 2 * model.cfg.num_heads // model.cfg.num_kv_heads,
+                      layer.self_attn.d)
+    qkv, gate_up = F_.fused_qkv(layer.self_attn), F_.fused_gate_up(layer.mlp)
+    plain = C.attn_out_mlp(x, out, layer.self_attn, layer.post_attention_layernorm, layer.mlp)
+    fused = C.attn_out_mlp(x, out, layer.self_attn, layer.post_attention_layernorm, layer.mlp,
+                           gate_up)
+    torch.testing.assert_close(fused, plain, atol=1e-6, rtol=1e-6)
+    other = C.attn_out_mlp(x, out, layer.self_attn, layer.post_attention_layernorm, layer.mlp,
+                           gate_up.flip(0))
+    assert not torch.allclose(other, plain, atol=1e-3)
+    cache = model.new_cache(16)
+    pos = torch.arange(2)
+    cos, sin = model.cos[pos].view(1, 1, 2, -1), model.sin[pos].view(1, 1, 2, -1)
+    args = (x, layer.input_layernorm, layer.self_attn, cos, sin, pos, cache.k[0], cache.v[0])
+    torch.testing.assert_close(C.attn_in(*args, qkv), C.attn_in(*args), atol=1e-6, rtol=1e-6)
+    assert not torch.allclose(C.attn_in(*args, qkv.flip(0)), C.attn_in(*args), atol=1e-3)
+
+
+def test_fusion_and_attention_options(tiny):
+    """Defaults on; CPU engines neither fuse nor use the kernel; bad values refused."""
+    assert Options()["fuse_projections"] is True and Options()["attention_kernel"] == "triton"
+    with pytest.raises(OptionError):
+        resolve(["attention_kernel=flash"], env={})
+    model = _model(2, seed=14)
+    eng = Engine(model, Options({"compile": True}), max_context=96, static=True)
+    assert eng.attention == "sdpa" and eng.runner.attention == "sdpa"
+    assert F_.fused_qkv(model.model.layers[0].self_attn) is None
+    assert C.uses_kernel("triton", torch.device("cuda"), 128)
+    assert not C.uses_kernel("triton", torch.device("cpu"), 128)
+    assert not C.uses_kernel("triton", torch.device("cuda"), 48)
+    assert not C.uses_kernel("sdpa", torch.device("cuda"), 128)
+    with pytest.raises(ValueError):
+        C.uses_kernel("flash", torch.device("cuda"), 128)

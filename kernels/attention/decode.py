@@ -30,7 +30,7 @@ import triton.language as tl
 
 BLOCK_N = 64  # keys per inner step
 MAX_BLOCK_R = 64  # query rows per program
-NEG = -1.0e30  # "minus infinity" that keeps exp() and max() free of NaN
+NEG = tl.constexpr(-1.0e30)  # "minus infinity" that keeps exp() and max() free of NaN
 
 
 @triton.jit
@@ -121,10 +121,9 @@ def plan(batch_heads: int, rows: int, kv_len: int, sms: int) -> tuple[int, int, 
     return block_r, chunk, triton.cdiv(kv_len, chunk)
 
 
-def supported(q: torch.Tensor) -> bool:
+def supported(head_dim: int) -> bool:
     """Head dims the kernel takes (a power of two, 16..256)."""
-    d = q.shape[-1]
-    return 16 <= d <= 256 and d & (d - 1) == 0
+    return 16 <= head_dim <= 256 and head_dim & (head_dim - 1) == 0
 
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -137,7 +136,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if k.shape[:2] != (bsz, hkv) or v.shape[:2] != (bsz, hkv) or k.shape[-1] != dim:
         raise ValueError(f"q {tuple(q.shape)} and cache {tuple(k.shape)} / {tuple(v.shape)} "
                          "disagree")
-    if not supported(q) or rows % t or not 0 < kv_len <= k.shape[2]:
+    if not supported(dim) or rows % t or not 0 < kv_len <= k.shape[2]:
         raise ValueError(f"unsupported step: q {tuple(q.shape)}, {t} positions, kv_len "
                          f"{kv_len} of {k.shape[2]} slots")
     if q.stride(-1) != 1 or k.stride(-1) != 1 or v.stride(-1) != 1:

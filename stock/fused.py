@@ -1,0 +1,88 @@
+"""Fused projection weights (option `fuse_projections`): q/k/v as one matrix, gate/up as one.
+
+At one to a few rows a GEMM's time is its weight bytes plus a fixed cost per launch; the
+small k and v projections of a grouped-query model (a tenth of q's bytes each) run at half
+the copy bandwidth, and cuBLAS splits them over K with a reduction kernel each. On the H200
+the three q/k/v GEMMs of the 27B-class config took 39.3 µs a layer, one GEMM over the
+concatenated weight 28.3 µs (bench/NOTES.md, `bench/gpu_layer_ops.py`).
+
+`fuse_projections(model)` stores each layer's q/k/v weights as consecutive row blocks of one
+tensor (and gate/up likewise) and makes each module's weight a view of its block: the
+modules, their names and their outputs are unchanged, no byte is duplicated, and code that
+multiplies by the modules one by one (the eager forwards, a patch) still works. The compiled
+static step (stock/compiled.py) asks `fused_qkv` / `fused_gate_up` for the matrix and runs
+one GEMM, then splits its output. They answer None as soon as any module no longer
+multiplies by its block (replaced by another type, given a bias, re-assigned a weight,
+moved to another device), so a patch that swaps a projection is never bypassed.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from stock.linear import Linear
+
+QKV = ("q_proj", "k_proj", "v_proj")
+GATE_UP = ("gate_proj", "up_proj")
+_ATTR = "_fused_weight"  # plain attribute of the owning module (not a buffer: no state dict)
+
+
+def _plain(mod: nn.Module) -> bool:
+    return type(mod) in (Linear, nn.Linear) and mod.bias is None
+
+
+def _fuse(owner: nn.Module, names: tuple[str, ...]) -> bool:
+    mods = [getattr(owner, n) for n in names]
+    if not all(_plain(m) for m in mods) or _fused(owner, names) is not None:
+        return False
+    weights = [m.weight for m in mods]
+    if len({(w.device, w.dtype, w.shape[1]) for w in weights}) != 1:
+        return False
+    with torch.no_grad():
+        fused = torch.cat([w.detach() for w in weights])
+    off = 0
+    for m, w in zip(mods, weights):
+        m.weight = nn.Parameter(fused[off:off + w.shape[0]], requires_grad=w.requires_grad)
+        off += w.shape[0]
+    owner.__dict__[_ATTR] = fused
+    return True
+
+
+def _fused(owner: nn.Module, names: tuple[str, ...]) -> torch.Tensor | None:
+    fused = owner.__dict__.get(_ATTR)
+    if fused is None:
+        return None
+    row = fused.stride(0) * fused.element_size()
+    off = 0
+    for n in names:
+        m = getattr(owner, n)
+        if not _plain(m):
+            return None
+        w = m.weight
+        if (w.device != fused.device or w.dtype != fused.dtype or w.shape[1] != fused.shape[1]
+                or w.data_ptr() != fused.data_ptr() + off * row):
+            return None
+        off += w.shape[0]
+    return fused if off == fused.shape[0] else None
+
+
+def fuse_projections(model) -> int:
+    """Fuse q/k/v and gate/up of every decoder layer whose modules are plain bias-free
+    linears (module docstring); returns the number of groups fused now."""
+    n = 0
+    for layer in model.model.layers:
+        n += _fuse(layer.self_attn, QKV)
+        n += _fuse(layer.mlp, GATE_UP)
+    return n
+
+
+def fused_qkv(attn: nn.Module) -> torch.Tensor | None:
+    """The layer's [Nq + 2 Nkv, H] q/k/v matrix, or None if its projections are not views
+    of one (never fused, or a module was replaced since)."""
+    return _fused(attn, QKV)
+
+
+def fused_gate_up(mlp: nn.Module) -> torch.Tensor | None:
+    """The layer's [2 I, H] gate/up matrix, or None (as `fused_qkv`)."""
+    return _fused(mlp, GATE_UP)

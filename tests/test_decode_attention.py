@@ -1,0 +1,81 @@
+"""The split-KV attention kernel (kernels/attention/decode.py) under Triton's interpreter
+(fp32) against its plain-PyTorch reference and against SDPA with the static step's mask:
+several chunks, chunks hidden from every row, two row blocks, a batch of two, KV lengths
+short of the cache; its plan, and its errors on bad input."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before kernels.attention builds its kernels
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from kernels.attention import decode_attention, reference_attention, supported  # noqa: E402
+from kernels.attention.decode import BLOCK_N, plan  # noqa: E402
+from stock.static_step import step_mask  # noqa: E402
+
+if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("no CUDA and TRITON_INTERPRET is not 1", allow_module_level=True)
+
+
+def _case(b, hkv, g, t, d, slots, kv_len, last, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, hkv, g * t, d, generator=gen)
+    k = torch.randn(b, hkv, slots, d, generator=gen)
+    v = torch.randn(b, hkv, slots, d, generator=gen)
+    positions = torch.arange(last - t + 1, last + 1)
+    return q, k, v, positions
+
+
+@pytest.mark.parametrize("b,hkv,g,t,d,slots,kv_len,last", [
+    (1, 2, 4, 1, 16, 200, 130, 126),   # 3 chunks; the last one (128, 129) hidden from all rows
+    (1, 2, 4, 3, 32, 300, 257, 250),   # T = 3: rows of one token see one key fewer each
+    (2, 1, 2, 5, 16, 100, 64, 40),     # a batch of two; most keys hidden
+    (1, 1, 8, 9, 16, 256, 256, 255),   # 72 rows: two row blocks
+    (1, 2, 2, 1, 64, 64, 17, 0),       # one visible key
+])
+def test_matches_reference_and_sdpa(b, hkv, g, t, d, slots, kv_len, last):
+    q, k, v, positions = _case(b, hkv, g, t, d, slots, kv_len, last)
+    got = decode_attention(q, k, v, positions, kv_len)
+    want = reference_attention(q, k, v, positions, kv_len)
+    assert got.shape == q.shape and got.dtype == q.dtype
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
+    mask = step_mask(positions, kv_len, q.dtype).repeat(g, 1).view(1, 1, g * t, kv_len)
+    sdpa = F.scaled_dot_product_attention(q, k[:, :, :kv_len], v[:, :, :kv_len], attn_mask=mask)
+    torch.testing.assert_close(got, sdpa, atol=2e-5, rtol=2e-5)
+
+
+def test_keys_past_kv_len_and_hidden_keys_are_never_read():
+    """NaN in every slot a row may not see: the output stays finite and unchanged."""
+    q, k, v, positions = _case(1, 2, 4, 2, 16, 192, 150, 120)
+    want = decode_attention(q, k, v, positions, 150)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, :, 150:], v2[:, :, 150:] = float("nan"), float("nan")
+    got = decode_attention(q, k2, v2, positions, 150)
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+    v3 = v.clone()
+    v3[:, :, 121:150] = 1e4  # hidden from every row (positions 119, 120): no effect
+    torch.testing.assert_close(decode_attention(q, k, v3, positions, 150), want)
+
+
+@pytest.mark.parametrize("heads,rows,kv_len,sms", [(8, 8, 640, 132), (8, 128, 4096, 132),
+                                                   (1, 1, 1, 132), (64, 512, 100, 8)])
+def test_plan_covers_every_key_with_no_empty_chunk(heads, rows, kv_len, sms):
+    block_r, chunk, splits = plan(heads, rows, kv_len, sms)
+    assert chunk % BLOCK_N == 0 and 16 <= block_r <= 64
+    assert (splits - 1) * chunk < kv_len <= splits * chunk
+
+
+def test_bad_input_is_refused():
+    q, k, v, positions = _case(1, 2, 4, 1, 16, 64, 64, 10)
+    with pytest.raises(ValueError, match="unsupported"):
+        decode_attention(q, k, v, positions, 65)  # past the cache
+    with pytest.raises(ValueError, match="unsupported"):
+        decode_attention(q, k, v, torch.arange(3), 64)  # 8 rows are not 3 tokens' rows
+    with pytest.raises(ValueError, match="disagree"):
+        decode_attention(q, k[:, :1], v[:, :1], positions, 64)
+    assert supported(128) and supported(16) and not supported(48) and not supported(512)
