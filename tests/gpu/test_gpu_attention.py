@@ -88,3 +88,20 @@ def test_engine_default_fuses_and_uses_the_kernel_close_to_eager():
                  max_context=256)
     assert off.attention == "sdpa"
     assert eng.generate(prompt, 16).tokens and off.generate(prompt, 16).tokens
+
+
+@pytest.mark.parametrize("t", [2, 8, 16, 64])
+def test_a_row_does_not_depend_on_the_step_s_row_count(t):
+    """bf16 on the GPU: token i of a T-token step gets the bits of a 1-token step at its
+    position (what keeps speculative outputs equal to AR's)."""
+    gen = torch.Generator(device="cuda").manual_seed(t)
+    hkv, g, d, kv_len = 8, 8, 128, 640
+    q = torch.randn(1, hkv, g * t, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k = torch.randn(1, hkv, kv_len, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    v = torch.randn_like(k)
+    positions = torch.arange(500, 500 + t, device="cuda")
+    many = decode_attention(q, k, v, positions, kv_len)
+    for i in range(t):
+        rows = torch.arange(g, device="cuda") * t + i
+        one = decode_attention(q[:, :, rows].contiguous(), k, v, positions[i:i + 1], kv_len)
+        assert torch.equal(one, many[:, :, rows]), i
