@@ -83,12 +83,13 @@ def test_bad_input_is_refused():
 
 
 def test_a_row_does_not_depend_on_the_step_s_row_count():
-    """Token i of a 5-token step gets the same bits as a 1-token step at its position (the AR
-    step and a verify step must agree wherever their inputs do)."""
+    """Token i of a 5-token step gets what a 1-token step at its position gets (the AR step
+    and a verify step must agree wherever their inputs do): the same tile and chunks (the
+    plan); here to the interpreter's BLAS rounding, bit for bit in tests/gpu."""
     g, t = 4, 5
     q, k, v, positions = _case(1, 2, g, t, 16, 260, 200, 180)
     many = decode_attention(q, k, v, positions, 200)
     for i in range(t):
         rows = torch.arange(g) * t + i  # token i's row in each group
         one = decode_attention(q[:, :, rows], k, v, positions[i:i + 1], 200)
-        assert torch.equal(one, many[:, :, rows]), i
+        torch.testing.assert_close(one, many[:, :, rows], atol=1e-6, rtol=0)
