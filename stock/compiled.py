@@ -8,9 +8,10 @@ runs as two compiled regions with eager attention between them, the way gpt-fast
 - region A (`attn_in`): input RMSNorm, q/k/v projections, q/k norm, RoPE, and the K/V
   write at the step's positions (`index_copy_` into the layer's cache buffers, passed in);
   it returns the queries folded onto their K/V heads;
-- attention, eager: SDPA over the first `kv_len` cache slots with the step's mask. `kv_len`
-  never enters a compiled region, so compiled code depends on T (and the model's shapes)
-  only, not on the KV bucket;
+- attention, eager: kernels/attention's split-KV Triton kernel (option `attention_kernel`,
+  "triton" by default on CUDA), or SDPA over the first `kv_len` cache slots with the step's
+  mask. `kv_len` never enters a compiled region, so compiled code depends on T (and the
+  model's shapes) only, not on the KV bucket;
 - region B (`attn_out_mlp`): the attention output's reshape, o_proj, residual add,
   post-attention RMSNorm, the MLP and its residual add;
 - the head (`head`): final norm, lm_head and the fp32 cast.
@@ -25,7 +26,9 @@ capture, are where compilation happens). A layer's modules and K/V buffers are a
 never looked up by layer index, so one compiled graph per region and T serves every layer
 (`graphs_compiled()` counts them: 4 per T; tests check that it does not grow with the layer
 count).
-GEMMs stay cuBLAS (inductor's default for mm).
+GEMMs stay cuBLAS (inductor's default for mm). Where a layer's q/k/v (gate/up) weights are
+views of one matrix (option `fuse_projections`, stock/fused.py), the region is handed that
+matrix and runs one GEMM for the group, then splits its output.
 
 Modules: the compiled regions call the layer's own modules, so a module swapped in place is
 used. Types stock knows (its Linear, nn.Linear, RMSNorm, and MLP when its linears are of
