@@ -341,8 +341,9 @@ class Bench:
 
     def variant(self, tag: str, fuse: bool, attention: str):
         """The compiled step again with stock's fast-path options: `fuse` (option
-        fuse_projections: stock/fused.py, fused in place, so later variants stay fused) and
-        `attention` (option attention_kernel), with new runners; compiled, checked, timed."""
+        fuse_projections: stock/fused.py; the model is fused in place the first time, and a
+        later variant without `fuse` runs its projections one by one) and `attention` (option
+        attention_kernel), with new runners; compiled, checked, timed."""
         from stock.fused import fuse_projections
 
         if fuse:
@@ -353,9 +354,9 @@ class Bench:
         empty_cache()
         ctx = self.args.context
         self.crunner = GraphRunner(self.model, self.cache, ctx + 64, capture=DEV == "cuda",
-                                   compile=True, attention=attention)
+                                   compile=True, attention=attention, fused=fuse)
         self.ceager = GraphRunner(self.model, self.cache, ctx + 64, capture=False,
-                                  compile=True, attention=attention)
+                                  compile=True, attention=attention, fused=fuse)
         self.report.setdefault("variants", {})[tag] = {"fuse": fuse, "attention": attention}
         return self.compiled(tag)
 
@@ -637,8 +638,7 @@ def main() -> None:
                     help="with --w12 and --compile on|both: time each W12 kernel compiled too")
     ap.add_argument("--variants", default="",
                     help="with --compile on|both: compiled variants to time after the base, in "
-                         f"order ({', '.join(VARIANTS)}); fusing is in place, so variants "
-                         "after a fused one stay fused")
+                         f"order ({', '.join(VARIANTS)})")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="run the script's logic on CPU in fp32 (use a tiny --preset)")

@@ -287,11 +287,14 @@ def uses_kernel(attention: str, device: torch.device, head_dim: int) -> bool:
 
 
 def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, kv_len: int,
-            hidden_layers: tuple[int, ...] = (), logits: bool = True, attention: str = "sdpa"):
+            hidden_layers: tuple[int, ...] = (), logits: bool = True, attention: str = "sdpa",
+            fused: bool = False):
     """static_forward's contract (see stock/static_step.py), through the compiled regions.
     `attention`: "triton" runs the eager attention between the regions through
     kernels/attention's split-KV kernel where `uses_kernel` says so, "sdpa" through
-    F.scaled_dot_product_attention with the step's mask."""
+    F.scaled_dot_product_attention with the step's mask. `fused`: multiply by a layer's
+    fused q/k/v and gate/up matrices where stock/fused.py has them (option
+    fuse_projections); off, the projections run one by one even on a fused model."""
     from stock.model import Output
 
     layers = list(model.model.layers)
@@ -301,6 +304,9 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
 
     def buffers(layer):
         return cache.k[layer.self_attn.layer], cache.v[layer.self_attn.layer]
+
+    def qkv(layer):
+        return fused_qkv(layer.self_attn) if fused else None
 
     def attend(qg, k_buf, v_buf):
         if kernel:
@@ -314,16 +320,16 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
         _mark_dynamic_buffers(model)
         first = layers[0]
         qg = run_region("attn_in", x, first.input_layernorm, first.self_attn, cos, sin,
-                        positions, *buffers(first), fused_qkv(first.self_attn))
+                        positions, *buffers(first), qkv(first))
         for i, layer in enumerate(layers):
             out = attend(qg, *buffers(layer))
-            gate_up = fused_gate_up(layer.mlp)
+            gate_up = fused_gate_up(layer.mlp) if fused else None
             if i + 1 < len(layers):
                 nxt = layers[i + 1]
                 x, qg = run_region("attn_out_mlp_next", x, out, layer.self_attn,
                                    layer.post_attention_layernorm, layer.mlp,
                                    nxt.input_layernorm, nxt.self_attn, cos, sin, positions,
-                                   *buffers(nxt), gate_up, fused_qkv(nxt.self_attn))
+                                   *buffers(nxt), gate_up, qkv(nxt))
             else:
                 x = run_region("attn_out_mlp", x, out, layer.self_attn,
                                layer.post_attention_layernorm, layer.mlp, gate_up)

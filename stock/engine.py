@@ -98,7 +98,8 @@ class Engine:
         self._static, self._capture = static, capture
         self.compiled = compile_enabled(self.options, model.device)  # False off CUDA
         self.attention = self.options["attention_kernel"] if self.compiled else "sdpa"
-        if self.compiled and self.options["fuse_projections"]:
+        self.fused = self.compiled and self.options["fuse_projections"]
+        if self.fused:
             fuse_projections(model)  # views: the modules and their outputs are unchanged
         self.runner: GraphRunner | None = None
         # the static path pads steps to a bucket: the largest bucket as slack, rounded up to
@@ -118,7 +119,8 @@ class Engine:
         self._cache = cache
         fits = cache.max_len >= self.max_context + BUCKETS[-1]
         self.runner = (GraphRunner(self.model, cache, self.max_context, capture=self._capture,
-                                   compile=self.compiled, attention=self.attention)
+                                   compile=self.compiled, attention=self.attention,
+                                   fused=self.fused)
                        if self._static and fits else None)
         self._eager_runner: GraphRunner | None = None
 

@@ -1,8 +1,8 @@
 """Fused projection weights (option `fuse_projections`): q/k/v as one matrix, gate/up as one.
 
 At one to a few rows a GEMM's time is its weight bytes plus a fixed cost per launch; the
-small k and v projections of a grouped-query model (a tenth of q's bytes each) run at half
-the copy bandwidth, and cuBLAS splits them over K with a reduction kernel each. On the H200
+small k and v projections of a grouped-query model (an eighth of q's bytes each in the
+27B-class config) run at half the copy bandwidth, and cuBLAS splits them over K with a reduction kernel each. On the H200
 the three q/k/v GEMMs of the 27B-class config took 39.3 µs a layer, one GEMM over the
 concatenated weight 28.3 µs (bench/NOTES.md, `bench/gpu_layer_ops.py`).
 
@@ -10,8 +10,8 @@ concatenated weight 28.3 µs (bench/NOTES.md, `bench/gpu_layer_ops.py`).
 tensor (and gate/up likewise) and makes each module's weight a view of its block: the
 modules, their names and their outputs are unchanged, no byte is duplicated, and code that
 multiplies by the modules one by one (the eager forwards, a patch) still works. The compiled
-static step (stock/compiled.py) asks `fused_qkv` / `fused_gate_up` for the matrix and runs
-one GEMM, then splits its output. They answer None as soon as any module no longer
+static step (stock/compiled.py, with `fused=True`: the option on) asks `fused_qkv` /
+`fused_gate_up` for the matrix and runs one GEMM, then splits its output. They answer None as soon as any module no longer
 multiplies by its block (replaced by another type, given a bias, re-assigned a weight,
 moved to another device), so a patch that swaps a projection is never bypassed.
 """

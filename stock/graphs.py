@@ -80,10 +80,12 @@ class Slot:
 class GraphRunner:
     def __init__(self, model: Transformer, cache: KVCache, max_context: int,
                  buckets: tuple[int, ...] = BUCKETS, capture: bool | None = None,
-                 min_kv: int = MIN_KV, compile: bool = False, attention: str = "sdpa"):
+                 min_kv: int = MIN_KV, compile: bool = False, attention: str = "sdpa",
+                 fused: bool = False):
         self.model, self.cache, self.max_context = model, cache, max_context
         self.compile = compile  # layers through stock/compiled.py (compiled in warm-up)
         self.attention = attention  # compiled layers' attention: "sdpa" or "triton"
+        self.fused = fused  # compiled layers multiply by fused projection matrices
         self.buckets = tuple(sorted(buckets))
         self.device = model.device
         self.capture = self.device.type == "cuda" if capture is None else capture
@@ -133,7 +135,8 @@ class GraphRunner:
         steps = torch.arange(t, device=self.device)
         positions = start + steps
         out = static_forward(self.model, ids, positions, self.cache, s.kv_len, s.hidden_layers,
-                             compiled=self.compile, attention=self.attention)
+                             compiled=self.compile, attention=self.attention,
+                             fused=self.fused)
         logits = out.logits[0]
         target = logits.argmax(-1)
         # draft token i (ids[i + 1]) is accepted iff it equals the target's choice at row i

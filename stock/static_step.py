@@ -69,11 +69,11 @@ def _attention(attn, x, cos, sin, cache: KVCache, positions, kv_len: int, mask_g
 def static_forward(model: Transformer, ids: torch.Tensor, positions: torch.Tensor,
                    cache: KVCache, kv_len: int, hidden_layers: tuple[int, ...] = (),
                    logits: bool = True, compiled: bool = False,
-                   attention: str = "sdpa") -> Output:
+                   attention: str = "sdpa", fused: bool = False) -> Output:
     """ids [B, T], positions [T] int64 (device tensors); logits [B, T, vocab] fp32.
     `compiled`: run the layers through stock/compiled.py's torch.compile regions (same
     contract; eager anyway while a profiler is active, whose regions synchronise), with
-    `attention` ("sdpa" or "triton", see compiled.forward) between them."""
+    `attention` ("sdpa" or "triton") between them and `fused` (see compiled.forward)."""
     b, t = ids.shape
     if not 0 < kv_len <= cache.max_len:
         raise ValueError(f"kv_len {kv_len} outside (0, {cache.max_len}]")
@@ -81,7 +81,7 @@ def static_forward(model: Transformer, ids: torch.Tensor, positions: torch.Tenso
         from stock import compiled as compiled_step
 
         return compiled_step.forward(model, ids, positions, cache, kv_len, hidden_layers,
-                                     logits, attention)
+                                     logits, attention, fused)
     rope_pos = positions.clamp(max=model.cos.shape[0] - 1)
     cos = model.cos[rope_pos].view(1, 1, t, -1)
     sin = model.sin[rope_pos].view(1, 1, t, -1)

@@ -44,7 +44,7 @@ def _caches(model, seed=0):
     return a, b, [x.clone() for x in a.k + a.v]
 
 
-def _both(model, t, kv_len, start=20, seed=0):
+def _both(model, t, kv_len, start=20, seed=0, fused=False):
     """(compiled, eager) outputs and caches for one step of t tokens at `start`."""
     got_c, want_c, junk = _caches(model, seed)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -52,7 +52,8 @@ def _both(model, t, kv_len, start=20, seed=0):
     with torch.inference_mode():  # as GraphRunner's positions (a guard on inference-ness)
         positions = torch.arange(start, start + t)
     layers = (0, model.cfg.num_layers - 1)
-    got = static_forward(model, ids, positions, got_c, kv_len, layers, compiled=True)
+    got = static_forward(model, ids, positions, got_c, kv_len, layers, compiled=True,
+                         fused=fused)
     want = static_forward(model, ids, positions, want_c, kv_len, layers)
     return got, want, got_c, want_c, junk, positions
 
@@ -128,9 +129,9 @@ class Traceable(Opaque):
     compile_traceable = True
 
 
-def _graphs_for(model, t: int = 2) -> int:
+def _graphs_for(model, t: int = 2, fused: bool = False) -> int:
     C.reset()
-    _assert_same(*_both(model, t, kv_len=64))
+    _assert_same(*_both(model, t, kv_len=64, fused=fused))
     return C.graphs_compiled()
 
 
@@ -245,15 +246,17 @@ def test_fused_projections_keep_the_modules_and_their_outputs():
 
 def test_compiled_regions_multiply_by_the_fused_matrices(eager_backend, monkeypatch):
     """The compiled forward of a fused model matches the eager static forward with one graph
-    per region, and hands every region its layer's fused matrices; a region multiplies by
-    the matrix it is given (a different one changes its output)."""
+    per region, and with `fused` hands every region its layer's fused matrices (without it,
+    none); a region multiplies by the matrix it is given (a different one changes its
+    output)."""
     model = _model(3, seed=13)
     F_.fuse_projections(model)
     seen = []
     for name in ("fused_qkv", "fused_gate_up"):
         real = getattr(C, name)
         monkeypatch.setattr(C, name, lambda mod, real=real: seen.append(real(mod)) or seen[-1])
-    assert _graphs_for(model) == 4
+    assert _graphs_for(model) == 4 and seen == []  # the option off: projections one by one
+    assert _graphs_for(model, fused=True) == 4
     assert len(seen) == 2 * model.cfg.num_layers and all(w is not None for w in seen)
     layer = model.model.layers[0]
     x = torch.randn(1, 2, model.cfg.hidden_size, generator=torch.Generator().manual_seed(2))
@@ -283,6 +286,7 @@ def test_fusion_and_attention_options(tiny):
     model = _model(2, seed=14)
     eng = Engine(model, Options({"compile": True}), max_context=96, static=True)
     assert eng.attention == "sdpa" and eng.runner.attention == "sdpa"
+    assert not eng.fused and not eng.runner.fused
     assert F_.fused_qkv(model.model.layers[0].self_attn) is None
     assert C.uses_kernel("triton", torch.device("cuda"), 128)
     assert not C.uses_kernel("triton", torch.device("cpu"), 128)
