@@ -18,9 +18,12 @@ and weighs nothing in the combine (every row sees key 0, so some chunk has weigh
 
 The result matches `reference_attention` to bf16 rounding (probabilities are rounded to the
 value dtype before the second product, as fused attention kernels do). A row's result does not
-depend on how many rows the step has (`plan`): with tiles sized by T, the AR step (8 rows a
-head) and a verify step (128) ran different tensor-core instructions, and on the H200 the
-embedded model's speculative outputs left AR's at bf16 near-ties on 4 of 5 requests.
+depend on how many rows the step has (`plan`). A first version sized its tile by the row
+count, so the AR step and a verify step computed the same token's row with different tiles
+(on Hopper, different tensor-core instructions); on the H200 the embedded model's
+speculative outputs then left AR's at bf16 near-ties on 4 of 5 requests. The price of one
+plan for every T: a verify step of many rows writes one partial per row and chunk (at
+T = 64 over 4,096 slots the kernel is barely faster than SDPA; bench/NOTES.md).
 """
 
 from __future__ import annotations
