@@ -30,6 +30,7 @@ class Option:
     default: Any
     help: str
     choices: tuple | None = None
+    devices: tuple[str, ...] | None = None  # device types where it has an effect; None: all
 
     def parse(self, raw: Any) -> Any:
         if isinstance(raw, str):
@@ -63,10 +64,13 @@ class Option:
 REGISTRY: dict[str, Option] = {}
 
 
-def register(name: str, type: type, default: Any, help: str, choices: tuple | None = None) -> Option:
-    if name in REGISTRY and REGISTRY[name] != Option(name, type, default, help, choices):
+def register(name: str, type: type, default: Any, help: str, choices: tuple | None = None,
+             devices: tuple[str, ...] | None = None) -> Option:
+    """`devices`: the device types (torch.device(...).type) on which the option changes
+    anything, for tools that should not try it elsewhere (the cycle's kernel tuning)."""
+    opt = Option(name, type, default, help, choices, devices)
+    if name in REGISTRY and REGISTRY[name] != opt:
         raise OptionError(f"option {name} registered twice with different definitions")
-    opt = Option(name, type, default, help, choices)
     opt.parse(default)
     REGISTRY[name] = opt
     return opt
@@ -137,16 +141,17 @@ def resolve(cli: list[str] | tuple[str, ...] = (), toml_path: str | Path | None 
 
 
 # The stock system's own options. Patches register theirs in the modules they add.
+CUDA = ("cuda",)
 register("cuda_graphs", bool, True, "verification steps replayed from CUDA graphs (fixed "
-         "shapes, drafts padded to a bucket); used on CUDA only, ignored on CPU")
+         "shapes, drafts padded to a bucket); used on CUDA only, ignored on CPU", devices=CUDA)
 register("compile", bool, True, "static steps compiled with torch.compile (inductor) so "
-         "elementwise work fuses; used on CUDA only, ignored on CPU")
+         "elementwise work fuses; used on CUDA only, ignored on CPU", devices=CUDA)
 register("fuse_projections", bool, True, "q/k/v and gate/up weights stored as one matrix "
          "each (stock/fused.py) so compiled static steps run one GEMM per group; used with "
-         "compile on CUDA only")
+         "compile on CUDA only", devices=CUDA)
 register("attention_kernel", str, "triton", "attention of compiled static steps: the "
          "split-KV Triton kernel (kernels/attention) or SDPA with the step's mask; used with "
-         "compile on CUDA only", choices=("triton", "sdpa"))
+         "compile on CUDA only", choices=("triton", "sdpa"), devices=CUDA)
 register("draft_len", int, 8, "draft tokens proposed per verification step")
 register("lattice_topk", int, 4, "tokens kept per draft position in the lattice")
 register("ngram_max", int, 4, "longest n-gram the prompt-lookup drafter matches")

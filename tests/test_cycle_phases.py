@@ -63,12 +63,9 @@ def test_phase3_autotunes_the_worst_category_options_then_gates_and_controller(p
     assert ratios == sorted(ratios, reverse=True) and rec["ranking"][0]["category"] in (
         "gemm", "attention")
     [cat] = rec["categories"]
-    assert cat["category"] == rec["ranking"][0]["category"]
-    # the declared option first, then stock's own options whose name or help names the
-    # category (attention_kernel, fuse_projections: these configurations come after)
-    assert cat["options"][0] == "repeat_work" and cat["options"].count("repeat_work") == 1
-    assert {"attention": "attention_kernel", "gemm": "fuse_projections"}[cat["category"]] \
-        in cat["options"]
+    # stock's own options that name the category (attention_kernel, fuse_projections) act on
+    # CUDA only: on this CPU only the declared one is tuned
+    assert cat["category"] == rec["ranking"][0]["category"] and cat["options"] == ["repeat_work"]
     assert [t["config"] for t in cat["tried"]] == [{"repeat_work": v} for v in
                                                    ("5", "8")]
     assert all(t["requests"] >= 1 for t in cat["tried"])
@@ -126,3 +123,23 @@ def test_phase3_hands_the_worst_category_to_an_agent_from_the_integrated_system(
         meta = Memory(project).ref_entries()[ds.entry].meta
         assert meta.deps == [db.entry]
         assert verify(Memory(project), "all", [ds.entry]).ok
+
+
+def test_kernel_options_leave_out_those_idle_on_the_device():
+    """Options naming a category are tuned only where they act: stock's CUDA-only ones are
+    offered on cuda:N and not on the CPU; a declared option is always kept; the registry
+    a worker reports carries each option's device types."""
+    from specpilot.cycle.kernel_tuning import options_for
+    from specpilot.cycle.system_worker import registered_options
+
+    registry = registered_options()
+    assert registry["attention_kernel"]["devices"] == ["cuda"]
+    assert registry["draft_len"]["devices"] is None
+    on_gpu = options_for("attention", registry, {}, "cuda:0")
+    assert "attention_kernel" in on_gpu
+    assert "attention_kernel" not in options_for("attention", registry, {}, "cpu")
+    assert "fuse_projections" in options_for("gemm", registry, {}, "cuda")
+    assert "fuse_projections" not in options_for("gemm", registry, {}, "cpu")
+    declared = options_for("gemm", registry, {"gemm": ["fuse_projections"]}, "cpu")
+    assert declared[0] == "fuse_projections"  # declared by the user: kept, first
+    assert options_for("attention", registry, {}) == on_gpu  # no device known: all

@@ -38,13 +38,18 @@ def rank(analysis: dict) -> list[dict]:
                   key=lambda r: -r["over_bound"])
 
 
-def options_for(category: str, registry: dict, declared: dict[str, list[str]]) -> list[str]:
-    """Registered options that act on `category`: declared ones first, then by name/help."""
+def options_for(category: str, registry: dict, declared: dict[str, list[str]],
+                device: str | None = None) -> list[str]:
+    """Registered options that act on `category`: declared ones first, then by name/help,
+    leaving out those that say they change nothing on `device`'s type (a CUDA-only option
+    on the CPU: trying it there only measures noise)."""
     names = [n for n in declared.get(category, []) if n in registry]
     words = WORDS.get(category, (category,))
+    kind = device.split(":")[0] if device else None
     for name, spec in registry.items():
         text = f"{name} {spec.get('help', '')}".lower()
-        if name not in names and "test only" not in text and \
+        idle = kind is not None and spec.get("devices") and kind not in spec["devices"]
+        if name not in names and "test only" not in text and not idle and \
                 any(re.search(rf"\b{re.escape(w)}", text) for w in words):
             names.append(name)
     return names
@@ -101,7 +106,8 @@ def tune_kernels(cycle) -> None:
     tuned: set[str] = set()
     for row in ranking[:ex.kernel_categories]:
         cat = row["category"]
-        names = [n for n in options_for(cat, registry, ex.kernel_options) if n not in tuned]
+        names = [n for n in options_for(cat, registry, ex.kernel_options,
+                                        analysis.get("device")) if n not in tuned]
         tuned.update(names)
         entry = {"category": cat, "over_bound": row["over_bound"], "options": names}
         rec["categories"].append(entry)

@@ -63,11 +63,13 @@ def run_analyze(job: dict) -> dict:
 
 
 def registered_options() -> dict:
-    """The system's own option registry (names, types, defaults, choices, help)."""
+    """The system's own option registry (names, types, defaults, choices, help, and the
+    device types an option acts on, None for all; a system older than that field has none)."""
     from stock.options import REGISTRY
 
     return {n: {"type": o.type.__name__, "default": o.default, "help": o.help,
-                "choices": list(o.choices) if getattr(o, "choices", None) else None}
+                "choices": list(o.choices) if getattr(o, "choices", None) else None,
+                "devices": list(o.devices) if getattr(o, "devices", None) else None}
             for n, o in REGISTRY.items()}
 
 
