@@ -98,6 +98,7 @@ def run_bench(system: System, requests: list[Request], modes: list[str], max_new
               progress: Callable[[str], None] = lambda _: None) -> BenchReport:
     results = {m: ModeResult(mode=m) for m in modes}
     hf = _hf_runner(system) if "hf" in modes else None
+
     def generate(prompt, n, mode):
         return system.engine.generate(prompt, n, system.drafter(None if mode == "ar" else mode))
 

@@ -259,21 +259,6 @@ def _mark_dynamic_buffers(model) -> None:
                 torch._dynamo.maybe_mark_dynamic(buf, 0)
 
 
-def step_prologue(model, ids, positions, kv_len: int, mask: bool = True):
-    """RoPE rows, the grouped mask [1, 1, G*T, kv_len] (None without `mask`) and the
-    embeddings (eager, per step)."""
-    from stock.static_step import step_mask
-
-    t = ids.shape[1]
-    rope_pos = positions.clamp(max=model.cos.shape[0] - 1)
-    cos = model.cos[rope_pos].view(1, 1, t, -1)
-    sin = model.sin[rope_pos].view(1, 1, t, -1)
-    g = model.cfg.num_heads // model.cfg.num_kv_heads
-    mask_g = (step_mask(positions, kv_len, model.dtype).repeat(g, 1).view(1, 1, g * t, kv_len)
-              if mask else None)
-    return cos, sin, mask_g, model.model.embed_tokens(ids)
-
-
 def uses_kernel(attention: str, device: torch.device, head_dim: int) -> bool:
     """Whether `attention` ("triton" or "sdpa") runs kernels/attention's split-KV kernel: on
     CUDA, for the head dims it takes; SDPA otherwise."""
@@ -296,9 +281,12 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
     fused q/k/v and gate/up matrices where stock/fused.py has them (option
     fuse_projections); off, the projections run one by one even on a fused model."""
     from stock.model import Output
+    from stock.static_step import step_prologue
 
     layers = list(model.model.layers)
     kernel = uses_kernel(attention, ids.device, layers[0].self_attn.d)
+    if kernel:
+        from kernels.attention import decode_attention
     cos, sin, mask_g, x = step_prologue(model, ids, positions, kv_len, mask=not kernel)
     hidden = {}
 
@@ -310,8 +298,6 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
 
     def attend(qg, k_buf, v_buf):
         if kernel:
-            from kernels.attention import decode_attention
-
             return decode_attention(qg, k_buf, v_buf, positions, kv_len)
         return F.scaled_dot_product_attention(qg, k_buf[:, :, :kv_len], v_buf[:, :, :kv_len],
                                               attn_mask=mask_g)

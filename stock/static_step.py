@@ -65,6 +65,20 @@ def _attention(attn, x, cos, sin, cache: KVCache, positions, kv_len: int, mask_g
         return attn.o_proj(out)
 
 
+def step_prologue(model: Transformer, ids: torch.Tensor, positions: torch.Tensor,
+                  kv_len: int, mask: bool = True):
+    """A step's RoPE rows, grouped mask [1, 1, G*T, kv_len] (None without `mask`) and
+    embeddings: shared by this forward and the compiled one (eager, once per step)."""
+    t = ids.shape[1]
+    rope_pos = positions.clamp(max=model.cos.shape[0] - 1)
+    cos = model.cos[rope_pos].view(1, 1, t, -1)
+    sin = model.sin[rope_pos].view(1, 1, t, -1)
+    g = model.cfg.num_heads // model.cfg.num_kv_heads
+    mask_g = (step_mask(positions, kv_len, model.dtype).repeat(g, 1).view(1, 1, g * t, kv_len)
+              if mask else None)
+    return cos, sin, mask_g, model.model.embed_tokens(ids)
+
+
 @torch.inference_mode()
 def static_forward(model: Transformer, ids: torch.Tensor, positions: torch.Tensor,
                    cache: KVCache, kv_len: int, hidden_layers: tuple[int, ...] = (),
@@ -74,7 +88,6 @@ def static_forward(model: Transformer, ids: torch.Tensor, positions: torch.Tenso
     `compiled`: run the layers through stock/compiled.py's torch.compile regions (same
     contract; eager anyway while a profiler is active, whose regions synchronise), with
     `attention` ("sdpa" or "triton") between them and `fused` (see compiled.forward)."""
-    b, t = ids.shape
     if not 0 < kv_len <= cache.max_len:
         raise ValueError(f"kv_len {kv_len} outside (0, {cache.max_len}]")
     if compiled and not profile_active():
@@ -82,14 +95,7 @@ def static_forward(model: Transformer, ids: torch.Tensor, positions: torch.Tenso
 
         return compiled_step.forward(model, ids, positions, cache, kv_len, hidden_layers,
                                      logits, attention, fused)
-    rope_pos = positions.clamp(max=model.cos.shape[0] - 1)
-    cos = model.cos[rope_pos].view(1, 1, t, -1)
-    sin = model.sin[rope_pos].view(1, 1, t, -1)
-    mask = step_mask(positions, kv_len, model.dtype)
-    cfg = model.cfg
-    g = cfg.num_heads // cfg.num_kv_heads
-    mask_g = mask.repeat(g, 1).view(1, 1, g * t, kv_len)
-    x = model.model.embed_tokens(ids)
+    cos, sin, mask_g, x = step_prologue(model, ids, positions, kv_len)
     hidden = {}
     for i, layer in enumerate(model.model.layers):
         x = x + _attention(layer.self_attn, layer.input_layernorm(x), cos, sin, cache,
