@@ -31,7 +31,10 @@ Parts (each in its own try, so one failure keeps the rest):
   9. --variants attn,fused_attn,fused: the compiled step again with stock's fast-path
      options (attention_kernel=triton: kernels/attention's split-KV kernel; fuse_projections:
      q/k/v and gate/up as one GEMM each, stock/fused.py), each compiled, checked and timed,
-     in a table beside the base compiled step (SDPA, separate projections).
+     in a table beside the base compiled step (SDPA, separate projections). The W12 steps
+     compiled after them run with the last variant's options: with fuse_projections, one
+     W12 GEMV per q/k/v and gate/up group (kernels/w12/linear.py); --w12-unfused times them
+     module by module too. A last table lists every compiled step side by side.
 
     python bench/gpu_27b.py --out $OUT            # about 60-90 s on an H200 (estimate)
     python bench/gpu_27b.py --out $OUT --w12
@@ -435,6 +438,41 @@ class Bench:
         if self.crunner is not None and self.args.w12_compiled:  # W12 as a custom op
             self.crunner.reset()
             self.part(f"{tag} compiled", lambda: self.compiled(f"{tag}_compiled"))
+            if self.crunner.fused and self.args.w12_unfused:  # groups off: module by module
+                self.part(f"{tag} compiled unfused", lambda: self.rerun_compiled(
+                    f"{tag}_compiled_unfused", fused=False))
+
+    def rerun_compiled(self, tag: str, fused: bool):
+        """The compiled step again with new runners that differ only in `fused`."""
+        attention = self.crunner.attention
+        for r in (self.crunner, self.ceager):
+            r.reset()
+        empty_cache()
+        ctx = self.args.context
+        self.crunner = GraphRunner(self.model, self.cache, ctx + 64, capture=DEV == "cuda",
+                                   compile=True, attention=attention, fused=fused)
+        self.ceager = GraphRunner(self.model, self.cache, ctx + 64, capture=False,
+                                  compile=True, attention=attention, fused=fused)
+        return self.compiled(tag)
+
+    def compiled_summary(self):
+        """Every compiled step timed (bf16 base and variants, W12 kernels), side by side:
+        median ms per T and the stock default's (fused_attn, else base) time over it."""
+        tim = self.report.get("timings", {})
+        tags = [k for k in tim if k == "bf16_compiled" or k in self.report.get("variants", {})
+                or k.endswith("_compiled") or k.endswith("_compiled_unfused")]
+        ref_tag = "fused_attn" if "fused_attn" in tim else "bf16_compiled"
+        if len(tags) < 2 or ref_tag not in tim:
+            return
+        print(f"\ncompiled steps, median ms (ratio: {ref_tag} / this)")
+        print(f"{'tag':<28}" + "".join(f"{'T=' + str(t):>18}" for t in self.args.ts))
+        for tag in tags:
+            line = f"{tag:<28}"
+            for t in self.args.ts:
+                v = tim[tag].get(f"graph_T{t}", {}).get("median_ms")
+                r = tim[ref_tag].get(f"graph_T{t}", {}).get("median_ms")
+                line += f"{v:>10.3f} ({r / v:.3f})" if v and r else f"{'-':>18}"
+            print(line)
 
     def w12_kernel(self, kernel: str):
         """The same W12 model on another kernel: gemv (kernels/w12/gemv.py, split-K) or
@@ -636,6 +674,9 @@ def main() -> None:
                          "side by side")
     ap.add_argument("--w12-compiled", action="store_true",
                     help="with --w12 and --compile on|both: time each W12 kernel compiled too")
+    ap.add_argument("--w12-unfused", action="store_true",
+                    help="with --w12-compiled after a fused variant: also time W12 compiled "
+                         "with its q/k/v and gate/up groups off (one GEMV per module)")
     ap.add_argument("--variants", default="",
                     help="with --compile on|both: compiled variants to time after the base, in "
                          f"order ({', '.join(VARIANTS)})")
@@ -681,6 +722,7 @@ def main() -> None:
                            lambda t=t: b.profile(f"w12_{kernels[-1]}_T{t}", t))
     b.table()
     b.variants_table()
+    b.compiled_summary()
     _write(b)
 
 

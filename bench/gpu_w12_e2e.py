@@ -75,7 +75,7 @@ def main() -> None:
     global DEV
     if args.smoke:
         DEV, args.preset, args.iters = "cpu", "tiny-qwen3", 2
-    from kernels.w12.linear import W12Linear, convert_model, set_kernel
+    from kernels.w12.linear import convert_model, set_kernel, set_view
     from stock.config import PRESETS
     from stock.model import Transformer
 
@@ -109,9 +109,7 @@ def main() -> None:
     log(f"convert_model: {res['convert']['s']:.1f} s, {res['convert']['bits_per_param']:.3f} "
         f"bits/param, {gib():.1f} GiB, kernel {args.kernel}")
     for view in ("w12", "w8"):
-        for m in net.modules():
-            if isinstance(m, W12Linear):
-                m.view = view
+        set_view(net, view)
         for t in steps:
             row = res["steps"].setdefault(t, {})
             try:

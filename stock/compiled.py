@@ -28,7 +28,8 @@ never looked up by layer index, so one compiled graph per region and T serves ev
 count).
 GEMMs stay cuBLAS (inductor's default for mm). Where a layer's q/k/v (gate/up) weights are
 views of one matrix (option `fuse_projections`, stock/fused.py), the region is handed that
-matrix and runs one GEMM for the group, then splits its output.
+matrix and runs one GEMM for the group, then splits its output; where a patch installed a
+group module for them instead (W12), the region calls that module once.
 
 Modules: the compiled regions call the layer's own modules, so a module swapped in place is
 used. Types stock knows (its Linear, nn.Linear, RMSNorm, and MLP when its linears are of
@@ -56,7 +57,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from stock.cache import KVCache
-from stock.fused import fused_gate_up, fused_qkv
+from stock.fused import fused_gate_up, fused_qkv, groups
 from stock.layers import MLP, RMSNorm, apply_rope
 from stock.linear import Linear, linear
 
@@ -121,14 +122,20 @@ def _call(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 # -- the regions (plain functions: also the eager fallback) --------------------------------
+def _group_out(fused, x):
+    """x times a fused group: stock's concatenated matrix (one GEMM), or the group module a
+    patch installed (stock/fused.py, install_group), called like any module."""
+    return linear(x, fused) if isinstance(fused, torch.Tensor) else _call(fused, x)
+
+
 def _qkv(attn, hx, qkv):
     """q, k, v [B, T, heads, D]: three projections, or one GEMM by the fused matrix."""
     b, t, _ = hx.shape
     if qkv is None:
         q, k, v = _call(attn.q_proj, hx), _call(attn.k_proj, hx), _call(attn.v_proj, hx)
     else:
-        q, k, v = linear(hx, qkv).split([attn.h * attn.d, attn.hkv * attn.d,
-                                         attn.hkv * attn.d], dim=-1)
+        q, k, v = _group_out(qkv, hx).split([attn.h * attn.d, attn.hkv * attn.d,
+                                             attn.hkv * attn.d], dim=-1)
     return (q.reshape(b, t, attn.h, attn.d), k.reshape(b, t, attn.hkv, attn.d),
             v.reshape(b, t, attn.hkv, attn.d))
 
@@ -137,8 +144,8 @@ def _mlp(mlp, x, gate_up):
     """The MLP: its module, or gate/up as one GEMM by the fused matrix."""
     if gate_up is None:
         return _call(mlp, x)
-    g, u = linear(x, gate_up).split([mlp.gate_proj.out_features, mlp.up_proj.out_features],
-                                    dim=-1)
+    g, u = _group_out(gate_up, x).split([mlp.gate_proj.out_features,
+                                         mlp.up_proj.out_features], dim=-1)
     return _call(mlp.down_proj, F.silu(g) * u)
 
 
@@ -252,7 +259,7 @@ def _mark_dynamic_buffers(model) -> None:
     that one graph per region and T still serves every layer when their lengths differ from
     layer to layer (W12's exception lists, kernels/w12/linear.py). Marks live on the tensor
     objects; this runs in the compiled forward, which only warm-ups and captures call."""
-    for mod in model.modules():
+    for mod in (*model.modules(), *groups(model)):
         for name in getattr(mod, "compile_dynamic_buffers", ()):
             buf = getattr(mod, name)
             if buf.dim() and buf.shape[0] > 1:  # 0 and 1 are specialised by dynamo anyway

@@ -14,6 +14,16 @@ static step (stock/compiled.py, with `fused=True`: the option on) asks `fused_qk
 `fused_gate_up` for the matrix and runs one GEMM, then splits its output. They answer None as soon as any module no longer
 multiplies by its block (replaced by another type, given a bias, re-assigned a weight,
 moved to another device), so a patch that swaps a projection is never bypassed.
+
+A patch whose projections are not plain linears can fuse them its own way: it builds one
+module whose output is the group's outputs concatenated (W12: one W12Linear over the
+concatenated planes, the members row slices of it, kernels/w12/linear.py) and installs it
+with `install_group(owner, names, module)`. `fused_qkv` / `fused_gate_up` then return that
+module (the compiled step calls it instead of multiplying by a matrix) for as long as every
+name still holds the very module object it held at installation and the group lives on
+the members' device; replacing a member disables the group. Groups are plain attributes
+too (not submodules: no state dict entries, not in `model.modules()`); `groups(model)`
+lists them for code that must reach every module (W12's kernel choice, compile marks).
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from stock.linear import Linear
 QKV = ("q_proj", "k_proj", "v_proj")
 GATE_UP = ("gate_proj", "up_proj")
 _ATTR = "_fused_weight"  # plain attribute of the owning module (not a buffer: no state dict)
+_GROUP = "_fused_group"  # (module, members) installed by a patch; plain attribute as well
 
 
 def _plain(mod: nn.Module) -> bool:
@@ -45,11 +56,48 @@ def _fuse(owner: nn.Module, names: tuple[str, ...]) -> bool:
     for m, w in zip(mods, weights):
         m.weight = nn.Parameter(fused[off:off + w.shape[0]], requires_grad=w.requires_grad)
         off += w.shape[0]
+    owner.__dict__.pop(_GROUP, None)
     owner.__dict__[_ATTR] = fused
     return True
 
 
-def _fused(owner: nn.Module, names: tuple[str, ...]) -> torch.Tensor | None:
+def _device(mod: nn.Module) -> torch.device | None:
+    t = next(iter(mod.parameters()), None)
+    if t is None:
+        t = next(iter(mod.buffers()), None)
+    return None if t is None else t.device
+
+
+def install_group(owner: nn.Module, names: tuple[str, ...], module: nn.Module) -> None:
+    """Make `module` the fused form of owner's `names` (module docstring): the caller
+    guarantees that module(x) equals the members' outputs concatenated in `names` order.
+    A fused matrix the owner held for the previous members is dropped (its bytes freed)."""
+    owner.__dict__.pop(_ATTR, None)
+    owner.__dict__[_GROUP] = (module, tuple(getattr(owner, n) for n in names))
+
+
+def _group(owner: nn.Module, names: tuple[str, ...]) -> nn.Module | None:
+    module, members = owner.__dict__[_GROUP]
+    if len(members) != len(names) or any(getattr(owner, n) is not m
+                                         for n, m in zip(names, members)):
+        return None
+    return module if _device(module) == _device(members[0]) else None
+
+
+def groups(model) -> list[nn.Module]:
+    """The group modules installed in model's decoder layers (valid or not)."""
+    out = []
+    for layer in model.model.layers:
+        for owner in (layer.self_attn, layer.mlp):
+            group = owner.__dict__.get(_GROUP)
+            if group is not None:
+                out.append(group[0])
+    return out
+
+
+def _fused(owner: nn.Module, names: tuple[str, ...]) -> torch.Tensor | nn.Module | None:
+    if _GROUP in owner.__dict__:
+        return _group(owner, names)
     fused = owner.__dict__.get(_ATTR)
     if fused is None:
         return None
@@ -77,12 +125,24 @@ def fuse_projections(model) -> int:
     return n
 
 
-def fused_qkv(attn: nn.Module) -> torch.Tensor | None:
-    """The layer's [Nq + 2 Nkv, H] q/k/v matrix, or None if its projections are not views
-    of one (never fused, or a module was replaced since)."""
+def unfuse(model) -> int:
+    """Drop every layer's fused matrix (the modules keep their weights, views of it, so no
+    output changes; the matrix's bytes are freed once no module views them any more: a
+    patch that replaces the modules calls this so the old weights do not stay alive).
+    Returns the number of matrices dropped."""
+    n = 0
+    for layer in model.model.layers:
+        for owner in (layer.self_attn, layer.mlp):
+            n += owner.__dict__.pop(_ATTR, None) is not None
+    return n
+
+
+def fused_qkv(attn: nn.Module) -> torch.Tensor | nn.Module | None:
+    """The layer's [Nq + 2 Nkv, H] q/k/v matrix, or the group module a patch installed, or
+    None if its projections are neither (never fused, or a module was replaced since)."""
     return _fused(attn, QKV)
 
 
-def fused_gate_up(mlp: nn.Module) -> torch.Tensor | None:
-    """The layer's [2 I, H] gate/up matrix, or None (as `fused_qkv`)."""
+def fused_gate_up(mlp: nn.Module) -> torch.Tensor | nn.Module | None:
+    """The layer's [2 I, H] gate/up matrix, or its group module, or None (as `fused_qkv`)."""
     return _fused(mlp, GATE_UP)

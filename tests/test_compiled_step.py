@@ -294,3 +294,27 @@ def test_fusion_and_attention_options(tiny):
     assert not C.uses_kernel("sdpa", torch.device("cuda"), 128)
     with pytest.raises(ValueError):
         C.uses_kernel("flash", torch.device("cuda"), 128)
+
+
+def test_compiled_regions_call_a_patch_s_group_module(eager_backend, monkeypatch):
+    """A group module installed by a patch (W12's, kernels/w12/linear.py) is what the
+    compiled regions call with `fused`: one graph per region still, outputs those of the
+    eager static forward; the group's exception lists (different lengths per layer) do not
+    add graphs."""
+    from kernels.w12.linear import W12Linear, convert_model
+
+    model = _model(3, seed=15)
+    with torch.no_grad():  # exceptions of different counts in every layer's groups
+        for i, layer in enumerate(model.model.layers):
+            layer.self_attn.v_proj.weight.view(-1)[:: 7 + i] = 0
+            layer.mlp.gate_proj.weight.view(-1)[:: 5 + i] = 0
+    convert_model(model, group=True)
+    seen = []
+    for name in ("fused_qkv", "fused_gate_up"):
+        real = getattr(C, name)
+        monkeypatch.setattr(C, name, lambda mod, real=real: seen.append(real(mod)) or seen[-1])
+    assert _graphs_for(model, fused=True) == 4
+    assert len(seen) == 2 * model.cfg.num_layers
+    assert all(isinstance(g, W12Linear) for g in seen)
+    assert len({g.exc_idx.numel() for g in seen}) > 1
+    assert not C.fallbacks()

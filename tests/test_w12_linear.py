@@ -61,3 +61,68 @@ def test_engine_option_weights_w12_when_the_entry_is_applied():
     assert w12_engine.w12_stats["linears"] == 7 * cfg.num_layers + 1
     prompt = list(range(3, 23))
     assert w12_engine.generate(prompt, 12).tokens == stock_engine.generate(prompt, 12).tokens
+
+
+def test_grouped_conversion_shares_planes_and_keeps_every_output():
+    """convert_model(group=True): q/k/v and gate/up become row slices of one W12Linear per
+    group (shared planes, each slice decoding to its own weight's bits, the same bytes as
+    converting one by one), installed as the layer's fused group; the eager logits stay
+    those of the bf16 model; a bf16 fused matrix is dropped; a replaced member disables the
+    group; set_kernel and set_view reach the groups."""
+    from kernels.w12.linear import set_kernel, set_view
+    from stock import fused as F_
+
+    cfg = PRESETS["tiny-qwen3"]
+    ref = Transformer.random(cfg, "cpu", torch.bfloat16, seed=6)
+    net = Transformer.random(cfg, "cpu", torch.bfloat16, seed=6)
+    one_by_one = Transformer.random(cfg, "cpu", torch.bfloat16, seed=6)
+    for m in (ref, net, one_by_one):  # exceptions in every member
+        with torch.no_grad():
+            for layer in m.model.layers:
+                layer.self_attn.k_proj.weight.view(-1)[::11] = 0
+                layer.mlp.up_proj.weight.view(-1)[3::13] = 0
+    assert F_.fuse_projections(net) == 2 * cfg.num_layers
+    stats = convert_model(net, group=True)
+    plain = convert_model(one_by_one)  # CPU default: no groups
+    assert plain["groups"] == 0 and stats["groups"] == 2 * cfg.num_layers
+    assert stats["linears"] == plain["linears"] == 7 * cfg.num_layers + 1
+    for key in ("params", "bytes_before", "bytes_after", "exceptions"):
+        assert stats[key] == plain[key], key
+    attn, mlp = net.model.layers[0].self_attn, net.model.layers[0].mlp
+    assert "_fused_weight" not in attn.__dict__ and "_fused_weight" not in mlp.__dict__
+    g = F_.fused_qkv(attn)
+    assert isinstance(g, W12Linear) and isinstance(F_.fused_gate_up(mlp), W12Linear)
+    assert g not in list(net.modules()) and len(F_.groups(net)) == 2 * cfg.num_layers
+    row = g.hi.stride(0)
+    assert attn.k_proj.hi.data_ptr() == g.hi.data_ptr() + attn.q_proj.out_features * row
+    assert attn.k_proj.exc_idx.numel() > 0
+    ref_attn = ref.model.layers[0].self_attn
+    for name in ("q_proj", "k_proj", "v_proj"):
+        want = getattr(ref_attn, name).weight.view(torch.int16)
+        assert torch.equal(getattr(attn, name).decode().view(torch.int16), want)
+    cat = torch.cat([ref_attn.q_proj.weight, ref_attn.k_proj.weight, ref_attn.v_proj.weight])
+    assert torch.equal(g.decode().view(torch.int16), cat.view(torch.int16))
+    ids = torch.randint(0, cfg.vocab_size, (1, 12), generator=torch.Generator().manual_seed(1))
+    want = ref(ids, ref.new_cache(16), 0).logits
+    assert torch.equal(net(ids, net.new_cache(16), 0).logits, want)
+    x = torch.randn(3, cfg.hidden_size).to(torch.bfloat16)
+    parts = torch.cat([attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)], -1)
+    torch.testing.assert_close(g(x), parts, atol=1e-2, rtol=1e-2)
+    groups = len(F_.groups(net))
+    assert set_kernel(net, "gemm") == stats["linears"] + groups and g.kernel == "gemm"
+    assert set_view(net, "w8") == stats["linears"] + groups and g.view == "w8"
+    with pytest.raises(ValueError):
+        set_view(net, "w4")
+    attn.k_proj = W12Linear.from_linear(ref_attn.k_proj)  # a member replaced: group off
+    assert F_.fused_qkv(attn) is None and F_.fused_gate_up(mlp) is not None
+
+
+def test_rows_refuses_bad_ranges_and_biases():
+    lin = W12Linear.from_linear(nn.Linear(16, 8, bias=False).to(torch.bfloat16))
+    part = lin.rows(2, 6)
+    assert part.out_features == 4 and torch.equal(part.decode(), lin.decode()[2:6])
+    for r0, r1 in ((4, 4), (-1, 3), (0, 9)):
+        with pytest.raises(ValueError):
+            lin.rows(r0, r1)
+    with pytest.raises(ValueError):
+        W12Linear.from_linear(nn.Linear(16, 8).to(torch.bfloat16)).rows(0, 4)

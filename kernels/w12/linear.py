@@ -60,6 +60,24 @@ class W12Linear(nn.Module):
         t = encode(w.to(torch.bfloat16))
         return cls(t, lin.bias, w.dtype, dense=w if keep_dense else None)
 
+    def rows(self, r0: int, r1: int) -> "W12Linear":
+        """A W12Linear over output rows [r0, r1) that shares this module's planes (views:
+        no byte copied but its own exception indices, rebased to its rows). Its kernel and
+        view start as this module's."""
+        if self.bias is not None:
+            raise ValueError("W12Linear.rows: a module with a bias is not sliced")
+        if not 0 <= r0 < r1 <= self.out_features:
+            raise ValueError(f"W12Linear.rows: [{r0}, {r1}) outside 0..{self.out_features}")
+        k = self.in_features
+        ptr = self.row_ptr
+        p0, p1 = (int(v) for v in ptr[[r0, r1]].tolist())
+        t = W12Tensor(self.hi[r0:r1], self.lo[r0:r1], self.base[r0:r1],
+                      self.exc_idx[p0:p1] - r0 * k, self.exc_val[p0:p1], shape=(r1 - r0, k))
+        dense = None if self._dense is None else self._dense[r0:r1]
+        part = W12Linear(t, None, self.dtype, dense=dense)
+        part.view, part.kernel = self.view, self.kernel
+        return part
+
     @property
     def w12(self) -> W12Tensor:
         t = self._t
@@ -175,41 +193,120 @@ def chosen_kernels() -> dict[tuple, str]:
     return {k[:4]: v for k, v in _CHOICE.items()}
 
 
-def set_kernel(model: nn.Module, kernel: str) -> int:
-    """Select the CUDA kernel of every W12Linear in `model`; returns how many changed."""
-    fused_matmul(kernel)  # validates the name
+def w12_modules(model: nn.Module) -> list[W12Linear]:
+    """Every W12Linear of `model`: its modules, then its fused groups (stock/fused.py)."""
+    from stock.fused import groups
+
     mods = [m for m in model.modules() if isinstance(m, W12Linear)]
+    if hasattr(model, "model") and hasattr(model.model, "layers"):
+        mods += [g for g in groups(model) if isinstance(g, W12Linear)]
+    return mods
+
+
+def set_kernel(model: nn.Module, kernel: str) -> int:
+    """Select the CUDA kernel of every W12Linear in `model`, fused groups included; returns
+    how many modules (groups count one each)."""
+    fused_matmul(kernel)  # validates the name
+    mods = w12_modules(model)
     for m in mods:
         m.kernel = kernel
     return len(mods)
 
 
+def set_view(model: nn.Module, view: str) -> int:
+    """Select what every W12Linear multiplies by ("w12" or "w8"), fused groups included."""
+    if view not in ("w12", "w8"):
+        raise ValueError(f"W12 view must be 'w12' or 'w8', not {view!r}")
+    mods = w12_modules(model)
+    for m in mods:
+        m.view = view
+    return len(mods)
+
+
+GROUPS = (("self_attn", ("q_proj", "k_proj", "v_proj")), ("mlp", ("gate_proj", "up_proj")))
+
+
+def _group(owner: nn.Module, names: tuple[str, ...], keep_dense: bool) -> W12Linear | None:
+    """Encode owner's linears `names` as one W12Linear over their concatenated weights and
+    make each a row slice of it (module docstring of stock/fused.py); None if they are not
+    bias-free nn.Linear layers of one input width, device and dtype."""
+    from stock.fused import install_group
+
+    lins = [getattr(owner, n) for n in names]
+    if not all(isinstance(m, nn.Linear) and m.bias is None for m in lins):
+        return None
+    if len({(m.weight.device, m.weight.dtype, m.in_features) for m in lins}) != 1:
+        return None
+    w = torch.cat([m.weight.detach() for m in lins])
+    dense = w if keep_dense else None
+    group = W12Linear(encode(w.to(torch.bfloat16)), None, w.dtype, dense=dense)
+    del w
+    r0 = 0
+    for name, lin in zip(names, lins):
+        setattr(owner, name, group.rows(r0, r0 + lin.out_features))
+        r0 += lin.out_features
+    install_group(owner, names, group)
+    return group
+
+
 def convert_model(model: nn.Module, include_lm_head: bool = True,
-                  keep_dense: bool = False) -> dict:
+                  keep_dense: bool = False, group: bool | None = None) -> dict:
     """Replace the nn.Linear modules of `model` (a stock.model.Transformer) by W12Linear in
     place, encoding on the weights' device (CUDA: the GPU encoder). The bf16 weight is freed
     unless keep_dense (a weight tied to the embedding stays alive through the embedding).
     Weights that are not bf16 are rounded to bf16 first (their params are counted in
-    `cast_to_bf16`). Returns stats: linears, params, bytes_before, bytes_after, exceptions,
-    bits_per_param, exception_rate, cast_to_bf16."""
+    `cast_to_bf16`).
+
+    `group` (default: when the model is on CUDA): each decoder layer's q/k/v and gate/up are
+    encoded as one W12Linear over their concatenated weights, installed as the layer's fused
+    group (stock/fused.py), and the modules become row slices of it (shared planes): the
+    compiled step with option fuse_projections runs one W12 GEMV per group, everything else
+    still sees q_proj, k_proj, ... as before. Each row's encoding is that of the weight alone
+    (the format is per output channel), so slices decode to the same bits. Off the CUDA
+    path the groups would only cost a second decoded copy, so they are not built there.
+
+    Returns stats: linears (modules replaced), groups, params, bytes_before, bytes_after,
+    exceptions, bits_per_param, exception_rate, cast_to_bf16."""
+    if group is None:
+        group = any(p.is_cuda for p in model.parameters())
+    stats = {"linears": 0, "groups": 0, "params": 0, "bytes_before": 0, "bytes_after": 0,
+             "exceptions": 0, "cast_to_bf16": 0}
+
+    def count(lins: list[nn.Module], new: W12Linear) -> None:
+        for lin in lins:
+            numel = lin.weight.numel()
+            stats["linears"] += 1
+            stats["params"] += numel
+            stats["bytes_before"] += numel * lin.weight.element_size()
+            stats["cast_to_bf16"] += int(lin.weight.dtype != torch.bfloat16) * numel
+        stats["bytes_after"] += new.nbytes
+        stats["exceptions"] += int(new.exc_idx.numel())
+
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if group and layers is not None:
+        for layer in layers:
+            for owner_name, names in GROUPS:
+                owner = getattr(layer, owner_name)
+                lins = [getattr(owner, n, None) for n in names]
+                new = _group(owner, names, keep_dense)
+                if new is not None:
+                    count(lins, new)
+                    stats["groups"] += 1
+                    del lins
+    if layers is not None:  # a bf16 fused matrix of members replaced above or below
+        from stock.fused import unfuse
+
+        unfuse(model)
     names = [name for name, mod in model.named_modules()
              if isinstance(mod, nn.Linear) and (include_lm_head or name != "lm_head")]
-    stats = {"linears": 0, "params": 0, "bytes_before": 0, "bytes_after": 0,
-             "exceptions": 0, "cast_to_bf16": 0}
     for name in names:  # one layer at a time: each bf16 weight is freed once replaced
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         lin = getattr(parent, child)
-        numel, size, dtype = lin.weight.numel(), lin.weight.element_size(), lin.weight.dtype
         new = W12Linear.from_linear(lin, keep_dense=keep_dense)
         setattr(parent, child, new)
+        count([lin], new)
         del lin
-        stats["linears"] += 1
-        stats["params"] += numel
-        stats["bytes_before"] += numel * size
-        stats["bytes_after"] += new.nbytes
-        stats["exceptions"] += int(new.exc_idx.numel())
-        stats["cast_to_bf16"] += int(dtype != torch.bfloat16) * numel
     stats["bits_per_param"] = 8.0 * stats["bytes_after"] / max(1, stats["params"])
     stats["exception_rate"] = stats["exceptions"] / max(1, stats["params"])
     if any(p.is_cuda for p in model.parameters()):

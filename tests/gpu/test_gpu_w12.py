@@ -84,7 +84,8 @@ def test_converted_model_on_cuda_runs_the_fused_kernel_close_to_bf16(kernel):
     net = Transformer.random(cfg, "cuda", torch.bfloat16, seed=5)
     stats = convert_model(net)
     assert stats["linears"] == 7 * cfg.num_layers + 1
-    assert set_kernel(net, kernel) == stats["linears"]
+    assert stats["groups"] == 2 * cfg.num_layers  # q/k/v and gate/up fused on CUDA
+    assert set_kernel(net, kernel) == stats["linears"] + stats["groups"]
     lin = next(m for m in net.modules() if isinstance(m, W12Linear))
     assert lin._dense is None and lin.hi.is_cuda  # the fused path, no dense copy
     ids = torch.randint(0, cfg.vocab_size, (1, 40), device="cuda")
@@ -111,3 +112,34 @@ def test_w12_linear_under_torch_compile_is_one_op_with_eager_results():
     compiled = torch.compile(lambda v: lin(v * 2) + 1, fullgraph=True)(x)
     assert torch.equal(compiled, lin(x * 2) + 1)
     assert torch.equal(lin(x), eager)
+
+
+def test_grouped_w12_in_the_compiled_step_matches_one_by_one():
+    """W12 groups on CUDA (kernels/w12/linear.py): a group's GEMV equals its members'
+    outputs side by side (bf16 rounding of another split-K plan at most), and the compiled
+    static forward with `fused` (one GEMV per group) gives the logits of the same forward
+    without (one GEMV per module) to bf16 rounding."""
+    from kernels.w12.linear import convert_model
+    from stock import fused as F_
+    from stock.config import PRESETS
+    from stock.model import Transformer
+    from stock.static_step import static_forward
+
+    cfg = PRESETS["tiny-qwen3"]
+    net = Transformer.random(cfg, "cuda", torch.bfloat16, seed=9)
+    stats = convert_model(net)
+    assert stats["groups"] == 2 * cfg.num_layers
+    attn = net.model.layers[1].self_attn
+    g = F_.fused_qkv(attn)
+    x = torch.randn(3, cfg.hidden_size, device="cuda").to(torch.bfloat16)
+    parts = torch.cat([attn.q_proj(x), attn.k_proj(x), attn.v_proj(x)], -1)
+    _close(g(x), parts)
+    ids = torch.randint(0, cfg.vocab_size, (1, 6), device="cuda")
+    pos = torch.arange(20, 26, device="cuda")
+    outs = []
+    for fused in (True, False):
+        cache = net.new_cache(96)
+        net(torch.arange(1, 21, device="cuda").view(1, 20), cache, 0, logits="none")
+        outs.append(static_forward(net, ids, pos, cache, 64, (), compiled=True,
+                                   fused=fused).logits)
+    _close(outs[0], outs[1])
