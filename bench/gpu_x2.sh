@@ -55,6 +55,8 @@
 #   bash bench/gpu_x2.sh compile2 330       # `compile` again after the W12 dynamic buffers
 #   bash bench/gpu_x2.sh w12swap 470        # the swapped GEMV in the shared K order: W12 GPU
 #               tests and the verdict (GPU 0); 27B, kernels and a sweep of M = 4, 16, 64 (GPU 1)
+#   bash bench/gpu_x2.sh groups 560         # W12 groups: W12 GPU tests, 27B bf16 against W12
+#               with and without groups (GPU 1); the W12 verdict serving AR, then n-gram (GPU 0)
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 source "$here/bench/gpu_lib.sh"
@@ -385,6 +387,22 @@ train2|train2w)  # block drafter on ~3x run 4's answers: two GPUs answer, GPU 0 
     fi
     wait; cat "$LOGDIR/gpu1.txt"
     [ "$mode" = train2w ] && summary "$OUT"/w12_27b_1gpu.json
+    ;;
+groups)  # W12 groups (q/k/v and gate/up as one GEMV each, kernels/w12/linear.py): W12 GPU
+    # tests, then the 27B step, bf16 with stock's defaults against W12 compiled with and
+    # without groups (GPU 1); the w12-weights entry through the controller on the 27B target
+    # serving AR, then with the configured n-gram drafter (GPU 0)
+    ( export CUDA_VISIBLE_DEVICES=1
+      step gputests_w12 150 python3 -m pytest -q tests/gpu/test_gpu_w12.py
+      TAIL=45 step b27g 400 python3 bench/gpu_27b.py --out "$OUT" --compile on --ts 1,16 \
+        --iters 20 --variants fused_attn --w12 --w12-kernels gemv --w12-compiled \
+        --w12-unfused ) > "$LOGDIR/gpu1.txt" 2>&1 &
+    step w12_27b_ar 270 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
+        --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
+        --max-new 32 --drafter-a ar --json > $OUT/w12_27b_ar.json"
+    w12_verdict w12_27b_ngram 270 0
+    wait; cat "$LOGDIR/gpu1.txt"
+    summary "$OUT"/w12_27b_ar.json "$OUT"/w12_27b_ngram.json
     ;;
 *) echo "unknown mode $mode"; exit 2 ;;
 esac
