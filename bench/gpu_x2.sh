@@ -404,6 +404,14 @@ groups)  # W12 groups (q/k/v and gate/up as one GEMV each, kernels/w12/linear.py
     wait; cat "$LOGDIR/gpu1.txt"
     summary "$OUT"/w12_27b_ar.json "$OUT"/w12_27b_ngram.json
     ;;
+groupsctl)  # the two verdicts of `groups` side by side: AR serving (GPU 0), n-gram (GPU 1)
+    ( w12_verdict w12_27b_ngram 420 1 ) > "$LOGDIR/gpu1.txt" 2>&1 &
+    step w12_27b_ar 420 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
+        --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
+        --max-new 32 --drafter-a ar --json > $OUT/w12_27b_ar.json"
+    wait; cat "$LOGDIR/gpu1.txt"
+    summary "$OUT"/w12_27b_ar.json "$OUT"/w12_27b_ngram.json
+    ;;
 *) echo "unknown mode $mode"; exit 2 ;;
 esac
 # at most 8 files come back from a call: the step logs and the controller's own logs of

@@ -122,6 +122,12 @@ def fuse_projections(model) -> int:
     for layer in model.model.layers:
         n += _fuse(layer.self_attn, QKV)
         n += _fuse(layer.mlp, GATE_UP)
+    if n and any(p.is_cuda for p in model.parameters()):
+        # the separate weights' blocks are free now but stay reserved by the caching
+        # allocator, which cannot join them into blocks for the larger fused matrices: on
+        # the 27B-class target that was ~29 GB held by the process for nothing (a second
+        # system on the same GPU, the controller's B, then ran out of memory)
+        torch.cuda.empty_cache()
     return n
 
 
