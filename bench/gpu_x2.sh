@@ -404,11 +404,15 @@ groups)  # W12 groups (q/k/v and gate/up as one GEMV each, kernels/w12/linear.py
     wait; cat "$LOGDIR/gpu1.txt"
     summary "$OUT"/w12_27b_ar.json "$OUT"/w12_27b_ngram.json
     ;;
-groupsctl)  # the two verdicts of `groups` side by side: AR serving (GPU 0), n-gram (GPU 1)
-    ( w12_verdict w12_27b_ngram 420 1 ) > "$LOGDIR/gpu1.txt" 2>&1 &
+groupsctl)  # the two verdicts of `groups`: AR serving (GPU 0), n-gram (GPU 1 beside it, or
+    # after it on GPU 0 when the machine has one GPU)
+    if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+        ( w12_verdict w12_27b_ngram 420 1 ) > "$LOGDIR/gpu1.txt" 2>&1 &
+    fi
     step w12_27b_ar 420 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
         --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
         --max-new 32 --drafter-a ar --json > $OUT/w12_27b_ar.json"
+    [ "$(nvidia-smi -L | wc -l)" -ge 2 ] || w12_verdict w12_27b_ngram 420 0 > "$LOGDIR/gpu1.txt" 2>&1
     wait; cat "$LOGDIR/gpu1.txt"
     summary "$OUT"/w12_27b_ar.json "$OUT"/w12_27b_ngram.json
     ;;
