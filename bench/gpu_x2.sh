@@ -57,6 +57,9 @@
 #               tests and the verdict (GPU 0); 27B, kernels and a sweep of M = 4, 16, 64 (GPU 1)
 #   bash bench/gpu_x2.sh groups 560         # W12 groups: W12 GPU tests, 27B bf16 against W12
 #               with and without groups (GPU 1); the W12 verdict serving AR, then n-gram (GPU 0)
+#   bash bench/gpu_x2.sh groupsctl 560      # the two verdicts of `groups` alone
+#   bash bench/gpu_x2.sh engab 460          # the verdict's two systems in one process: per
+#               request prefill and decode split (bench/gpu_engine_ab.py), AR and n-gram
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 source "$here/bench/gpu_lib.sh"
@@ -415,6 +418,13 @@ groupsctl)  # the two verdicts of `groups`: AR serving (GPU 0), n-gram (GPU 1 be
     [ "$(nvidia-smi -L | wc -l)" -ge 2 ] || w12_verdict w12_27b_ngram 420 0 > "$LOGDIR/gpu1.txt" 2>&1
     wait; cat "$LOGDIR/gpu1.txt"
     summary "$OUT"/w12_27b_ar.json "$OUT"/w12_27b_ngram.json
+    ;;
+engab)  # the controller's two 27B systems (stock, weights=w12) in one process on GPU 0: each
+    # request split into prefill and decode steps (bench/gpu_engine_ab.py), AR and n-gram
+    rm -rf /tmp/w12tree; git worktree prune
+    git worktree add -f -q --detach /tmp/w12tree refs/specpilot/entries/w12-weights || exit 1
+    TAIL=20 step engab 420 env PYTHONPATH=/tmp/w12tree python3 bench/gpu_engine_ab.py \
+        --model random:dense-27b --opt-b weights=w12 --drafters ar,ngram --rounds 4 --out "$OUT"
     ;;
 *) echo "unknown mode $mode"; exit 2 ;;
 esac
