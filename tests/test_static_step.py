@@ -141,3 +141,27 @@ def test_engine_static_path_speculative_equals_ar_embedded(smol, dev_prompts):
     assert engine.generate(prompt, 24).tokens == ar
     spec = engine.generate(prompt, 24, NGramDrafter())
     assert spec.tokens == ar
+
+
+def test_graph_prefill_runs_short_prompts_through_the_runner(tiny):
+    """Option graph_prefill (on): a prompt that fits a step bucket is prefilled by the
+    runner's static step, with the dynamic prefill's next token and hidden states (fp32) and
+    the same generated tokens; a longer prompt, or the option off, takes the dynamic forward."""
+    gen = torch.Generator().manual_seed(4)
+    prompt = [int(t) for t in torch.randint(0, tiny.cfg.vocab_size, (37,), generator=gen)]
+    on = Engine(tiny, max_context=256, static=True)
+    off = Engine(tiny, Options({"graph_prefill": False}), 256, static=True)
+    layers = (0, tiny.cfg.num_layers - 1)
+    p_on, h_on = on._prefill(prompt, layers)
+    p_off, h_off = off._prefill(prompt, layers)
+    assert p_on == p_off and set(h_on) == set(h_off) == set(layers)
+    for layer in layers:
+        assert h_on[layer].shape == h_off[layer].shape == (1, 37, tiny.cfg.hidden_size)
+        torch.testing.assert_close(h_on[layer], h_off[layer], atol=1e-5, rtol=1e-5)
+    assert [s.t for s in on.runner.slots.values()] == [64]  # the prefill's one step
+    assert not off.runner.slots
+    want = off.generate(prompt, 20, NGramDrafter()).tokens
+    assert on.generate(prompt, 20, NGramDrafter()).tokens == want
+    longer = Engine(tiny, max_context=256, static=True)
+    longer._prefill(prompt * 2, ())  # 74 tokens: past the largest bucket
+    assert not longer.runner.slots
