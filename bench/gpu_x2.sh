@@ -60,6 +60,7 @@
 #   bash bench/gpu_x2.sh groupsctl 560      # the two verdicts of `groups` alone
 #   bash bench/gpu_x2.sh engab 460          # the verdict's two systems in one process: per
 #               request prefill and decode split (bench/gpu_engine_ab.py), AR and n-gram
+#   bash bench/gpu_x2.sh engabctl 580       # engab, then the two verdicts, on one GPU
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
 source "$here/bench/gpu_lib.sh"
@@ -425,6 +426,17 @@ engab)  # the controller's two 27B systems (stock, weights=w12) in one process o
     git worktree add -f -q --detach /tmp/w12tree refs/specpilot/entries/w12-weights || exit 1
     TAIL=20 step engab 420 env PYTHONPATH=/tmp/w12tree python3 bench/gpu_engine_ab.py \
         --model random:dense-27b --opt-b weights=w12 --drafters ar,ngram --rounds 4 --out "$OUT"
+    ;;
+engabctl)  # engab, then the two verdicts of groupsctl (one GPU)
+    rm -rf /tmp/w12tree; git worktree prune
+    git worktree add -f -q --detach /tmp/w12tree refs/specpilot/entries/w12-weights || exit 1
+    TAIL=20 step engab 200 env PYTHONPATH=/tmp/w12tree python3 bench/gpu_engine_ab.py \
+        --model random:dense-27b --opt-b weights=w12 --drafters ar,ngram --rounds 4 --out "$OUT"
+    step w12_27b_ar 200 bash -c "$CMP stock refs/specpilot/entries/w12-weights \
+        --opt-b weights=w12 --model random:dense-27b --devices 0 --rounds 6 --requests 4 \
+        --max-new 32 --drafter-a ar --json > $OUT/w12_27b_ar.json"
+    w12_verdict w12_27b_ngram 200 0
+    summary "$OUT"/w12_27b_ar.json "$OUT"/w12_27b_ngram.json
     ;;
 *) echo "unknown mode $mode"; exit 2 ;;
 esac
