@@ -3,7 +3,7 @@
 kernels/w12/gemv.py tunes over at most a handful of configurations per M bucket; this
 script looks wider, to find what the shipped candidate lists should hold and why a shape is
 slow. For each K x N (the 27B-class config's own layers: q, k/v, o, gate/up, down, head;
-and the issue's table shapes) and each M:
+the W12 groups qkv and gate_up; the issue's table shapes) and each M:
 
 1. cuBLAS bf16 on the decoded weights (the reference, exact weights), then every candidate
    (a GemvConfig from the grid below, then each split count that gives a distinct plan)
@@ -40,6 +40,9 @@ T0 = time.perf_counter()
 E2E = {"q": (5120, 8192), "kv": (5120, 1024), "o": (8192, 5120), "gate/up": (5120, 25600),
        "down": (25600, 5120), "head": (5120, 151936)}
 ISSUE = {"i15360": (5120, 15360), "i17408": (17408, 5120), "i34816": (5120, 34816)}
+# the W12 groups of the 27B-class config (q/k/v and gate/up as one matrix each)
+GROUPS = {"qkv": (5120, 10240), "gate_up": (5120, 51200)}
+SETS = {"e2e": E2E, "issue": ISSUE, "groups": GROUPS}
 SPLITS = ("auto", 1, 2, 4, 8, 16, 32)
 
 
@@ -214,7 +217,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--ms", default="1,4,16")
-    ap.add_argument("--shapes", default="e2e,issue", help="e2e, issue, or both")
+    ap.add_argument("--shapes", default="e2e,issue",
+                    help="comma list of sets (e2e, issue, groups) or shape names (q, o, qkv, ...)")
     ap.add_argument("--budget-s", type=float, default=240)
     ap.add_argument("--workers", type=int, default=12)
     ap.add_argument("--smoke", action="store_true", help="CPU interpreter, tiny shapes")
@@ -226,10 +230,15 @@ def main() -> None:
     ms = [int(m) for m in args.ms.split(",")]
     deadline = T0 + args.budget_s
     shapes = {}
-    if "e2e" in args.shapes:
-        shapes.update(E2E)
-    if "issue" in args.shapes:
-        shapes.update(ISSUE)
+    for token in args.shapes.split(","):
+        if token in SETS:
+            shapes.update(SETS[token])
+        else:
+            found = [s for s in SETS.values() if token in s]
+            if not found:
+                raise SystemExit(f"unknown shape or set {token!r}: sets {', '.join(SETS)}, "
+                                 f"shapes {', '.join(k for s in SETS.values() for k in s)}")
+            shapes[token] = found[0][token]
     if args.smoke:
         shapes = {"tiny": (128, 48)}
         global GRID_LIMIT
