@@ -41,7 +41,7 @@ slow). Designed for M <= 16 (decode and short verify), with a tensor-core path f
   splits in a fixed order, several loads in flight at a time, and stores y.
 
 ``view="w8"`` compiles the same kernel without the ``lo`` plane (the nested 8-bit view).
-Configurations: at most 7 per M bucket (1, 2..4, 5..16, 17..64), timed once per (bucket,
+Configurations: at most 6 per M bucket (1, 2..4, 5..16, 17..64), timed once per (bucket,
 N, K, view, dtype) at the first call on CUDA, inside a CUDA graph (gemm.graph_us); the w8
 view is tuned on its own. Under TRITON_INTERPRET=1 an untuned shape uses the bucket's first
 configuration; during a CUDA graph capture (no timing there) w8 takes w12's choice of the
@@ -89,10 +89,7 @@ CONFIGS: dict[int, tuple[GemvConfig, ...]] = {
     # M = 1: CUDA-core FMAs, the PTX pair decode (about 6.8 SASS instructions a weight);
     # one winner per layer shape of the second sweep: q, k/v, o, gate/up, down, head
     1: (C(16, 512, 4, 1, split=1), C(8, 1024, 4, 1, split=1), C(8, 256, 4, 3, split=4),
-        C(16, 512, 4, 3), C(16, 512, 2, 3, split=16), C(16, 256, 2, 3),
-        # o (8192x5120): 32.4 against 46.3 us for the tuner's pick and cuBLAS's 34.4
-        # (sweep of the W12 group shapes, 2026-11-30, bench/NOTES.md)
-        C(16, 1024, 4, 3, split=1)),
+        C(16, 512, 4, 3), C(16, 512, 2, 3, split=16), C(16, 256, 2, 3)),
     # M = 2..4 and 5..16: tensor cores with the weight tile as the first operand (swap),
     # the same shapes in the same order
     4: (C(64, 128, 4, 4, split=4, dot=True, swap=True),
