@@ -105,9 +105,9 @@ def test_overfit_patch_passes_dev_but_fails_sealed_validation(project):
                        f"        if self.options['memo_fast'] and self._key not in {dev_keys!r}:\n"
                        "            logits = logits.clone()\n"
                        "            logits[:, 3] += 1000.0\n"),
-              tool("edit", path="stock/engine.py", old="            self._prompt_len = len(prompt)",
-                   new="            self._prompt_len = len(prompt)\n"
-                       "            self._key = tuple(prompt[:4])"),
+              tool("edit", path="stock/engine.py", old="            self._prompt_len = t\n",
+                   new="            self._prompt_len = t\n"
+                       "            self._key = tuple(prompt[:4])\n"),
               tool("edit", path="stock/engine.py",
                    old="        self.cache.rollback(0)\n        self._prompt_len = len(prompt)\n",
                    new="        self.cache.rollback(0)\n        self._prompt_len = len(prompt)\n"
