@@ -19,9 +19,15 @@ def test_from_linear_is_bit_exact_with_bias():
     w12 = W12Linear.from_linear(lin)
     assert torch.equal(w12.decode().view(torch.int16), lin.weight.view(torch.int16))
     x = torch.randn(5, 33).to(torch.bfloat16)
-    assert torch.equal(w12(x), lin(x))
+    # the CPU forward is stock's linear (stock/linear.py: W @ x^T for 2-16 rows, as stock's
+    # own layers), on the decoded weight: bit for bit what stock's Linear computes
+    from stock.linear import linear
+
+    with torch.no_grad():
+        assert torch.equal(w12(x), linear(x, lin.weight, lin.bias))
+        assert torch.equal(w12(x[:1]), lin(x[:1]))  # one row: F.linear in both
     w12.view = "w8"
-    assert not torch.equal(w12(x), lin(x))
+    assert not torch.equal(w12(x), linear(x, lin.weight.detach(), lin.bias.detach()))
 
 
 @pytest.mark.parametrize("include_lm_head", [True, False])

@@ -2,7 +2,8 @@
 
 On CUDA the forward runs the fused GEMM (kernels/w12/gemm.py) on the planes. On the CPU
 the weight is decoded once at load into a dense tensor (bit-identical to the bf16 weight)
-and the forward is F.linear: exact, with no speed gain.
+and the forward is stock's `linear` (F.linear, or W @ x^T for 2-16 rows as stock's own
+layers take it, stock/linear.py): exact, with no speed gain.
 
 `view` selects what the fused forward multiplies by: "w12" (exact) or "w8" (the nested
 8-bit view; see kernels/w12/reference.py). `kernel` selects the CUDA kernel: "gemm" (the
@@ -18,7 +19,6 @@ outputs at near-ties (the controller saw one system give two outputs on two GPUs
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from kernels.w12.format import W12Tensor, decode, decode_w8, encode
@@ -106,8 +106,10 @@ class W12Linear(nn.Module):
             else:
                 y = fused_matmul(self.kernel)(x, self.w12, self.view)
             return y if self.bias is None else y + self.bias.to(y.dtype)
+        from stock.linear import linear  # stock's CPU dispatch: W @ x^T for 2-16 rows
+
         bias = None if self.bias is None else self.bias.to(x.dtype)
-        return F.linear(x, self._dense_weight(x.device).to(x.dtype), bias)
+        return linear(x, self._dense_weight(x.device).to(x.dtype), bias)
 
     def _dense_weight(self, device) -> torch.Tensor:
         """CPU path: the decoded weight (or its 8-bit view), decoded once and cached."""
