@@ -171,14 +171,17 @@ class GraphRunner:
             raise ContextOverflow(f"step [{start}, {start + len(ids)}) exceeds the context "
                                   f"({self.max_context}) or the slot's KV length ({s.kv_len})")
         k = len(ids) - 1 if k is None else k
-        host = torch.tensor(ids + [ids[-1]] * (s.t - len(ids)) + [start, k], dtype=torch.long)
+        # written through a numpy view: building a tensor from the list cost ~15 µs a step
+        # on the host, the view ~3 µs (this CPU)
+        host = s.host if s.host is not None else torch.empty(s.t + 2, dtype=torch.long)
+        buf, n = host.numpy(), len(ids)
+        buf[:n] = ids
+        buf[n:s.t] = ids[-1]
+        buf[s.t], buf[s.t + 1] = start, k
         with torch.inference_mode():
-            if s.host is None:
-                s.inp.copy_(host)
-            else:  # no host sync: an async copy from pinned memory. The staging buffer is
-                # rewritten only after the step's result was read, so its copy is done.
-                s.host.copy_(host)
-                s.inp.copy_(s.host, non_blocking=True)
+            # CUDA: no host sync, an async copy from pinned memory. The staging buffer is
+            # rewritten only after the step's result was read, so its copy is done.
+            s.inp.copy_(host, non_blocking=s.host is not None)
 
     def launch(self, s: Slot) -> StepOut:
         s.replays += 1

@@ -82,6 +82,14 @@ def test_buckets():
         GraphRunner(model, model.new_cache(128), 128)
     with pytest.raises(GraphError, match="CUDA"):
         GraphRunner(model, model.new_cache(192), 128, capture=True)
+    # a slot's input: ids padded with the last id to its T, then start and k
+    slot = runner.slot(runner.bucket(3), runner.kv_bucket(13))
+    runner.load(slot, [7, 8, 9], 10)
+    assert slot.inp.tolist() == [7, 8, 9, 9, 10, 2]
+    runner.load(slot, [5], 11, k=0)
+    assert slot.inp.tolist() == [5, 5, 5, 5, 11, 0]
+    with pytest.raises(GraphError):
+        runner.load(slot, [1, 2, 3, 4, 5], 0)
 
 
 def test_device_acceptance_counts_the_matching_prefix(tiny):

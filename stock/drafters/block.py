@@ -367,13 +367,13 @@ class BlockDrafter(Drafter):
     def _load(self, pending: int) -> None:
         """The step's inputs into the device buffer: no host sync (pinned, async on CUDA;
         the staging buffer is rewritten only after the step's lattice was read)."""
-        host = torch.tensor([pending, self.ctx_len], dtype=torch.long)
         if self._host is None:
-            self._inp.copy_(host)
+            self._inp.copy_(torch.tensor([pending, self.ctx_len], dtype=torch.long))
         else:
             if self._copied is not None:  # done long ago after draft()'s host read; a
                 self._copied.synchronize()  # second block_logits() call may still wait
-            self._host.copy_(host)
+            buf = self._host.numpy()  # no tensor built from a list: ~12 µs less a step
+            buf[0], buf[1] = pending, self.ctx_len
             self._inp.copy_(self._host, non_blocking=True)
             self._copied = torch.cuda.Event()
             self._copied.record()
