@@ -351,17 +351,22 @@ class Bench:
 
         if fuse:
             log(f"[{tag}] fused {fuse_projections(self.model)} projection groups")
+        self.new_compiled_runners(attention, fuse)
+        self.report.setdefault("variants", {})[tag] = {"fuse": fuse, "attention": attention}
+        return self.compiled(tag)
+
+    def new_compiled_runners(self, attention: str, fused: bool) -> None:
+        """Drop the compiled runners' graphs and make new ones (graph and eager) with these
+        options."""
         for r in (self.crunner, self.ceager):
             if r is not None:
                 r.reset()
         empty_cache()
         ctx = self.args.context
         self.crunner = GraphRunner(self.model, self.cache, ctx + 64, capture=DEV == "cuda",
-                                   compile=True, attention=attention, fused=fuse)
+                                   compile=True, attention=attention, fused=fused)
         self.ceager = GraphRunner(self.model, self.cache, ctx + 64, capture=False,
-                                  compile=True, attention=attention, fused=fuse)
-        self.report.setdefault("variants", {})[tag] = {"fuse": fuse, "attention": attention}
-        return self.compiled(tag)
+                                  compile=True, attention=attention, fused=fused)
 
     def variants_table(self):
         tim = self.report.get("timings", {})
@@ -444,15 +449,7 @@ class Bench:
 
     def rerun_compiled(self, tag: str, fused: bool):
         """The compiled step again with new runners that differ only in `fused`."""
-        attention = self.crunner.attention
-        for r in (self.crunner, self.ceager):
-            r.reset()
-        empty_cache()
-        ctx = self.args.context
-        self.crunner = GraphRunner(self.model, self.cache, ctx + 64, capture=DEV == "cuda",
-                                   compile=True, attention=attention, fused=fused)
-        self.ceager = GraphRunner(self.model, self.cache, ctx + 64, capture=False,
-                                  compile=True, attention=attention, fused=fused)
+        self.new_compiled_runners(self.crunner.attention, fused)
         return self.compiled(tag)
 
     def compiled_summary(self):

@@ -38,7 +38,6 @@ def log(msg: str) -> None:
 
 
 def build(model: str, opts: dict, device: str):
-    import stock.system  # noqa: F401 - registers the drafters' options
     from stock.config import PRESETS
     from stock.engine import Engine
     from stock.model import Transformer
@@ -77,17 +76,14 @@ def summarise(rows: list[dict]) -> dict:
             "n": len(rows)}
 
 
-def parse_opts(items: list[str]) -> dict:
-    from stock.options import REGISTRY
+def parse_opts(items: list[str], source: str) -> dict:
+    """name=value pairs, parsed as the option registry types them (stock.options)."""
+    from stock.options import OptionError, Options, parse_pairs
 
-    out = {}
-    for item in items:
-        name, _, value = item.partition("=")
-        spec = REGISTRY.get(name)
-        if spec is None:
-            raise SystemExit(f"unknown option {name!r} (is its entry's tree on PYTHONPATH?)")
-        out[name] = spec.parse(value)
-    return out
+    try:
+        return Options(parse_pairs(items, source)).non_default()
+    except OptionError as exc:
+        raise SystemExit(f"{exc} (an entry's option needs its tree first on PYTHONPATH)")
 
 
 def main() -> None:
@@ -102,10 +98,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
-    import stock.system  # noqa: F401
+    import stock.system  # noqa: F401 - registers the drafters' options before parsing
     from specpilot.controller import pick_requests
 
-    opts = {"A": parse_opts(args.opt_a), "B": parse_opts(args.opt_b)}
+    opts = {"A": parse_opts(args.opt_a, "--opt-a"), "B": parse_opts(args.opt_b, "--opt-b")}
     prompts = [r[2] for r in pick_requests(args.model, args.requests)]
     engines = {}
     for side in ("B", "A"):  # B first: a converting B (weights=w12) peaks at the bf16 bytes

@@ -289,12 +289,11 @@ def convert_model(model: nn.Module, include_lm_head: bool = True,
         for layer in layers:
             for owner_name, names in GROUPS:
                 owner = getattr(layer, owner_name)
-                lins = [getattr(owner, n, None) for n in names]
+                lins = [getattr(owner, n) for n in names]
                 new = _group(owner, names, keep_dense)
                 if new is not None:
                     count(lins, new)
                     stats["groups"] += 1
-                    del lins
     if layers is not None:  # a bf16 fused matrix of members replaced above or below
         from stock.fused import unfuse
 
