@@ -125,7 +125,7 @@ def fuse_projections(model) -> int:
     if n and any(p.is_cuda for p in model.parameters()):
         # the separate weights' blocks are free now but stay reserved by the caching
         # allocator, which cannot join them into blocks for the larger fused matrices: on
-        # the 27B-class target the process then held 93 GB for 64 GB of weights, and a
+        # the 27B-class target the process then held 93 GiB for 64 GB of weights, and a
         # second system on the same GPU (the controller's B) ran out of memory
         torch.cuda.empty_cache()
     return n
