@@ -17,9 +17,10 @@ verifies 17). Untrained or toy weights give a meaningless τ; the script says wh
 Per mode it also reports ms per decoding step, ms of it inside the drafter's draft() (which
 ends with the drafter's one host read, so no extra sync is added), and how many verify graphs
 were captured during each timed run (captures inside a timed run inflate its step time).
-`block` follows the options (its forward replayed from CUDA graphs on CUDA by default:
-option block_graphs); `--also block-eager` adds it with an eager forward, `--also
-block-graphs` with graphs whatever the options say.
+`block` follows the options (on CUDA by default its fixed-shape step, context update
+included, replayed from CUDA graphs and compiled: options block_graphs and compile);
+`--also block-eager` adds the plain eager path (eager context update, eager forward),
+`--also block-graphs` the step replayed from graphs whatever the options say.
 """
 
 from __future__ import annotations
@@ -108,16 +109,17 @@ def main() -> None:
     prompt0 = tok.chat(reqs[0].prompt)
 
     def make(m):
-        """A fresh drafter; "block" as the options say (its forward replayed from CUDA graphs
-        on CUDA: option block_graphs, on by default), "block-eager" with an eager forward,
-        "block-graphs" from graphs whatever the options; every drafter's draft() is timed."""
+        """A fresh drafter; "block" as the options say (on CUDA its fixed-shape step replayed
+        from CUDA graphs, option block_graphs, and compiled, option compile: both on by
+        default), "block-eager" the plain eager path, "block-graphs" from graphs whatever the
+        options; every drafter's draft() is timed."""
         d = system.drafter(None if m == "ar" else m.split("-")[0])
         if d is None:
             return None
         if m.endswith("-graphs"):
-            d.graphs = True
-        elif m.endswith("-eager"):
-            d.graphs = False
+            d.graphs = d.static = True
+        elif m.endswith("-eager"):  # the plain path: eager context update and forward
+            d.graphs = d.compiled = d.static = False
         return time_drafts(d, m, draft_s)
 
     draft_s: dict[str, float] = {}

@@ -189,6 +189,14 @@ REGIONS = {"attn_in": attn_in, "attn_out_mlp": attn_out_mlp,
            "attn_out_mlp_next": attn_out_mlp_next, "head": head}
 
 
+def register_region(name: str, fn) -> None:
+    """Another module's region (the block drafter's: stock/drafters/block_step.py), compiled
+    and run by `run_region` like stock's own. Registering the same function again is a no-op."""
+    if REGIONS.get(name, fn) is not fn:
+        raise ValueError(f"region {name!r} is already registered to another function")
+    REGIONS[name] = fn
+
+
 # -- compilation ---------------------------------------------------------------------------
 def _counting(backend: str):
     def compile_graph(gm, example_inputs):
@@ -214,7 +222,7 @@ def _region(name: str):
     return fn
 
 
-def _dynamo_limits():
+def dynamo_limits():
     """A recompile limit our regions do not reach, and reaching it an error (so the fallback
     below logs it) instead of dynamo's silent switch to eager. Names differ across torch
     versions (recompile_limit from 2.6, cache_size_limit before); only existing ones are set."""
@@ -240,7 +248,8 @@ def _dynamo_limits():
 
 
 def run_region(name: str, *args):
-    """The compiled region, or its eager function after a (logged) failure."""
+    """The compiled region, or its eager function after a (logged) failure. Callers run it
+    under `dynamo_limits()`."""
     if name in _fallbacks:
         return REGIONS[name](*args)
     try:
@@ -309,7 +318,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
         return F.scaled_dot_product_attention(qg, k_buf[:, :, :kv_len], v_buf[:, :, :kv_len],
                                               attn_mask=mask_g)
 
-    with _dynamo_limits():
+    with dynamo_limits():
         _mark_dynamic_buffers(model)
         first = layers[0]
         qg = run_region("attn_in", x, first.input_layernorm, first.self_attn, cos, sin,

@@ -144,8 +144,9 @@ def resolve(cli: list[str] | tuple[str, ...] = (), toml_path: str | Path | None 
 CUDA = ("cuda",)
 register("cuda_graphs", bool, True, "verification steps replayed from CUDA graphs (fixed "
          "shapes, drafts padded to a bucket); used on CUDA only, ignored on CPU", devices=CUDA)
-register("compile", bool, True, "static steps compiled with torch.compile (inductor) so "
-         "elementwise work fuses; used on CUDA only, ignored on CPU", devices=CUDA)
+register("compile", bool, True, "static steps (and the block drafter's step) compiled with "
+         "torch.compile (inductor) so elementwise work fuses; used on CUDA only, ignored on "
+         "CPU", devices=CUDA)
 register("fuse_projections", bool, True, "q/k/v and gate/up weights stored as one matrix "
          "each (stock/fused.py) so compiled static steps run one GEMM per group; used with "
          "compile on CUDA only", devices=CUDA)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import torch
 
+from stock.compiled import compile_enabled
 from stock.drafters.base import Drafter
 from stock.drafters.block import BlockDrafter
 from stock.drafters.draft_model import DraftModelDrafter
@@ -71,6 +72,8 @@ def make_drafter(name: str | None, engine: Engine) -> Drafter | None:
         if opts["block_size"] != manifest.config.block_size:
             net = net.resized(opts["block_size"])
         cuda = engine.model.device.type == "cuda"
+        # option compile: the drafter's step regions too (stock/drafters/block_step.py)
         return BlockDrafter(net, engine.model, engine.max_context, opts["block_topk"],
-                            graphs=opts["block_graphs"] and cuda)
+                            graphs=opts["block_graphs"] and cuda,
+                            compiled=compile_enabled(opts, engine.model.device))
     raise StockError(f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")

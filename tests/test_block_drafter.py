@@ -104,11 +104,13 @@ def test_missing_or_gapped_hidden_states_are_errors():
         drafter.draft(DraftContext(ctx.tokens, {0: ctx.hidden[0]}), 4)
 
 
-def test_engine_feeds_the_committed_context_only(toy, toy_trained):
+@pytest.mark.parametrize("static", [False, True])
+def test_engine_feeds_the_committed_context_only(toy, toy_trained, static):
     """After speculative generation with rejections, the drafter's context equals the one
-    built from a single target forward over the committed tokens."""
+    built from a single target forward over the committed tokens; with `static` (the
+    fixed-shape step: block_size + 1 context rows a step, stale ones past the span) too."""
     target, prompts, _ = toy
-    drafter = BlockDrafter(toy_trained[0], target, 256)
+    drafter = BlockDrafter(toy_trained[0], target, 256, static=static)
     engine = Engine(target, Options({"draft_len": 4}), max_context=256)
     res = engine.generate(prompts[0], 40, drafter)
     assert any(a < 5 for a in res.accepted[:-1])  # some draft tokens were rejected
@@ -162,6 +164,71 @@ def test_static_engine_path_feeds_the_block_drafter(toy, toy_trained):
         assert a.tokens == b.tokens == ar.tokens and a.accepted == b.accepted
         n = d1.ctx_len
         assert d2.ctx_len == n and torch.allclose(d1.k[0][:, :, :n], d2.k[0][:, :, :n], atol=1e-5)
+
+
+def _drafts(engine, prompt, drafter, max_new=40):
+    """(result, every lattice the drafter returned)."""
+    seen, inner = [], drafter.draft
+
+    def record(ctx, k):
+        lat = inner(ctx, k)
+        seen.append(lat)
+        return lat
+    drafter.draft = record
+    return engine.generate(prompt, max_new, drafter), seen
+
+
+def test_fixed_shape_step_drafts_what_the_plain_path_drafts(toy, toy_trained):
+    """The fixed-shape step (stock/drafters/block_step.py: context update of block_size + 1
+    rows inside the step, stale rows past the committed span) drafts the plain path's
+    lattices: same ids, log-probs equal up to fp32 rounding (its context GEMM has more
+    rows), over spans of every length the engine commits."""
+    target, prompts, _ = toy
+    engine = Engine(target, Options({"draft_len": 4}), max_context=256)
+    spans = set()
+    for p in prompts[:3]:
+        ar = engine.generate(p, 40)
+        plain, want = _drafts(engine, p, BlockDrafter(toy_trained[0], target, 256))
+        d = BlockDrafter(toy_trained[0], target, 256, static=True)
+        extends, inner = [], d.extend
+        d.extend = lambda hidden, end: extends.append(end) or inner(hidden, end)
+        fixed, got = _drafts(engine, p, d)
+        assert fixed.tokens == plain.tokens == ar.tokens and fixed.accepted == plain.accepted
+        assert extends == [len(p)]  # only the prompt: every step's span went into the step
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            assert torch.equal(a.ids, b.ids)
+            torch.testing.assert_close(a.logprobs, b.logprobs, atol=1e-4, rtol=1e-4)
+        spans |= set(fixed.accepted[:-1])
+    assert {1, 5} <= spans and len(spans) >= 3  # rejections, full acceptance, in between
+
+
+def test_fixed_shape_step_traces_to_one_graph_per_region(toy, toy_trained, monkeypatch):
+    """Through stock/compiled.py's regions (dynamo, its eager backend on this CPU): the same
+    lattices bit for bit as the step run eagerly, no fallback, one graph per region (the
+    drafter's layers share stock's), and a second request compiles nothing new."""
+    from stock import compiled as C
+
+    target, prompts, _ = toy
+    monkeypatch.setattr(C, "BACKEND", "eager")
+    C.reset()
+    engine = Engine(target, Options({"draft_len": 4}), max_context=256)
+    try:
+        counts = []
+        for p in prompts[:2]:
+            _, want = _drafts(engine, p, BlockDrafter(toy_trained[0], target, 256, static=True))
+            traced = BlockDrafter(toy_trained[0], target, 256, static=True)
+            traced.compiled = True  # the CUDA-only switch, on the CPU for the test
+            res, got = _drafts(engine, p, traced)
+            assert res.tokens == engine.generate(p, 40).tokens
+            assert [(a.ids.tolist(), a.logprobs.tolist()) for a in got] == \
+                [(b.ids.tolist(), b.logprobs.tolist()) for b in want]
+            counts.append(C.graphs_compiled())
+        assert C.fallbacks() == {}
+        # prologue, context, attn_in, attn_out_mlp (the toy drafter has one layer), lattice
+        assert counts == [5, 5]
+    finally:
+        C.reset()
 
 
 def test_weights_round_trip_and_checksums(tmp_path, toy, toy_trained):
@@ -411,7 +478,10 @@ def test_block_graphs_need_cuda(tmp_path):
     assert Options()["block_graphs"] is True  # on by default, as cuda_graphs ...
     save_block(random_net(target, block_size=16), tmp_path / "w", target=target, seed=0)
     engine = Engine(target, Options({"block_weights": str(tmp_path / "w")}), max_context=64)
-    assert make_drafter("block", engine).graphs is False  # ... and ignored on the CPU
+    drafter = make_drafter("block", engine)
+    assert drafter.graphs is False and drafter.compiled is False  # ... ignored on the CPU
+    with pytest.raises(BlockDrafterError, match="CUDA"):
+        BlockDrafter(random_net(target), target, 64, compiled=True)
 
 
 def test_validation_holds_out_whole_prompt_groups(toy):
@@ -494,3 +564,22 @@ def test_math_prompts_group_by_template():
     a, b = (_math_more(random.Random(s), 8) for s in (1, 2))
     assert a != b and prompt_group("math", a) == prompt_group("math", b)
     assert prompt_group("math", a) != prompt_group("math", _math_more(random.Random(1), 9))
+
+
+@pytest.mark.parametrize("v,k,chunk", [(512, 4, 1024), (5000, 4, 1024), (4096, 7, 1024),
+                                       (300, 3, 64)])
+def test_chunked_topk_finds_what_topk_finds(v, k, chunk):
+    from stock.drafters.block_step import topk_chunked
+
+    gen = torch.Generator().manual_seed(v + k)
+    x = torch.randn(5, v, generator=gen)
+    x[1, : v // 2] = x[1, v // 2:].max() + 1  # the winners all in the first chunks
+    x[2, -k:] += 100  # ... all in the last, padded one
+    got_v, got_i = topk_chunked(x, k, chunk)
+    want = x.topk(k, dim=-1)
+    assert torch.equal(got_v, want.values)  # same values, largest first
+    assert torch.equal(x.gather(1, got_i), got_v)  # the ids point at them
+    assert all(set(a.tolist()) == set(b.tolist()) for a, b in zip(got_i[[0, 2, 3, 4]],
+                                                                   want.indices[[0, 2, 3, 4]]))
+    with pytest.raises(ValueError):
+        topk_chunked(x, chunk + 1, chunk)

@@ -24,6 +24,7 @@ from torch import nn
 
 from stock.config import ModelConfig
 from stock.drafters.base import DraftContext, DraftLattice, Drafter
+from stock.drafters.block_step import pack_lattice, packed_step, rms
 from stock.errors import StockError
 from stock.layers import MLP, RMSNorm, apply_rope
 from stock.linear import Linear, linear
@@ -32,8 +33,9 @@ from stock.options import register
 register("block_size", int, 16, "block drafter: positions per drafter forward (the pending "
          "token and block_size - 1 masks); it proposes up to block_size tokens")
 register("block_topk", int, 4, "block drafter: tokens kept per position in its draft lattice")
-register("block_graphs", bool, True, "block drafter: replay its block forward from a CUDA "
-         "graph per key-length bucket; used on CUDA only, ignored on CPU (eager)")
+register("block_graphs", bool, True, "block drafter: replay its step (context update, block "
+         "forward, top-k) from a CUDA graph per key-length bucket; used on CUDA only, ignored "
+         "on CPU (eager)")
 register("block_weights", str, "", "block drafter: folder with manifest.json and safetensors "
          "shards; empty: the weights shipped for the embedded model")
 
@@ -242,34 +244,36 @@ class BlockNet(nn.Module):
         return torch.cat([anchor_embeds.unsqueeze(-2), masks], dim=-2)
 
 
-def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm as `stock.layers.RMSNorm` computes it, with a weight that may be stacked
-    (broadcast over leading dims): one kernel chain for several norms at once."""
-    x32 = x.float()
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(x.dtype)
-
-
 class BlockDrafter(Drafter):
     """The engine-facing adapter: keeps the projected target context, drafts one block.
 
-    Built for a step of fixed shapes, few launches and one host read: the k/v projections of every drafter layer for the context are one
-    GEMM, their RoPE one call and their writes two `index_copy_`; the block's own K/V are
-    written into the context cache right after the context (slots [ctx_len, ctx_len + T)), so
-    attention reads a fixed-length prefix of the cache (the smallest bucket of
-    `stock.graphs.kv_buckets` holding ctx_len + T) under an additive mask built on the device;
-    the step's inputs (pending token, ctx_len) sit in one device buffer, staged through pinned
-    memory on CUDA (no host sync); the lattice's top-k ids and log-probs come back to the host
-    in one transfer. The block forward (`_forward`) depends on host values only through its
-    kv bucket: with `graphs` (option block_graphs, CUDA) it and its top-k are replayed from a
-    CUDA graph per bucket; otherwise they run eagerly (as on CPU). `extend` stays eager: its
-    length is that of the newly committed span (1 .. draft_len + 1, or the prompt at prefill).
+    The context cache: per drafter layer K/V [1, Hkv, slots, D]; positions [0, ctx_len) hold
+    the projected target context, and the block's own K/V are written right after it (slots
+    [ctx_len, ctx_len + T)), so attention reads a fixed-length prefix of the cache (the
+    smallest bucket of `stock.graphs.kv_buckets` holding ctx_len + T) under an additive mask
+    built on the device. The step's inputs (pending token, context start and end) sit in one
+    device buffer, staged through pinned memory on CUDA (no host sync); the lattice's top-k
+    ids and log-probs come back to the host in one transfer.
+
+    Two step paths:
+
+    - plain (`static` off; CPU by default): `extend` writes the newly committed span's
+      context (n rows: one GEMM for every layer's k/v, one RoPE), then `_forward` runs the
+      block;
+    - fixed-shape (`static`; implied by `graphs` and `compiled`): the committed span's hidden
+      states go into a static buffer with one launch and stock/drafters/block_step.py's
+      `packed_step` does the context update (always block_size + 1 rows), the block forward
+      and the top-k. With `graphs` (option block_graphs, CUDA) that step is replayed from a
+      CUDA graph per key bucket; with `compiled` (the engine's option `compile`, CUDA) its
+      regions are torch.compile'd. The prompt's context (longer than the step's rows) is
+      written by `extend` first, eagerly.
+
     The fused weights are copies taken at construction: build the drafter after training."""
 
     name = "block"
 
     def __init__(self, net: BlockNet, target, max_len: int, topk: int = 4,
-                 graphs: bool = False):
+                 graphs: bool = False, compiled: bool = False, static: bool = False):
         from stock.graphs import kv_buckets  # late: stock.graphs imports the model stack
 
         cfg = net.cfg
@@ -281,14 +285,16 @@ class BlockDrafter(Drafter):
         self.target, self.topk, self.max_len = target, topk, max_len
         self.hidden_layers = tuple(cfg.target_layers)
         t = cfg.block_size
+        self.rows = t + 1  # the fixed-shape step's context rows: the longest committed span
         dev, dt = target.device, target.dtype
-        self.slots = max_len + t  # room for the block's own K/V after a full context
+        # room for the block's own K/V after a full context, and for a fixed-shape context
+        # update that starts at the last context position
+        self.slots = max_len + self.rows
         self.kv_buckets = kv_buckets(self.slots)
         n_layers, hkv, d = cfg.num_layers, cfg.num_kv_heads, cfg.head_dim
-        self.K = torch.zeros(n_layers, hkv, self.slots, d, device=dev, dtype=dt)
-        self.V = torch.zeros(n_layers, hkv, self.slots, d, device=dev, dtype=dt)
-        self.k = [self.K[i:i + 1] for i in range(n_layers)]  # per layer [1, Hkv, slots, D]
-        self.v = [self.V[i:i + 1] for i in range(n_layers)]
+        shape = (1, hkv, self.slots, d)
+        self.k = [torch.zeros(shape, device=dev, dtype=dt) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, device=dev, dtype=dt) for _ in range(n_layers)]
         self.ctx_len = 0  # positions [0, ctx_len) hold the target context
         with torch.no_grad():
             attn = [layer.self_attn for layer in net.layers]
@@ -298,18 +304,24 @@ class BlockDrafter(Drafter):
                            for a in attn]
             self._gate_up_w = [torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight])
                                for layer in net.layers]
-            if cfg.qk_norm:
-                self._ctx_knorm = torch.stack([a.k_norm.weight for a in attn])[:, None, None]
+            self._ctx_knorm = (torch.stack([a.k_norm.weight for a in attn])[:, None, None]
+                               if cfg.qk_norm else None)
             masks = net.mask_embedding.to(dt)[None].expand(t - 1, -1)
             self._masks = masks.contiguous()  # block rows 1 .. T-1
         self._steps = torch.arange(t, device=dev)
+        self._rows = torch.arange(self.rows, device=dev)
+        self._keys = torch.arange(self.slots, device=dev)
         with torch.inference_mode():
-            self._inp = torch.zeros(2, dtype=torch.long, device=dev)  # pending id, ctx_len
-        self._host = (torch.zeros(2, dtype=torch.long, pin_memory=True)
+            self._inp = torch.zeros(3, dtype=torch.long, device=dev)  # pending, start, end
+            # the fixed-shape step's context input: target hidden states side by side
+            self._feat_in = torch.zeros(self.rows, len(self.hidden_layers) * cfg.hidden_size,
+                                        device=dev, dtype=dt)
+        self._host = (torch.zeros(3, dtype=torch.long, pin_memory=True)
                       if dev.type == "cuda" else None)
-        if graphs and dev.type != "cuda":
-            raise BlockDrafterError("block_graphs needs a CUDA device")
-        self.graphs = graphs
+        if (graphs or compiled) and dev.type != "cuda":
+            raise BlockDrafterError("block_graphs and compile need a CUDA device")
+        self.graphs, self.compiled = graphs, compiled
+        self.static = bool(static or graphs or compiled)
         self._copied = None  # CUDA event after the last staged copy of the step inputs
         self._graphs: dict[int, tuple] = {}  # kv bucket -> (CUDA graph, its packed output)
         self._pool = None
@@ -327,19 +339,15 @@ class BlockDrafter(Drafter):
                 return b
         raise BlockDrafterError(f"block drafter: {end} positions exceed its {self.slots} slots")
 
-    @torch.inference_mode()
-    def extend(self, hidden: dict[int, torch.Tensor], end: int) -> None:
-        """Write the context of positions [end - n, end) from the target's hidden states.
-
-        Positions past `end` that were written before (rejected tokens, the last block) are
-        simply no longer read: the context is rolled back by length, like the target's KV
-        cache, and the attention mask stops at the context's end."""
+    def _span(self, hidden: dict[int, torch.Tensor], end: int) -> int:
+        """Rows n of the committed span [end - n, end) in `hidden`, checked against the
+        context (0: nothing new)."""
         if not hidden:
             if self.ctx_len != end:
                 raise BlockDrafterError(
                     f"block drafter: no target hidden states for positions {self.ctx_len}.."
                     f"{end - 1}; the engine must request layers {list(self.hidden_layers)}")
-            return
+            return 0
         missing = [layer for layer in self.hidden_layers if layer not in hidden]
         if missing:
             raise BlockDrafterError(f"block drafter: target hidden states of layers {missing} "
@@ -349,6 +357,18 @@ class BlockDrafter(Drafter):
         if start < 0 or start > self.ctx_len or end > self.max_len:
             raise BlockDrafterError(f"block drafter: hidden states for positions {start}..{end - 1} "
                                     f"do not extend its context of {self.ctx_len} positions")
+        return n
+
+    @torch.inference_mode()
+    def extend(self, hidden: dict[int, torch.Tensor], end: int) -> None:
+        """Write the context of positions [end - n, end) from the target's hidden states.
+
+        Positions past `end` that were written before (rejected tokens, the last block) are
+        simply no longer read: the context is rolled back by length, like the target's KV
+        cache, and the attention mask stops at the context's end."""
+        n = self._span(hidden, end)
+        if not n:
+            return
         net, cfg = self.net, self.net.cfg
         dt = self.target.dtype
         feat = net.features([hidden[layer].to(dt) for layer in self.hidden_layers])[0]  # [n, H]
@@ -357,37 +377,41 @@ class BlockDrafter(Drafter):
         k = kv[:, :, 0].permute(1, 2, 0, 3)  # [L, Hkv, n, D]
         v = kv[:, :, 1].permute(1, 2, 0, 3)
         if cfg.qk_norm:
-            k = _rms(k, self._ctx_knorm, cfg.rms_norm_eps)
-        pos = torch.arange(start, end, device=self.target.device)
+            k = rms(k, self._ctx_knorm, cfg.rms_norm_eps)
+        pos = torch.arange(end - n, end, device=self.target.device)
         cos, sin = self._rope_at(pos)
-        self.K.index_copy_(2, pos, apply_rope(k, cos, sin))
-        self.V.index_copy_(2, pos, v)
+        k = apply_rope(k, cos, sin)
+        for i in range(layers):
+            self.k[i].index_copy_(2, pos, k[i:i + 1])
+            self.v[i].index_copy_(2, pos, v[i:i + 1])
         self.ctx_len = end
 
-    def _load(self, pending: int) -> None:
-        """The step's inputs into the device buffer: no host sync (pinned, async on CUDA;
-        the staging buffer is rewritten only after the step's lattice was read)."""
+    def _load(self, pending: int, start: int | None = None) -> None:
+        """The step's inputs into the device buffer: pending id, the start of the context
+        rows the fixed-shape step writes (default: none, start = end) and the context's end.
+        No host sync (pinned, async on CUDA; the staging buffer is rewritten only after the
+        step's lattice was read)."""
+        vals = (pending, self.ctx_len if start is None else start, self.ctx_len)
         if self._host is None:
-            self._inp.copy_(torch.tensor([pending, self.ctx_len], dtype=torch.long))
+            self._inp.copy_(torch.tensor(vals, dtype=torch.long))
         else:
             if self._copied is not None:  # done long ago after draft()'s host read; a
                 self._copied.synchronize()  # second block_logits() call may still wait
-            buf = self._host.numpy()  # no tensor built from a list (as GraphRunner.load)
-            buf[0], buf[1] = pending, self.ctx_len
+            self._host.numpy()[:] = vals  # no tensor built from a list (as GraphRunner.load)
             self._inp.copy_(self._host, non_blocking=True)
             self._copied = torch.cuda.Event()
             self._copied.record()
 
     def _forward(self, kv_len: int) -> torch.Tensor:
         """fp32 logits [T, vocab] of the block after self._inp's pending token at position
-        self._inp[1]; attention reads cache slots [0, kv_len)."""
+        self._inp[2]; attention reads cache slots [0, kv_len)."""
         net, cfg = self.net, self.net.cfg
         t, h, hkv, d = cfg.block_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         g, eps = h // hkv, cfg.rms_norm_eps
-        ctx_len = self._inp[1]
+        ctx_len = self._inp[2]
         pos = ctx_len + self._steps  # the block's positions (its K/V slots too)
         cos, sin = self._rope_at(pos)
-        keys = torch.arange(kv_len, device=pos.device)
+        keys = self._keys[:kv_len]
         zero = torch.zeros((), dtype=self.target.dtype, device=pos.device)
         # the context and the whole block (bidirectional): keys before ctx_len + T
         mask = torch.where(keys < ctx_len + t, zero, torch.full_like(zero, float("-inf")))
@@ -402,35 +426,38 @@ class BlockDrafter(Drafter):
                 q, k = attn.q_norm(q), attn.k_norm(k)
             q = apply_rope(q.transpose(1, 2), cos, sin)
             k = apply_rope(k.transpose(1, 2), cos, sin)
-            self.K[i:i + 1].index_copy_(2, pos, k)
-            self.V[i:i + 1].index_copy_(2, pos, v.transpose(1, 2))
+            self.k[i].index_copy_(2, pos, k)
+            self.v[i].index_copy_(2, pos, v.transpose(1, 2))
             # [1, H, T, D] -> [1, Hkv, G*T, D]: query head j uses K/V head j // G (as
             # enable_gqa) without repeating K/V; every query row has the same mask
             qg = q.reshape(1, hkv, g * t, d)
-            out = F.scaled_dot_product_attention(qg, self.K[i:i + 1, :, :kv_len],
-                                                 self.V[i:i + 1, :, :kv_len], attn_mask=mask)
+            out = F.scaled_dot_product_attention(qg, self.k[i][:, :, :kv_len],
+                                                 self.v[i][:, :, :kv_len], attn_mask=mask)
             x = x + attn.o_proj(out.view(1, h, t, d).transpose(1, 2).reshape(1, t, h * d))
             gate, up = linear(layer.post_attention_layernorm(x), self._gate_up_w[i]).chunk(2, -1)
             x = x + layer.mlp.down_proj(F.silu(gate) * up)
-        return self.target.lm_head(_rms(x[0], net.norm.weight, eps)).float()
+        return self.target.lm_head(rms(x[0], net.norm.weight, eps)).float()
 
     @torch.inference_mode()
     def block_logits(self, pending: int, k: int | None = None) -> torch.Tensor:
         """fp32 logits [k, vocab] (default k: block_size) for the tokens after `pending`
-        (at ctx_len); the block always has block_size positions, as in training."""
+        (at ctx_len), by the plain path; the block always has block_size positions, as in
+        training."""
         self._load(pending)
         return self._forward(self.kv_bucket(self.ctx_len + self.net.cfg.block_size))[:k]
 
     def _packed(self, kv_len: int) -> torch.Tensor:
-        """[2, T, topk] float64 on the device: top-k ids, then their log-probs (float64 holds
-        both exactly: ids < 2**53, fp32 log-probs), so one transfer brings the lattice."""
-        top = torch.log_softmax(self._forward(kv_len), dim=-1).topk(self.topk, dim=-1)
-        return torch.stack([top.indices.double(), top.values.double()])
+        """The packed lattice [2, T, topk] float64 on the device (block_step.pack_lattice): the
+        fixed-shape step (context update included) where `static`, else the block forward."""
+        if self.static:
+            return packed_step(self, kv_len, self.compiled)
+        return pack_lattice(self._forward(kv_len), self.topk)
 
     def _replay(self, kv_len: int) -> torch.Tensor:
         """The packed lattice from this bucket's CUDA graph, captured on first use (after
-        two warm-up runs on a side stream; they and the capture write the block's K/V only
-        at the step's own slots, which this step rewrites anyway)."""
+        two warm-up runs on a side stream, where compiled regions compile; they and the
+        capture write K/V only at the step's own positions, with the step's own inputs, so
+        the replay rewrites the same values)."""
         entry = self._graphs.get(kv_len)
         if entry is None:
             if self._pool is None:
@@ -451,11 +478,22 @@ class BlockDrafter(Drafter):
 
     @torch.inference_mode()
     def draft(self, ctx: DraftContext, k: int) -> DraftLattice:
-        self.extend(ctx.hidden, len(ctx.tokens) - 1)
+        end = len(ctx.tokens) - 1
         k = min(k, self.net.cfg.block_size)
+        n = self._span(ctx.hidden, end) if self.static and k > 0 else 0
+        start = None
+        if 0 < n <= self.rows:  # a step's committed span: the fixed-shape step writes it
+            hid = [ctx.hidden[layer][0] for layer in self.hidden_layers]
+            if hid[0].dtype == self._feat_in.dtype:
+                torch.cat(hid, dim=-1, out=self._feat_in[:n])  # one launch
+            else:
+                self._feat_in[:n].copy_(torch.cat(hid, dim=-1))
+            start, self.ctx_len = end - n, end
+        else:  # the plain path, the prompt, or nothing new
+            self.extend(ctx.hidden, end)
         if k <= 0:
             return DraftLattice.empty(self.topk)
-        self._load(ctx.tokens[-1])
+        self._load(ctx.tokens[-1], start)
         kv_len = self.kv_bucket(self.ctx_len + self.net.cfg.block_size)
         packed = self._replay(kv_len) if self.graphs else self._packed(kv_len)
         both = packed.cpu()  # the step's only host read of the drafter
