@@ -111,6 +111,11 @@ class Engine:
         slots = -(-(self.max_context + BUCKETS[-1]) // 64) * 64 if static else self.max_context
         self.cache = model.new_cache(slots)
         self._prompt_len = 0  # for the test-only fault: which new token a logit row predicts
+        # drafters kept across requests by stock.system.make_drafter: the block drafter (its
+        # weights, context cache and CUDA graphs are built once per engine; generate()
+        # resets its per-request state). One request at a time per engine, as for the cache.
+        # Clear it with GraphRunner.reset() after swapping the target's modules.
+        self.drafters: dict[str, object] = {}
 
     @property
     def cache(self) -> KVCache:

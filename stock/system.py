@@ -66,6 +66,8 @@ def make_drafter(name: str | None, engine: Engine) -> Drafter | None:
             raise StockError(f"draft_layers must be in 1..{engine.model.cfg.num_layers}")
         return DraftModelDrafter(engine.model, engine.max_context, layers, opts["lattice_topk"])
     if name == "block":
+        if "block" in engine.drafters:  # built once per engine: weights, CUDA graphs
+            return engine.drafters["block"]
         from stock.drafters.block_weights import load_block
 
         net, manifest = load_block(opts["block_weights"] or None, engine.model)
@@ -73,7 +75,9 @@ def make_drafter(name: str | None, engine: Engine) -> Drafter | None:
             net = net.resized(opts["block_size"])
         cuda = engine.model.device.type == "cuda"
         # option compile: the drafter's step regions too (stock/drafters/block_step.py)
-        return BlockDrafter(net, engine.model, engine.max_context, opts["block_topk"],
-                            graphs=opts["block_graphs"] and cuda,
-                            compiled=compile_enabled(opts, engine.model.device))
+        drafter = engine.drafters["block"] = BlockDrafter(
+            net, engine.model, engine.max_context, opts["block_topk"],
+            graphs=opts["block_graphs"] and cuda,
+            compiled=compile_enabled(opts, engine.model.device))
+        return drafter
     raise StockError(f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")

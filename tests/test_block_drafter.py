@@ -283,6 +283,14 @@ def test_make_drafter_block(tmp_path, toy, toy_trained):
     assert isinstance(drafter, BlockDrafter) and drafter.net.cfg.block_size == 3
     assert drafter.hidden_layers == toy_trained[0].cfg.target_layers
     assert make_drafter(None, engine) is None  # the default stays autoregressive
+    # one block drafter per engine (weights read once, CUDA graphs kept); each request
+    # starts from a reset context
+    assert make_drafter("block", engine) is drafter
+    prompt = list(range(20, 40))
+    first = engine.generate(prompt, 12, drafter)
+    engine.generate(list(range(60, 90)), 12, drafter)
+    again = engine.generate(prompt, 12, make_drafter("block", engine))
+    assert again.tokens == first.tokens and again.accepted == first.accepted
 
 
 def test_shipped_weights_load_by_default_for_the_embedded_model(smol):

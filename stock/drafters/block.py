@@ -477,6 +477,22 @@ class BlockDrafter(Drafter):
         return entry[1]
 
     @torch.inference_mode()
+    def capture_upto(self, end: int) -> int:
+        """Capture the CUDA graph of every key bucket that a step with its context ending
+        before `end` can use (benchmarks: no capture inside a timed run); returns how many
+        graphs exist. Between requests only: the warm-ups and replays write K/V at the
+        current context end, past the context."""
+        if not self.graphs:
+            return 0
+        last = self.kv_bucket(min(end + self.net.cfg.block_size, self.slots))
+        self._load(0)
+        for b in self.kv_buckets:
+            if b > last:
+                break
+            self._replay(b)
+        return len(self._graphs)
+
+    @torch.inference_mode()
     def draft(self, ctx: DraftContext, k: int) -> DraftLattice:
         end = len(ctx.tokens) - 1
         k = min(k, self.net.cfg.block_size)

@@ -25,8 +25,9 @@ of the newly committed span, and the forward itself was some 125 small kernels. 
   compiled step is checked against).
 
 The region functions take modules and buffers as arguments (never layer indices), so one
-compiled graph per region serves every drafter layer. Only the prologue depends on the key
-bucket (its mask has kv_len columns): one graph per bucket.
+compiled graph per region serves every drafter layer, and none depends on the key bucket
+(the prologue's mask covers every slot; attention reads its first kv_len columns): a new
+bucket costs a CUDA-graph capture, never a compile.
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ def rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 def block_prologue(inp, rows, steps, keys, cos_tab, sin_tab, embed, masks):
     """inp [3] int64 (pending id, context start, context end) -> the context rows' positions
-    and RoPE rows, the block's positions, RoPE rows and additive mask [1, 1, 1, kv_len] (the
-    context and the whole block: keys before end + T), and the block inputs [1, T, H]."""
+    and RoPE rows, the block's positions, RoPE rows and additive mask [1, 1, 1, slots] over
+    `keys` (the context and the whole block: keys before end + T), and the block inputs
+    [1, T, H]."""
     start, end = inp[1], inp[2]
     last = cos_tab.shape[0] - 1
     ctx_pos = start + rows
@@ -135,8 +137,9 @@ def packed_step(d, kv_len: int, compiled: bool) -> torch.Tensor:
     layers = list(net.layers)
     with dynamo_limits() if compiled else nullcontext():
         ctx_pos, cos_c, sin_c, pos, cos, sin, mask, x = run(
-            "block_prologue", d._inp, d._rows, d._steps, d._keys[:kv_len], target.cos,
-            target.sin, target.model.embed_tokens, d._masks)
+            "block_prologue", d._inp, d._rows, d._steps, d._keys, target.cos, target.sin,
+            target.model.embed_tokens, d._masks)
+        mask = mask[..., :kv_len]  # a view: the compiled prologue is the same for every bucket
         run("block_context", d._feat_in, net.fc, net.context_norm, d._ctx_w, d._ctx_knorm,
             cos_c, sin_c, ctx_pos, d.k, d.v)
         first = layers[0]
