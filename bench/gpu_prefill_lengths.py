@@ -1,13 +1,16 @@
 """What a prompt length's first prefill costs, and which attention backend pays it.
 
 On the H200 some requests' AR runs spent about 1 s outside their decode steps, once per
-process and prompt (bench/NOTES.md); prompts over graph_prefill's 64 tokens take the dynamic
-prefill (SDPA with a causal mask). Here each prompt length is prefilled twice in a row
+process and prompt (bench/NOTES.md), when prompts over 64 tokens took the dynamic prefill
+(SDPA with a causal mask); option graph_prefill now prefills every prompt in static steps of
+64 tokens (`--opt graph_prefill=false` for the dynamic prefill). Here each prompt length is
+prefilled twice in a row
 (`generate(prompt, 1)`: prefill and one token), first and second call timed, under SDPA's
 default backend choice and restricted to each backend in turn (every variant gets lengths of
 its own, so each of its first calls meets a length new to the process).
 
     python3 bench/gpu_prefill_lengths.py --out $OUT     # H200, embedded shape, random weights
+    python3 bench/gpu_prefill_lengths.py --opt graph_prefill=false --out $OUT  # dynamic
     python3 bench/gpu_prefill_lengths.py --device cpu   # plumbing only
 """
 
@@ -42,17 +45,19 @@ def main() -> None:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--lengths", default="80,113,203,301", help="prompt lengths per variant")
     ap.add_argument("--variants", default="default,cudnn,efficient,math")
+    ap.add_argument("--opt", action="append", default=[], help="engine option NAME=VALUE")
     ap.add_argument("--out", default=os.environ.get("OUT"))
     args = ap.parse_args()
     dev = torch.device(args.device)
     cfg = PRESETS["smollm2-135m"]
     model = Transformer.random(cfg, dev, torch.bfloat16 if dev.type == "cuda" else torch.float32,
                                seed=0)
-    eng = Engine(model, resolve([]), 2048)
+    eng = Engine(model, resolve(args.opt), 2048)
     gen = torch.Generator().manual_seed(0)
     eng.generate(torch.randint(0, cfg.vocab_size, (40,), generator=gen).tolist(), 2)  # warm-up
     lengths = [int(x) for x in args.lengths.split(",")]
     rows = []
+    print(f"options: {' '.join(args.opt) or 'defaults'}", flush=True)
     for i, name in enumerate(args.variants.split(",")):
         ctx = (lambda b=BACKENDS[name]: sdpa_kernel(b) if b else nullcontext())  # noqa: E731
         for n in lengths:
@@ -74,9 +79,10 @@ def main() -> None:
             print(f"{name:<10} {n:>5}  first {ms[0]:9.2f} ms  second {ms[1]:8.2f} ms", flush=True)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        Path(args.out, "gpu_prefill_lengths.json").write_text(json.dumps(
+        tag = "_".join(o.replace("=", "-") for o in args.opt) or "defaults"
+        Path(args.out, f"gpu_prefill_lengths_{tag}.json").write_text(json.dumps(
             {"device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
-             "torch": torch.__version__, "rows": rows}, indent=1))
+             "torch": torch.__version__, "options": args.opt, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":

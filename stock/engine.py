@@ -8,11 +8,12 @@ step with an empty chain, so both modes share every line of the verification pat
 On CUDA (option `cuda_graphs`, on by default) a step of up to 64 tokens runs through a
 `GraphRunner`: the static-shape forward replayed from a CUDA graph, the chain padded to a
 bucket, acceptance computed on the device, and one host read per step (the accepted count
-with the target's tokens). With option `graph_prefill` (on) a prompt that fits one step
-bucket is prefilled by the same runner (one replay instead of the dynamic forward's launches:
+with the target's tokens). With option `graph_prefill` (on) the prompt is prefilled by the
+same runner, in steps of 64 tokens (a replay each instead of the dynamic forward's launches:
 on the H200 the 27B-class target's 16-token prompt took 63 ms dynamic against about one
-step's 19 ms; with W12 weights 105-183 ms). Longer prompts and steps use the dynamic
-forward. `static=True`
+step's 19 ms, with W12 weights 105-183 ms; and the dynamic forward's first prefill of some
+prompt lengths cost 0.5-0.9 s of one-time setup). Steps of more than 64 tokens use the
+dynamic forward. `static=True`
 runs the static forward eagerly on any device (CPU tests of the graph path's logic). While a
 profiler is active the static forward runs eagerly too: a graph hides its kernels from the
 profile's regions. On CUDA the option `compile` (on by default, ignored on CPU) runs the
@@ -185,11 +186,8 @@ class Engine:
         with region("prefill"):
             t = len(prompt)
             if (self.runner is not None and self.options["graph_prefill"]
-                    and t <= self.runner.buckets[-1] and not profile_active()):
-                out = self.runner.step(prompt, 0, tuple(hidden_layers))
-                last = out.logits[t - 1:t]
-                # static outputs are overwritten by the next replay: keep copies
-                hidden = {layer: h[:, :t].clone() for layer, h in out.hidden.items()}
+                    and not profile_active()):
+                last, hidden = self._graph_prefill(prompt, tuple(hidden_layers))
             else:
                 ids = torch.tensor([prompt], device=self.model.device)
                 out = self.model(ids, self.cache, 0, logits="last", hidden_layers=hidden_layers)
@@ -199,6 +197,25 @@ class Engine:
             if self.options["fault_logit_bias_after"] >= 0:
                 last = self._fault(last, 0)
             return int(last.argmax()), hidden
+
+    def _graph_prefill(self, prompt: list[int], layers: tuple[int, ...]):
+        """The prompt through the runner's static steps, in chunks of its largest bucket
+        (one replay each; a shorter last chunk is padded like a verify step), each chunk
+        attending to the ones before it through the cache: no shape ever new to the
+        process, so no per-length setup (on the H200 the dynamic forward's first prefill of
+        some prompt lengths took 0.5-0.9 s, bench/gpu_prefill_lengths.py). Returns the last
+        position's logits and copies of the chosen hidden states."""
+        size = self.runner.buckets[-1]
+        parts: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
+        for start in range(0, len(prompt), size):
+            chunk = prompt[start:start + size]
+            out = self.runner.step(chunk, start, layers)
+            for layer, h in out.hidden.items():  # static outputs: the next replay rewrites them
+                parts[layer].append(h[:, :len(chunk)].clone())
+            self.cache.commit(start + len(chunk))
+        hidden = {layer: p[0] if len(p) == 1 else torch.cat(p, dim=1)
+                  for layer, p in parts.items()}
+        return out.logits[len(chunk) - 1:len(chunk)], hidden
 
     def generate(self, prompt: list[int], max_new: int, drafter: Drafter | None = None,
                  recorder: LatticeRecorder | None = None,

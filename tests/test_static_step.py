@@ -170,6 +170,27 @@ def test_graph_prefill_runs_short_prompts_through_the_runner(tiny):
     assert not off.runner.slots
     want = off.generate(prompt, 20, NGramDrafter()).tokens
     assert on.generate(prompt, 20, NGramDrafter()).tokens == want
-    longer = Engine(tiny, max_context=256, static=True)
-    longer._prefill(prompt * 2, ())  # 74 tokens: past the largest bucket
-    assert not longer.runner.slots
+
+
+def test_graph_prefill_chunks_a_long_prompt_through_the_runner(tiny):
+    """A prompt longer than the largest step bucket is prefilled in steps of 64 tokens, each
+    attending to the ones before through the cache: the dynamic prefill's next token, hidden
+    states (fp32) and cache contents, and the same generated tokens."""
+    gen = torch.Generator().manual_seed(5)
+    prompt = [int(t) for t in torch.randint(0, tiny.cfg.vocab_size, (150,), generator=gen)]
+    on = Engine(tiny, max_context=256, static=True)
+    off = Engine(tiny, Options({"graph_prefill": False}), 256, static=True)
+    layers = (0, tiny.cfg.num_layers - 1)
+    p_on, h_on = on._prefill(prompt, layers)
+    p_off, h_off = off._prefill(prompt, layers)
+    assert p_on == p_off and on.cache.length == off.cache.length == 150
+    for layer in layers:
+        assert h_on[layer].shape == (1, 150, tiny.cfg.hidden_size)
+        torch.testing.assert_close(h_on[layer], h_off[layer], atol=1e-5, rtol=1e-5)
+    for a, b in zip(on.cache.k + on.cache.v, off.cache.k + off.cache.v):
+        torch.testing.assert_close(a[:, :, :150], b[:, :, :150], atol=1e-5, rtol=1e-5)
+    # steps of 64, 64 and 22 tokens (bucket 32) at starts 0, 64, 128
+    assert sorted((s.t, s.kv_len, s.replays) for s in on.runner.slots.values()) == [
+        (32, 256, 1), (64, 256, 2)]
+    want = off.generate(prompt, 20, NGramDrafter()).tokens
+    assert on.generate(prompt, 20, NGramDrafter()).tokens == want
