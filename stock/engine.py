@@ -8,12 +8,12 @@ step with an empty chain, so both modes share every line of the verification pat
 On CUDA (option `cuda_graphs`, on by default) a step of up to 64 tokens runs through a
 `GraphRunner`: the static-shape forward replayed from a CUDA graph, the chain padded to a
 bucket, acceptance computed on the device, and one host read per step (the accepted count
-with the target's tokens). With option `graph_prefill` (on) the prompt is prefilled by the
-same runner, in steps of 64 tokens (a replay each instead of the dynamic forward's launches:
-on the H200 the 27B-class target's 16-token prompt took 63 ms dynamic against about one
-step's 19 ms, with W12 weights 105-183 ms; and the dynamic forward's first prefill of some
-prompt lengths cost 0.5-0.9 s of one-time setup). Steps of more than 64 tokens use the
-dynamic forward. `static=True`
+with the target's tokens). With option `graph_prefill` (on) a prompt of at most
+`graph_prefill_max` tokens (256) is prefilled by the same runner, in steps of 64 tokens (a
+replay each instead of the dynamic forward's launches: on the H200 the 27B-class target's
+16-token prompt took 63 ms dynamic against about one step's 19 ms, with W12 weights 105-183
+ms; and the dynamic forward's first prefill of some prompt lengths cost 0.5-1.1 s of one-time
+cuDNN setup). Longer prompts and steps of more than 64 tokens use the dynamic forward. `static=True`
 runs the static forward eagerly on any device (CPU tests of the graph path's logic). While a
 profiler is active the static forward runs eagerly too: a graph hides its kernels from the
 profile's regions. On CUDA the option `compile` (on by default, ignored on CPU) runs the
@@ -186,7 +186,7 @@ class Engine:
         with region("prefill"):
             t = len(prompt)
             if (self.runner is not None and self.options["graph_prefill"]
-                    and not profile_active()):
+                    and t <= self.options["graph_prefill_max"] and not profile_active()):
                 last, hidden = self._graph_prefill(prompt, tuple(hidden_layers))
             else:
                 ids = torch.tensor([prompt], device=self.model.device)
@@ -203,7 +203,7 @@ class Engine:
         (one replay each; a shorter last chunk is padded like a verify step), each chunk
         attending to the ones before it through the cache: no shape ever new to the
         process, so no per-length setup (on the H200 the dynamic forward's first prefill of
-        some prompt lengths took 0.5-0.9 s, bench/gpu_prefill_lengths.py). Returns the last
+        some prompt lengths took 0.5-1.1 s, bench/gpu_prefill_lengths.py). Returns the last
         position's logits and copies of the chosen hidden states."""
         size = self.runner.buckets[-1]
         parts: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}

@@ -153,9 +153,13 @@ register("fuse_projections", bool, True, "q/k/v and gate/up weights stored as on
 register("attention_kernel", str, "triton", "attention of compiled static steps: the "
          "split-KV Triton kernel (kernels/attention) or SDPA with the step's mask; used with "
          "compile on CUDA only", choices=("triton", "sdpa"), devices=CUDA)
-register("graph_prefill", bool, True, "the prompt is prefilled by static steps (CUDA graphs) "
-         "of the largest step bucket (64 tokens) each, instead of by the dynamic forward; "
-         "used with cuda_graphs on CUDA only", devices=CUDA)
+register("graph_prefill", bool, True, "a prompt of at most graph_prefill_max tokens is "
+         "prefilled by static steps (CUDA graphs) of the largest step bucket (64 tokens) "
+         "each, instead of by the dynamic forward; used with cuda_graphs on CUDA only",
+         devices=CUDA)
+register("graph_prefill_max", int, 256, "graph_prefill: the longest prompt prefilled in "
+         "static steps (each step reads the weights once, so on a large target a long "
+         "prompt is cheaper in one dynamic forward); 0: none", devices=CUDA)
 register("draft_len", int, 8, "draft tokens proposed per verification step")
 register("lattice_topk", int, 4, "tokens kept per draft position in the lattice")
 register("ngram_max", int, 4, "longest n-gram the prompt-lookup drafter matches")

@@ -573,21 +573,3 @@ def test_math_prompts_group_by_template():
     assert a != b and prompt_group("math", a) == prompt_group("math", b)
     assert prompt_group("math", a) != prompt_group("math", _math_more(random.Random(1), 9))
 
-
-@pytest.mark.parametrize("v,k,chunk", [(512, 4, 1024), (5000, 4, 1024), (4096, 7, 1024),
-                                       (300, 3, 64)])
-def test_chunked_topk_finds_what_topk_finds(v, k, chunk):
-    from stock.drafters.block_step import topk_chunked
-
-    gen = torch.Generator().manual_seed(v + k)
-    x = torch.randn(5, v, generator=gen)
-    x[1, : v // 2] = x[1, v // 2:].max() + 1  # the winners all in the first chunks
-    x[2, -k:] += 100  # ... all in the last, padded one
-    got_v, got_i = topk_chunked(x, k, chunk)
-    want = x.topk(k, dim=-1)
-    assert torch.equal(got_v, want.values)  # same values, largest first
-    assert torch.equal(x.gather(1, got_i), got_v)  # the ids point at them
-    assert all(set(a.tolist()) == set(b.tolist()) for a, b in zip(got_i[[0, 2, 3, 4]],
-                                                                   want.indices[[0, 2, 3, 4]]))
-    with pytest.raises(ValueError):
-        topk_chunked(x, chunk + 1, chunk)

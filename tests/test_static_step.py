@@ -194,3 +194,6 @@ def test_graph_prefill_chunks_a_long_prompt_through_the_runner(tiny):
         (32, 256, 1), (64, 256, 2)]
     want = off.generate(prompt, 20, NGramDrafter()).tokens
     assert on.generate(prompt, 20, NGramDrafter()).tokens == want
+    bounded = Engine(tiny, Options({"graph_prefill_max": 149}), 256, static=True)
+    bounded._prefill(prompt, ())  # one token past the bound: the dynamic forward
+    assert not bounded.runner.slots

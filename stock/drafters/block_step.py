@@ -85,34 +85,12 @@ def block_context(feat_in, fc, context_norm, ctx_w, knorm, cos, sin, positions, 
         vs[i].index_copy_(2, positions, v[i:i + 1])
 
 
-TOPK_CHUNK = 1024
-
-
-def topk_chunked(x: torch.Tensor, k: int, chunk: int = TOPK_CHUNK):
-    """(values, indices) of the k largest entries of each row of x [R, V], largest first, in
-    two stages: the top k of every chunk of `chunk` entries, then the top k of those. The
-    same entries as torch.topk (only the order of equal values may differ), but on the H200
-    torch.topk of a vocabulary-sized row ran a multi-block radix select of about 20 launches
-    (57 µs of the compiled step's 206; bench/NOTES.md), and rows of `chunk` take a one-kernel
-    path."""
-    r, v = x.shape
-    if not 0 < k <= chunk:
-        raise ValueError(f"topk_chunked: need 0 < k <= {chunk}, got {k}")
-    pad = (-v) % chunk
-    if pad:
-        x = F.pad(x, (0, pad), value=float("-inf"))
-    vals, idx = x.view(r, -1, chunk).topk(k, dim=-1)  # [R, chunks, k]
-    idx = idx + chunk * torch.arange(idx.shape[1], device=x.device)[None, :, None]
-    top, pos = vals.reshape(r, -1).topk(k, dim=-1)
-    return top, idx.reshape(r, -1).gather(1, pos)
-
-
 def pack_lattice(logits: torch.Tensor, k: int) -> torch.Tensor:
     """fp32 logits [T, vocab] -> [2, T, k] float64: the top-k ids, then their log-probs
     (float64 holds both exactly: ids < 2**53, fp32 log-probs), so one transfer brings the
     lattice to the host."""
-    values, ids = topk_chunked(torch.log_softmax(logits, dim=-1), k)
-    return torch.stack([ids.double(), values.double()])
+    top = torch.log_softmax(logits, dim=-1).topk(k, dim=-1)
+    return torch.stack([top.indices.double(), top.values.double()])
 
 
 def block_lattice(x, norm, lm_head, topk: int):
