@@ -99,13 +99,12 @@ def wrap(obj, name: str, key: str, acc: dict, sync: bool) -> None:
 
 
 def variant(drafter, name: str):
-    """A block drafter of the factory's weights, switched to one of VARIANTS."""
-    d = drafter("block")
-    d.graphs, d.compiled, d.static = False, False, False
-    for key, val in VARIANTS[name].items():
-        setattr(d, key, val)
-    d.static = d.static or d.graphs or d.compiled
-    return d
+    """A block drafter of the factory's weights, built as one of VARIANTS (a new one: stock
+    keeps one block drafter per engine, which the variants must not share)."""
+    from stock.drafters.block import BlockDrafter
+
+    base = drafter("block")
+    return BlockDrafter(base.net, base.target, base.max_len, base.topk, **VARIANTS[name])
 
 
 def split(eng, drafter, prompt, max_new: int, sync: bool, name: str) -> dict:

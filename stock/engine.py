@@ -13,14 +13,15 @@ with the target's tokens). With option `graph_prefill` (on) a prompt of at most
 replay each instead of the dynamic forward's launches: on the H200 the 27B-class target's
 16-token prompt took 63 ms dynamic against about one step's 19 ms, with W12 weights 105-183
 ms; and the dynamic forward's first prefill of some prompt lengths cost 0.5-1.1 s of one-time
-cuDNN setup). Longer prompts and steps of more than 64 tokens use the dynamic forward. `static=True`
-runs the static forward eagerly on any device (CPU tests of the graph path's logic). While a
-profiler is active the static forward runs eagerly too: a graph hides its kernels from the
-profile's regions. On CUDA the option `compile` (on by default, ignored on CPU) runs the
-static forward's layers through torch.compile'd regions (stock/compiled.py), which fuse the
-elementwise work between the GEMMs; they are compiled in each graph slot's warm-up. With it,
-`fuse_projections` (on) makes q/k/v and gate/up one GEMM each (stock/fused.py) and
-`attention_kernel` (triton) runs attention through kernels/attention's split-KV kernel.
+cuDNN setup). Longer prompts and steps of more than 64 tokens use the dynamic forward.
+`static=True` runs the static forward eagerly on any device (CPU tests of the graph path's
+logic). While a profiler is active the static forward runs eagerly too: a graph hides its
+kernels from the profile's regions. On CUDA the option `compile` (on by default, ignored on
+CPU) runs the static forward's layers through torch.compile'd regions (stock/compiled.py),
+which fuse the elementwise work between the GEMMs; they are compiled in each graph slot's
+warm-up. With it, `fuse_projections` (on) makes q/k/v and gate/up one GEMM each
+(stock/fused.py) and `attention_kernel` (triton) runs attention through kernels/attention's
+split-KV kernel.
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ class Engine:
         # drafters kept across requests by stock.system.make_drafter: the block drafter (its
         # weights, context cache and CUDA graphs are built once per engine; generate()
         # resets its per-request state). One request at a time per engine, as for the cache.
-        # Clear it with GraphRunner.reset() after swapping the target's modules.
+        # After swapping the target's modules, clear it along with GraphRunner.reset().
         self.drafters: dict[str, object] = {}
 
     @property

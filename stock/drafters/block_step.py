@@ -1,19 +1,20 @@
 """The block drafter's fixed-shape step: context update, block forward and top-k in one call.
 
-A speculative step with the block drafter used to cost two things besides its forward
-(bench/NOTES.md, "The block drafter's step on the H200"): the context update ran eagerly
-(about 20 launches, 0.3–0.5 ms of host time while the GPU waited) because its length is that
-of the newly committed span, and the forward itself was some 125 small kernels. Here:
+On the H200 a block step of the embedded model's shape spent, besides its 1.14 ms verify,
+0.5 ms of host time on the eager context update while the GPU waited (its length is that of
+the newly committed span, so it stayed out of the drafter's graph) and 0.45 ms in that graph
+of small kernels (bench/NOTES.md, "H200: the block drafter's step, one graph and compiled").
+Here:
 
 - **Fixed-shape context update.** The committed span has n <= block_size + 1 = R rows (the
   accepted draft tokens and the one before them). The step always writes R rows of context
   at positions start .. start + R - 1 from a static feature buffer whose first n rows hold
-  the span's target hidden states. Rows past n are stale but harmless: their positions are
-  >= the new context length `end`, which attention masks out, and the block's own K/V
-  (written at end .. end + block_size - 1, after the context) cover all of them but the last
-  (start + R - 1 <= end + block_size - 1 because n >= 1); that last is masked (it is >=
-  end + block_size) and rewritten when committed. So the whole step has fixed shapes and
-  one CUDA graph per key bucket holds it.
+  the span's target hidden states. Rows past n are stale but harmless: their positions lie in
+  end .. end + block_size - 1 (start + R - 1 = end - n + block_size, n >= 1), past the new
+  context length `end`, and the block's own K/V, written there right after the context, cover
+  them. When nothing new is committed (the prompt's context was written eagerly, start =
+  end), the last row lands at end + block_size, which attention masks out and a later commit
+  rewrites. So the whole step has fixed shapes and one CUDA graph per key bucket holds it.
 - **Regions.** The step runs as regions: `block_prologue` (positions, RoPE rows, mask and
   block inputs), `block_context` (the context update), per drafter layer stock's own
   `attn_in` / `attn_out_mlp_next` / `attn_out_mlp` (stock/compiled.py: the drafter's
