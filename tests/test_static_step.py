@@ -151,23 +151,31 @@ def test_engine_static_path_speculative_equals_ar_embedded(smol, dev_prompts):
     assert spec.tokens == ar
 
 
-def test_graph_prefill_runs_short_prompts_through_the_runner(tiny):
-    """Option graph_prefill (on): a prompt that fits a step bucket is prefilled by the
-    runner's static step, with the dynamic prefill's next token and hidden states (fp32) and
-    the same generated tokens; a longer prompt, or the option off, takes the dynamic forward."""
-    gen = torch.Generator().manual_seed(4)
-    prompt = [int(t) for t in torch.randint(0, tiny.cfg.vocab_size, (37,), generator=gen)]
+def _prefill_on_and_off(tiny, n: int, seed: int):
+    """A random prompt of n tokens prefilled with graph_prefill on and off (static engines):
+    the same next token, and hidden states equal in fp32. Returns (prompt, on, off)."""
+    gen = torch.Generator().manual_seed(seed)
+    prompt = [int(t) for t in torch.randint(0, tiny.cfg.vocab_size, (n,), generator=gen)]
     on = Engine(tiny, max_context=256, static=True)
     off = Engine(tiny, Options({"graph_prefill": False}), 256, static=True)
     layers = (0, tiny.cfg.num_layers - 1)
     p_on, h_on = on._prefill(prompt, layers)
     p_off, h_off = off._prefill(prompt, layers)
     assert p_on == p_off and set(h_on) == set(h_off) == set(layers)
+    assert on.cache.length == off.cache.length == n
     for layer in layers:
-        assert h_on[layer].shape == h_off[layer].shape == (1, 37, tiny.cfg.hidden_size)
+        assert h_on[layer].shape == h_off[layer].shape == (1, n, tiny.cfg.hidden_size)
         torch.testing.assert_close(h_on[layer], h_off[layer], atol=1e-5, rtol=1e-5)
-    assert [s.t for s in on.runner.slots.values()] == [64]  # the prefill's one step
     assert not off.runner.slots
+    return prompt, on, off
+
+
+def test_graph_prefill_runs_short_prompts_through_the_runner(tiny):
+    """Option graph_prefill (on): a prompt that fits a step bucket is prefilled by one of the
+    runner's static steps, with the dynamic prefill's next token and hidden states (fp32) and
+    the same generated tokens; with the option off, the dynamic forward."""
+    prompt, on, off = _prefill_on_and_off(tiny, 37, seed=4)
+    assert [s.t for s in on.runner.slots.values()] == [64]  # the prefill's one step
     want = off.generate(prompt, 20, NGramDrafter()).tokens
     assert on.generate(prompt, 20, NGramDrafter()).tokens == want
 
@@ -175,18 +183,9 @@ def test_graph_prefill_runs_short_prompts_through_the_runner(tiny):
 def test_graph_prefill_chunks_a_long_prompt_through_the_runner(tiny):
     """A prompt longer than the largest step bucket is prefilled in steps of 64 tokens, each
     attending to the ones before through the cache: the dynamic prefill's next token, hidden
-    states (fp32) and cache contents, and the same generated tokens."""
-    gen = torch.Generator().manual_seed(5)
-    prompt = [int(t) for t in torch.randint(0, tiny.cfg.vocab_size, (150,), generator=gen)]
-    on = Engine(tiny, max_context=256, static=True)
-    off = Engine(tiny, Options({"graph_prefill": False}), 256, static=True)
-    layers = (0, tiny.cfg.num_layers - 1)
-    p_on, h_on = on._prefill(prompt, layers)
-    p_off, h_off = off._prefill(prompt, layers)
-    assert p_on == p_off and on.cache.length == off.cache.length == 150
-    for layer in layers:
-        assert h_on[layer].shape == (1, 150, tiny.cfg.hidden_size)
-        torch.testing.assert_close(h_on[layer], h_off[layer], atol=1e-5, rtol=1e-5)
+    states (fp32) and cache contents, and the same generated tokens; past graph_prefill_max,
+    the dynamic forward."""
+    prompt, on, off = _prefill_on_and_off(tiny, 150, seed=5)
     for a, b in zip(on.cache.k + on.cache.v, off.cache.k + off.cache.v):
         torch.testing.assert_close(a[:, :, :150], b[:, :, :150], atol=1e-5, rtol=1e-5)
     # steps of 64, 64 and 22 tokens (bucket 32) at starts 0, 64, 128
