@@ -572,4 +572,3 @@ def test_math_prompts_group_by_template():
     a, b = (_math_more(random.Random(s), 8) for s in (1, 2))
     assert a != b and prompt_group("math", a) == prompt_group("math", b)
     assert prompt_group("math", a) != prompt_group("math", _math_more(random.Random(1), 9))
-
