@@ -72,6 +72,7 @@ class Slot:
     hidden_layers: tuple[int, ...]
     inp: torch.Tensor  # [t + 2] int64: ids, start, k
     host: torch.Tensor | None = None  # pinned staging copy of inp (CUDA)
+    copied: "torch.cuda.Event | None" = None  # recorded after each copy out of `host`
     out: StepOut | None = None
     graph: "torch.cuda.CUDAGraph | None" = None
     replays: int = field(default=0)
@@ -121,6 +122,7 @@ class GraphRunner:
             s = Slot(t, kv_len, tuple(hidden_layers), inp)
             if self.device.type == "cuda":
                 s.host = torch.empty(t + 2, dtype=torch.long, pin_memory=True)
+                s.copied = torch.cuda.Event()
             if self.capture:
                 self._capture(s)
             self.slots[key] = s
@@ -171,6 +173,12 @@ class GraphRunner:
             raise ContextOverflow(f"step [{start}, {start + len(ids)}) exceeds the context "
                                   f"({self.max_context}) or the slot's KV length ({s.kv_len})")
         k = len(ids) - 1 if k is None else k
+        if s.copied is not None:
+            # CUDA: the last async copy out of the staging buffer must have run before the
+            # buffer is rewritten. After a step whose result was read it has (no wait); steps
+            # launched back to back on one slot without a read (a prompt prefilled in
+            # chunks) wait here for the copy, not for the step.
+            s.copied.synchronize()
         # written through a numpy view: cheaper on the host than building a tensor from
         # the list every step
         host = s.host if s.host is not None else torch.empty(s.t + 2, dtype=torch.long)
@@ -179,9 +187,10 @@ class GraphRunner:
         buf[n:s.t] = ids[-1]
         buf[s.t], buf[s.t + 1] = start, k
         with torch.inference_mode():
-            # CUDA: no host sync, an async copy from pinned memory. The staging buffer is
-            # rewritten only after the step's result was read, so its copy is done.
+            # CUDA: no host sync, an async copy from pinned memory
             s.inp.copy_(host, non_blocking=s.host is not None)
+        if s.copied is not None:
+            s.copied.record()
 
     def launch(self, s: Slot) -> StepOut:
         s.replays += 1

@@ -87,3 +87,24 @@ def test_generation_with_graphs_equals_without():
     if first is not None:
         margin = dynamic.force(prompt, dyn, chunk=1).margin[first]
         assert margin <= 0.25, f"divergence at {first} with reference margin {margin}"
+
+
+def test_chunked_graph_prefill_equals_the_eager_static_prefill():
+    """A prompt prefilled in four graph steps on one slot, back to back without a host read
+    between them (each step's inputs staged through the slot's one pinned buffer): the K/V
+    and hidden states of the same steps run eagerly, bit for bit, on every repeat. A staging
+    buffer rewritten before its last copy ran would hand a step another chunk's tokens."""
+    cfg = PRESETS["tiny-qwen3"]
+    model = Transformer.random(cfg, "cuda", torch.bfloat16, seed=23, std=0.08)
+    gen = torch.Generator().manual_seed(4)
+    prompt = torch.randint(0, cfg.vocab_size, (240,), generator=gen).tolist()
+    graph = Engine(model, max_context=512)
+    eager = Engine(model, max_context=512, capture=False)  # the same static steps, eagerly
+    assert graph.uses_graphs and eager.runner is not None and not eager.uses_graphs
+    want_next, want_hidden = eager._prefill(prompt, (0,))
+    for _ in range(3):
+        got_next, got_hidden = graph._prefill(prompt, (0,))
+        assert got_next == want_next and torch.equal(got_hidden[0], want_hidden[0])
+        for layer in range(cfg.num_layers):
+            assert torch.equal(graph.cache.k[layer][:, :, :240], eager.cache.k[layer][:, :, :240])
+            assert torch.equal(graph.cache.v[layer][:, :, :240], eager.cache.v[layer][:, :, :240])
