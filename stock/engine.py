@@ -213,7 +213,6 @@ class Engine:
             out = self.runner.step(chunk, start, layers)
             for layer, h in out.hidden.items():  # static outputs: the next replay rewrites them
                 parts[layer].append(h[:, :len(chunk)].clone())
-            self.cache.commit(start + len(chunk))
         hidden = {layer: p[0] if len(p) == 1 else torch.cat(p, dim=1)
                   for layer, p in parts.items()}
         return out.logits[len(chunk) - 1:len(chunk)], hidden
