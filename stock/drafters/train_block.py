@@ -47,12 +47,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from stock.drafters.block import BlockConfig, BlockDrafterError, BlockNet
 from stock.drafters.train_data import (  # noqa: F401  (re-exported: tests, bench scripts)
     Data, DataHeader, _mask, generate_data, load_merged, log, merge_data, prose_rows,
     save_data, shard, summary_prompts)
+from stock.drafters.train_dist import Dist
+from stock.drafters.train_loss import HeadLoss, head_terms, loss_terms
 
 
 @dataclass
@@ -91,6 +92,7 @@ class TrainConfig:
     features: str = "cached"  # cached: target hidden states of every row, computed once;
     # live: computed per step for that step's rows only (memory then holds tokens only)
     init_from_weights: str = ""  # a block-weights folder to start from (config must match)
+    compile_loss: bool = True  # head + loss through torch.compile on CUDA (train_loss.py)
 
 
 def extract_features(target, data: Data, layers: tuple[int, ...], batch: int) -> torch.Tensor:
@@ -151,9 +153,10 @@ def feature_rows(feats, idx: torch.Tensor, s: int) -> torch.Tensor:
     return feats[idx.to(feats.device), :s]
 
 
-def block_forward(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torch.Tensor,
-                  p: torch.Tensor):
-    """Logits [B, A, T, vocab] fp32 and labels [B, A, T] (-100 past the answer) of the blocks
+def block_hidden(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torch.Tensor,
+                 p: torch.Tensor):
+    """Final hidden states [B, A, T, H] (before the target's head) and labels [B, A, T] (-100
+    past the answer) of the blocks
     at anchors p [B, A] (columns of data.tokens) of sequences idx: the block at p holds the
     token at p then masks, sees the target context of columns [pad, p), positions counted
     from the sequence's first real column. The same inputs as `BlockDrafter` at inference
@@ -184,7 +187,14 @@ def block_forward(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: t
     blk = torch.arange(a, device=dev).repeat_interleave(t)
     mask = torch.cat([ctx_ok, (blk[:, None] == blk[None, :]).expand(b, -1, -1)], dim=-1)
     h = net(x, cos[q_pos][:, None], sin[q_pos][:, None], ctx_kv, mask[:, None])
-    return target.lm_head(h).float().view(b, a, t, -1), labels.to(dev)
+    return h.view(b, a, t, -1), labels.to(dev)
+
+
+def block_forward(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torch.Tensor,
+                  p: torch.Tensor):
+    """Logits [B, A, T, vocab] fp32 and labels of `block_hidden`'s blocks."""
+    h, labels = block_hidden(net, target, data, feats, idx, p)
+    return target.lm_head(h).float(), labels
 
 
 def sample_anchors(data: Data, idx: torch.Tensor, anchors: int, gen: torch.Generator):
@@ -195,23 +205,20 @@ def sample_anchors(data: Data, idx: torch.Tensor, anchors: int, gen: torch.Gener
 
 
 def block_loss(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torch.Tensor,
-               gen: torch.Generator, anchors: int, decay: float):
-    """Weighted CE over a batch of blocks, plus the expected accepted length of the blocks."""
+               gen: torch.Generator, anchors: int, decay: float, head_loss: HeadLoss | None = None):
+    """Weighted CE over a batch of blocks, plus the expected accepted length of the blocks
+    (train_loss.loss_terms); `head_loss`: the head and loss to use (default eager)."""
     p = sample_anchors(data, idx, anchors, gen)
-    logits, labels = block_forward(net, target, data, feats, idx, p)
-    return _loss_acc(logits, labels, decay)
+    h, labels = block_hidden(net, target, data, feats, idx, p)
+    if head_loss is None:
+        loss, acc = head_terms(h, labels, target.lm_head.weight, decay)
+    else:
+        loss, acc = head_loss(h, labels)
+    return loss, float(acc)
 
 
 def _loss_acc(logits: torch.Tensor, labels: torch.Tensor, decay: float):
-    b, a, t, vocab = logits.shape
-    ce = F.cross_entropy(logits.view(-1, vocab), labels.view(-1), ignore_index=-100,
-                         reduction="none").view(b, a, t)
-    valid = (labels >= 0).float()
-    w = torch.exp(-torch.arange(t, device=logits.device, dtype=torch.float32) / decay) * valid
-    loss = (ce * w).sum() / w.sum().clamp(min=1e-9)
-    with torch.no_grad():
-        hit = (logits.argmax(-1) == labels).float() * valid
-        acc_len = 1.0 + hit.cumprod(-1).sum(-1).mean()  # τ if every block were full length
+    loss, acc_len = loss_terms(logits, labels, decay)
     return loss, float(acc_len)
 
 
@@ -270,12 +277,16 @@ def _lr(step: int, cfg: TrainConfig, time_frac: float = 0.0) -> float:
 
 def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progress=log,
           data: Data | None = None, started: float | None = None, groups: list | None = None,
-          data_stats: dict | None = None):
+          data_stats: dict | None = None, dist: Dist | None = None):
     """Returns (net, stats, losses). `target` stays frozen; the net trains in fp32 (bf16
     autocast on CUDA). `started`: perf_counter at the start of the run (for total_seconds).
     `groups`: one key per data row; validation then holds out whole groups. `data_stats`:
-    added to the stats (how a `data` passed in was made)."""
+    added to the stats (how a `data` passed in was made). `dist`: data-parallel ranks
+    (train_dist.py; `data` is then this rank's rows, rank 0 validates and decides stops)."""
     started = time.perf_counter() if started is None else started
+    dist = dist or Dist()
+    if not dist.main:
+        progress = (lambda m, _p=progress: _p(f"[rank {dist.rank}] {m}"))
     torch.manual_seed(cfg.seed)
     for prm in target.parameters():
         prm.requires_grad_(False)
@@ -290,12 +301,23 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
     if cfg.features == "live":
         feats = LiveFeatures(target, data, bcfg.target_layers)
     elif cfg.features == "cached":
+        if dev.type == "cuda":  # answering's KV blocks cannot hold the one large buffer
+            torch.cuda.empty_cache()
         feats = extract_features(target, data, bcfg.target_layers, cfg.feat_batch)
     else:
         raise ValueError(f"--features {cfg.features!r}: cached or live")
     feat_s = time.perf_counter() - t0 - gen_s
-    gen = torch.Generator().manual_seed(cfg.seed)
-    tr, val = validation_split(data, cfg, groups[: len(data.end)] if groups else None)
+    gen = torch.Generator().manual_seed(cfg.seed + 1000 * dist.rank)  # rank 0: as one process
+    groups = groups[: len(data.end)] if groups else None
+    tr, val = validation_split(data, cfg, groups)
+    if dist.on:  # rank 0 validates; the other ranks leave out its held-out prompt groups
+        held = dist.gather({groups[i] for i in val.tolist()} if dist.main and groups else None)[0]
+        if not dist.main:
+            rows = torch.cat([tr, val])
+            if held:
+                rows = rows[torch.tensor([groups[i] not in held for i in rows.tolist()],
+                                         dtype=torch.bool)]
+            tr, val = rows, val[:0]
     keep = torch.cat([tr, val])
     if len(tr) == 0:
         raise ValueError("no training sequences: every answer ended at once")
@@ -346,38 +368,50 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
             return 0.0
         return min(1.0, (time.perf_counter() - t1) / max(deadline - t1, 1e-9))
 
-    lr = cfg.lr
+    head_loss = HeadLoss(target.lm_head.weight, cfg.decay,
+                         compiled=cfg.compile_loss and dev.type == "cuda", log=progress)
+    params = [prm for prm in net.parameters() if prm.requires_grad]
+    dist.broadcast_params(net)
+    lr, frac = cfg.lr, 0.0
     for step in range(cfg.steps):
-        lr = _lr(step, cfg, time_frac())
+        lr = _lr(step, cfg, frac)
         for g in opt.param_groups:
             g["lr"] = lr
         idx = tr[torch.randint(len(tr), (min(cfg.batch, len(tr)),), generator=gen)]
         with autocast:
-            loss, acc = block_loss(net, target, data, feats, idx, gen, cfg.anchors, cfg.decay)
+            loss, acc = block_loss(net, target, data, feats, idx, gen, cfg.anchors, cfg.decay,
+                                   head_loss)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
+        dist.mean_grads(params)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         losses.append(float(loss.detach()))
         steps_done = step + 1
-        if step % max(cfg.steps // 20, 1) == 0 or step == cfg.steps - 1:
+        if dist.main and (step % max(cfg.steps // 20, 1) == 0 or step == cfg.steps - 1):
             progress(f"  step {step:5d}  loss {losses[-1]:.4f}  block acc-len {acc:.2f}  "
                      f"lr {lr:.2e}  {time.perf_counter() - t1:.1f}s")
+        why = ""
         if vp is not None and cfg.val_every and steps_done % cfg.val_every == 0:
             check(steps_done)
             if cfg.patience and since_best >= cfg.patience:
-                progress(f"  stopped at step {steps_done}: no better validation in "
-                         f"{cfg.patience} checks (--patience)")
-                break
-        if cfg.max_seconds and time.perf_counter() - t1 > cfg.max_seconds:
-            progress(f"  stopped at step {step + 1}: --max-seconds {cfg.max_seconds}")
-            break
-        if cfg.total_seconds and time.perf_counter() - started > cfg.total_seconds - 30:
-            progress(f"  stopped at step {step + 1}: --total-seconds {cfg.total_seconds} "
-                     "(30 s kept for validation and saving)")
+                why = (f"  stopped at step {steps_done}: no better validation in "
+                       f"{cfg.patience} checks (--patience)")
+        if not why and cfg.max_seconds and time.perf_counter() - t1 > cfg.max_seconds:
+            why = f"  stopped at step {step + 1}: --max-seconds {cfg.max_seconds}"
+        if (not why and cfg.total_seconds
+                and time.perf_counter() - started > cfg.total_seconds - 30):
+            why = (f"  stopped at step {step + 1}: --total-seconds {cfg.total_seconds} "
+                   "(30 s kept for validation and saving)")
+        stop, frac = dist.agree(bool(why), time_frac(), dev)
+        if stop:
+            progress(why or f"  stopped at step {step + 1}: rank 0 stopped")
             break
     if vp is not None and cfg.val_every and (not history or history[-1]["step"] != steps_done):
         check(steps_done)
+    ranks_agree = dist.same_weights(net)  # before rank 0 loads its kept checkpoint
+    if not ranks_agree:
+        progress("warning: the ranks' drafter weights differ after training")
     kept = steps_done
     if best is not None:
         net.load_state_dict(best["state"])
@@ -390,6 +424,8 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
              "gen_s": round(gen_s, 1), "features_s": round(feat_s, 1),
              "train_s": round(train_s, 1), "answers": len(keep), "answer_tokens": answer_tokens,
              "kept_step": kept, "val_history": history, "init": init, "last_lr": lr,
+             "compiled_loss": head_loss.compiled, "ranks": dist.world,
+             **({"ranks_agree": ranks_agree} if dist.on else {}),
              **(data_stats or {})}
     if len(val):
         vgen = torch.Generator().manual_seed(cfg.seed + 1)
@@ -541,6 +577,11 @@ def main(argv: list[str] | None = None) -> None:
         if name != "seed":
             ap.add_argument("--" + name.replace("_", "-"), type=type(val), default=None)
     args = ap.parse_args(argv)
+    dist = Dist.from_env()
+    if dist.on and (args.data_out or args.prompt_shard):
+        ap.error("--data-out and --prompt-shard are for one process; under "
+                 "torch.distributed.run each rank answers its own shard (train_dist.py)")
+    args.device = dist.start(args.device)
     if args.data_in and args.data_out:
         ap.error("--data-in and --data-out: give one")
     if not args.data_out and not args.out:
@@ -553,8 +594,12 @@ def main(argv: list[str] | None = None) -> None:
         toy = dict(prompts=24, max_new=24, gen_batch=8, num_layers=1, num_target_layers=2,
                    block_size=4, steps=30, batch=8, anchors=4, warmup=5, lr=3e-3)
         over = {**toy, **over}
+    if dist.on and not args.data_in:
+        over["prompt_shard"] = dist.shard()
     cfg = TrainConfig(seed=args.seed, **over)
-    command = "python -m stock.drafters.train_block " + " ".join(
+    launcher = (f"python -m torch.distributed.run --standalone --nproc_per_node {dist.world} "
+                if dist.on else "python ")
+    command = launcher + "-m stock.drafters.train_block " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     t0 = time.perf_counter()
     tok = None
@@ -575,6 +620,10 @@ def main(argv: list[str] | None = None) -> None:
     fingerprint = target_fingerprint(target)
     if args.data_in:
         data, groups, cats, files, headers = load_merged(args.data_in.split(","), fingerprint)
+        if dist.on:  # this rank's rows of the merged files
+            r, w = dist.rank, dist.world
+            data = Data(data.tokens[r::w], data.pad[r::w], data.end[r::w], data.prompt_cols)
+            groups = groups[r::w] if groups else groups
         n_prompts = sum(h.prompts for h in headers)
         data_stats = {"gen_s": max(h.gen_s for h in headers), "data_files": files}
         log(f"target {name} on {target.device} {target.dtype}; data from {len(files)} "
@@ -601,7 +650,24 @@ def main(argv: list[str] | None = None) -> None:
                 f"{args.data_out}; total {time.perf_counter() - t0:.1f}s")
             return
     net, stats, _ = train(target, prompts, cfg, stops, started=t0, groups=groups, data=data,
-                          data_stats=data_stats)
+                          data_stats=data_stats, dist=dist)
+    if dist.on:  # the data of every rank, in the manifest of rank 0
+        mine = {"rank": dist.rank, "prompts": n_prompts, "answers": stats["answers"],
+                "answer_tokens": stats["answer_tokens"], "gen_s": stats.get("gen_s"),
+                "categories": cats, "steps": stats["steps"]}
+        ranks = dist.gather(mine)
+        if not dist.main:
+            dist.close()
+            return
+        stats["rank_data"] = ranks
+        stats["answers"] = sum(r["answers"] for r in ranks)
+        stats["answer_tokens"] = sum(r["answer_tokens"] for r in ranks)
+        if not args.data_in:
+            n_prompts = sum(r["prompts"] for r in ranks)
+            cats = {}
+            for r in ranks:
+                for k, v in r["categories"].items():
+                    cats[k] = cats.get(k, 0) + v
     data_desc = {"prompts": n_prompts, "categories": cats,
                  "sources": "stock/drafters/train_prompts.py templates + INSTRUCTIONS + stdlib "
                             "docstrings/functions (dev prompts excluded, sealed set not used)"
@@ -611,8 +677,14 @@ def main(argv: list[str] | None = None) -> None:
                  "init": stats.get("init", ""),
                  "python": platform.python_version(), "max_prompt": cfg.max_prompt,
                  "max_new": cfg.max_new, "labels": "target greedy tokens"}
-    if cfg.prompt_shard:
+    if cfg.prompt_shard and not dist.on:
         data_desc["prompt_shard"] = f"{cfg.prompt_shard} of {corpus} prompts"
+    if dist.on:
+        data_desc["ranks"] = (
+            f"{dist.world} processes, rank r on "
+            + (f"the merged rows i % {dist.world} == r" if args.data_in else
+               f"prompts i % {dist.world} == r of the {corpus}-prompt corpus")
+            + "; gradients averaged over the ranks every step")
     if args.data_in:
         data_desc["files"] = data_stats.pop("data_files")
     man = save_block(net, Path(args.out), target=target, seed=cfg.seed, command=command,
@@ -623,6 +695,7 @@ def main(argv: list[str] | None = None) -> None:
     total = sum(s.bytes for s in man.shards)
     log(f"saved {len(man.shards)} shard(s), {total} bytes, to {args.out}; "
         f"total {time.perf_counter() - t0:.1f}s")
+    dist.close()
 
 
 if __name__ == "__main__":
