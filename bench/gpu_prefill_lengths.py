@@ -11,6 +11,8 @@ its own, so each of its first calls meets a length new to the process).
 
     python3 bench/gpu_prefill_lengths.py --out $OUT     # H200, embedded shape, random weights
     python3 bench/gpu_prefill_lengths.py --opt graph_prefill=false --out $OUT  # dynamic
+    python3 bench/gpu_prefill_lengths.py --preset dense-27b --variants default \
+        --lengths 64,128,256,512 --opt graph_prefill_max=1024   # 27B-class, chunked
     python3 bench/gpu_prefill_lengths.py --device cpu   # plumbing only
 """
 
@@ -46,10 +48,12 @@ def main() -> None:
     ap.add_argument("--lengths", default="80,113,203,301", help="prompt lengths per variant")
     ap.add_argument("--variants", default="default,cudnn,efficient,math")
     ap.add_argument("--opt", action="append", default=[], help="engine option NAME=VALUE")
+    ap.add_argument("--preset", default="smollm2-135m", choices=sorted(PRESETS),
+                    help="model shape (random weights), e.g. dense-27b")
     ap.add_argument("--out", default=os.environ.get("OUT"))
     args = ap.parse_args()
     dev = torch.device(args.device)
-    cfg = PRESETS["smollm2-135m"]
+    cfg = PRESETS[args.preset]
     model = Transformer.random(cfg, dev, torch.bfloat16 if dev.type == "cuda" else torch.float32,
                                seed=0)
     eng = Engine(model, resolve(args.opt), 2048)
@@ -79,7 +83,8 @@ def main() -> None:
             print(f"{name:<10} {n:>5}  first {ms[0]:9.2f} ms  second {ms[1]:8.2f} ms", flush=True)
     if args.out:
         Path(args.out).mkdir(parents=True, exist_ok=True)
-        tag = "_".join(o.replace("=", "-") for o in args.opt) or "defaults"
+        tag = "_".join([args.preset] * (args.preset != "smollm2-135m")
+                       + [o.replace("=", "-") for o in args.opt]) or "defaults"
         Path(args.out, f"gpu_prefill_lengths_{tag}.json").write_text(json.dumps(
             {"device": torch.cuda.get_device_name() if dev.type == "cuda" else "cpu",
              "torch": torch.__version__, "options": args.opt, "rows": rows}, indent=1))

@@ -4,6 +4,8 @@ Answers `--prompts` corpus prompts with the embedded target (as train_block does
 times training steps of a freshly initialised drafter two ways, side by side:
 
 - `cached`: the target's hidden states of every row computed once (train_block's default);
+- `cached, compiled loss`: the same with the head and loss through torch.compile
+  (stock/drafters/train_loss.py; what train_block does on CUDA);
 - `live`: one target forward per step over that step's rows (`--features live`).
 
 For `cached` each phase of a step is timed alone with CUDA events (the block forward and
@@ -30,6 +32,7 @@ import torch  # noqa: E402
 
 from stock.drafters import train_block as tb  # noqa: E402
 from stock.drafters.block import BlockConfig  # noqa: E402
+from stock.drafters.train_loss import HeadLoss  # noqa: E402
 
 
 def _sync(dev):
@@ -80,25 +83,27 @@ def main(argv=None):
     results = {"answers": len(data.end), "answer_tokens": n_tok, "batch": args.batch,
                "anchors": args.anchors}
 
-    feats_by = {"cached": tb.extract_features(target, data, bcfg.target_layers, cfg.feat_batch),
-                "live": tb.LiveFeatures(target, data, bcfg.target_layers)}
-    for name, feats in feats_by.items():
+    cached = tb.extract_features(target, data, bcfg.target_layers, cfg.feat_batch)
+    variants = {"cached": (cached, False), "cached, compiled loss": (cached, True),
+                "live": (tb.LiveFeatures(target, data, bcfg.target_layers), False)}
+    for name, (feats, compiled) in variants.items():
         net, _ = tb.init_net(target, bcfg, cfg)
         opt = torch.optim.AdamW(net.parameters(), lr=1e-4, betas=(0.9, 0.95))
         gen = torch.Generator().manual_seed(0)
+        head = HeadLoss(target.lm_head.weight, cfg.decay, compiled=compiled)
 
         def step():
             idx = rows[torch.randint(len(rows), (args.batch,), generator=gen)]
             with autocast:
                 loss, _ = tb.block_loss(net, target, data, feats, idx, gen, args.anchors,
-                                        cfg.decay)
+                                        cfg.decay, head)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(net.parameters(), 1.0)
             opt.step()
             return float(loss.detach())
 
-        _time(dev, step, args.warm)
+        _time(dev, step, args.warm)  # (the compiled loss compiles here)
         ms = _time(dev, step, args.steps)
         results[f"{name}_step_ms"] = round(ms, 3)
         print(f"{name}: {ms:.2f} ms/step", flush=True)
