@@ -16,7 +16,8 @@ import time
 
 import torch
 
-from stock.drafters.train_block import TrainConfig, embedded_setup, generate_data, train
+from stock.drafters.train_block import TrainConfig, generate_data, train
+from stock.drafters.train_cli import embedded_setup
 
 
 def main() -> None:

@@ -32,6 +32,7 @@ import torch  # noqa: E402
 
 from stock.drafters import train_block as tb  # noqa: E402
 from stock.drafters.block import BlockConfig  # noqa: E402
+from stock.drafters.train_cli import embedded_setup  # noqa: E402
 from stock.drafters.train_loss import HeadLoss  # noqa: E402
 
 
@@ -67,7 +68,7 @@ def main(argv=None):
     cfg = tb.TrainConfig(seed=0, prompts=args.prompts, max_new=args.max_new,
                          gen_batch=args.gen_batch, batch=args.batch, anchors=args.anchors)
     t0 = time.perf_counter()
-    target, prompts, stops, _, _, _, _ = tb.embedded_setup(cfg, args.device)
+    target, prompts, stops, _, _, _, _ = embedded_setup(cfg, args.device)
     prompts = prompts[:args.prompts]
     dev = target.device
     data = tb.generate_data(target, prompts, cfg.max_new, cfg.gen_batch, stops, lambda m: None)

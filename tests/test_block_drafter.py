@@ -13,7 +13,8 @@ from stock.config import PRESETS
 from stock.drafters.base import DraftContext
 from stock.drafters.block import BlockConfig, BlockDrafter, BlockDrafterError, BlockNet
 from stock.drafters.block_weights import load_block, save_block, target_fingerprint
-from stock.drafters.train_block import TrainConfig, generate_data, toy_setup, train
+from stock.drafters.train_block import TrainConfig, generate_data, train
+from stock.drafters.train_cli import toy_setup
 from stock.engine import Engine
 from stock.errors import StockError
 from stock.model import Transformer

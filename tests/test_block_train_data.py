@@ -14,7 +14,8 @@ from stock.drafters.block import BlockConfig, BlockDrafterError, BlockNet
 from stock.drafters.block_weights import load_block, save_block, target_fingerprint
 from stock.drafters.train_block import (LiveFeatures, TrainConfig, block_loss, evaluate,
                                         extract_features, init_net, main, sample_anchors,
-                                        toy_setup, train)
+                                        train)
+from stock.drafters.train_cli import toy_setup
 from stock.drafters.train_data import (Data, DataFileError, DataHeader, generate_data, load_data,
                                        load_merged, parse_shard, save_data, shard)
 

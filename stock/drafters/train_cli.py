@@ -1,0 +1,232 @@
+"""The block drafter's training command: `python -m stock.drafters.train_block ...`
+(stock/drafters/train_block.py describes the pipeline and the flags; this module holds the
+command itself: its set-ups of the target and the prompts, answering the corpus, the flags,
+and saving the weights with their manifest).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import shlex
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from stock.drafters import train_block
+from stock.drafters.train_block import TrainConfig, log, train
+from stock.drafters.train_data import (DataHeader, Data, generate_data, load_merged, merge_data,
+                                       prose_rows, save_data, shard, summary_prompts)
+from stock.drafters.train_dist import Dist
+
+_DESCRIPTION = train_block.__doc__.split("\n\n")[0]
+
+
+def toy_setup(seed: int, n_prompts: int = 24):
+    """tiny-qwen3 with random weights and random prompts (CPU tests, --toy)."""
+    from stock.config import PRESETS
+    from stock.model import Transformer
+
+    target = Transformer.random(PRESETS["tiny-qwen3"], seed=seed)
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(1, 512, (int(torch.randint(4, 12, (1,), generator=g)),),
+                             generator=g).tolist() for _ in range(n_prompts)]
+    return target, prompts
+
+
+def embedded_setup(cfg: TrainConfig, device: str | None, log_files: int | None = None,
+                   with_prompts: bool = True):
+    """(target, prompts, stop ids, category counts, groups, tokenizer, sources) of the
+    embedded model and the whole corpus; without prompts (--data-in) the four corpus items
+    are empty."""
+    from stock.requests import load_dev
+    from stock.system import load_system
+    from stock.drafters.train_prompts import build_prompts, prompt_group
+
+    system = load_system("embedded", device=device, max_context=4096)
+    if not with_prompts:
+        return (system.engine.model, [], set(system.engine.stop_ids), {}, [], system.tokenizer,
+                [])
+    dev_texts = {r.prompt for r in load_dev()}
+    pairs = build_prompts(cfg.seed, cfg.prompts, exclude=dev_texts, limit_files=log_files)
+    tok = system.tokenizer
+    prompts = [tok.chat(text)[-cfg.max_prompt:] for _, text in pairs]
+    cats: dict[str, int] = {}
+    for c, _ in pairs:
+        cats[c] = cats.get(c, 0) + 1
+    stops = set(system.engine.stop_ids)
+    groups = [prompt_group(c, text) for c, text in pairs]
+    return system.engine.model, prompts, stops, cats, groups, tok, [c for c, _ in pairs]
+
+
+def answer_corpus(target, prompts: list[list[int]], sources: list[str], groups: list | None,
+                  cfg: TrainConfig, stops, tok=None):
+    """Stage 1: the target's answers to `prompts`; stage 2 (--summaries, with a tokenizer):
+    prompts summarising some of its own prose answers, answered too. Returns (data, groups
+    of its rows, category counts, stats)."""
+    cats: dict[str, int] = {}
+    t1 = time.perf_counter()
+    data = generate_data(target, prompts, cfg.max_new, cfg.gen_batch, stops, log,
+                         cfg.gen_seconds)
+    for c in sources[:len(data.end)]:
+        cats[c] = cats.get(c, 0) + 1
+    groups = groups[:len(data.end)] if groups else None
+    stats: dict = {}
+    if cfg.summaries and tok is not None:
+        late = cfg.gen_seconds and time.perf_counter() - t1 > 1.25 * cfg.gen_seconds
+        rows = [] if late else prose_rows(data, sources, cfg.summaries, cfg.seed,
+                                          min_tokens=min(96, cfg.max_new // 2))
+        more = summary_prompts(tok, data, rows, stops, cfg.seed, cfg.max_prompt)
+        log(f"stage 2: {len(more)} prompts summarising the target's own prose answers"
+            + (" (skipped: stage 1 ran past 1.25 x --gen-seconds)" if late else ""))
+        t2 = time.perf_counter()
+        if more:
+            data2 = generate_data(target, more, cfg.max_new, cfg.gen_batch, stops, log)
+            if groups is not None:
+                groups += [groups[i] for i in rows[:len(data2.end)]]
+            data = merge_data(data, data2)
+            cats["own-prose summaries"] = len(data2.end)
+        stats = {"gen_stage2_s": round(time.perf_counter() - t2, 1),
+                 "stage2_summaries": len(more)}
+    stats = {"gen_s": round(time.perf_counter() - t1, 1), **stats}
+    return data, groups, cats, stats
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m stock.drafters.train_block",
+                                 description=_DESCRIPTION)
+    ap.add_argument("--out", default=None, help="folder for manifest.json and the shards")
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
+    ap.add_argument("--toy", action="store_true", help="tiny random target (CPU machinery test)")
+    ap.add_argument("--data-out", default=None, metavar="FILE",
+                    help="save the answers (stages 1 and 2) to FILE and exit without training")
+    ap.add_argument("--data-in", default=None, metavar="FILE[,FILE...]",
+                    help="train on answers saved by --data-out (merged) instead of answering")
+    defaults = TrainConfig()
+    for name, val in asdict(defaults).items():
+        if name != "seed":
+            ap.add_argument("--" + name.replace("_", "-"), type=type(val), default=None)
+    args = ap.parse_args(argv)
+    dist = Dist.from_env()
+    if dist.on and (args.data_out or args.prompt_shard):
+        ap.error("--data-out and --prompt-shard are for one process; under "
+                 "torch.distributed.run each rank answers its own shard (train_dist.py)")
+    args.device = dist.start(args.device)
+    if args.data_in and args.data_out:
+        ap.error("--data-in and --data-out: give one")
+    if not args.data_out and not args.out:
+        ap.error("--out is required (unless --data-out)")
+    over = {k: getattr(args, k) for k in asdict(defaults) if k != "seed"
+            and getattr(args, k) is not None}
+    if args.data_in and over.get("prompt_shard"):
+        ap.error("--prompt-shard applies to answering, not to --data-in")
+    if args.toy:
+        toy = dict(prompts=24, max_new=24, gen_batch=8, num_layers=1, num_target_layers=2,
+                   block_size=4, steps=30, batch=8, anchors=4, warmup=5, lr=3e-3)
+        over = {**toy, **over}
+    if dist.on and not args.data_in:
+        over["prompt_shard"] = dist.shard()
+    cfg = TrainConfig(seed=args.seed, **over)
+    launcher = (f"python -m torch.distributed.run --standalone --nproc_per_node {dist.world} "
+                if dist.on else "python ")
+    command = launcher + "-m stock.drafters.train_block " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    t0 = time.perf_counter()
+    tok = None
+    if args.toy:
+        target, prompts = toy_setup(cfg.seed, cfg.prompts)
+        target = target.to(args.device or "cpu")
+        stops, name, groups = set(), "tiny-qwen3 (random weights)", None
+        sources = ["random"] * len(prompts)
+    else:
+        target, prompts, stops, _, groups, tok, sources = embedded_setup(
+            cfg, args.device, with_prompts=not args.data_in)
+        name = "embedded (SmolLM2-135M-Instruct)"
+    corpus = len(prompts)
+    prompts, sources = shard(prompts, cfg.prompt_shard), shard(sources, cfg.prompt_shard)
+    groups = shard(groups, cfg.prompt_shard) if groups else None
+    from stock.drafters.block_weights import save_block, target_fingerprint
+
+    fingerprint = target_fingerprint(target)
+    if args.data_in:
+        data, groups, cats, files, headers = load_merged(args.data_in.split(","), fingerprint)
+        if dist.on:  # this rank's rows of the merged files
+            r, w = dist.rank, dist.world
+            data = Data(data.tokens[r::w], data.pad[r::w], data.end[r::w], data.prompt_cols)
+            groups = groups[r::w] if groups else groups
+        n_prompts = sum(h.prompts for h in headers)
+        data_stats = {"gen_s": max(h.gen_s for h in headers), "data_files": files}
+        log(f"target {name} on {target.device} {target.dtype}; data from {len(files)} "
+            f"file(s): " + ", ".join(f"{f['file']} ({f['rows']} rows)" for f in files)
+            + f"; setup {time.perf_counter() - t0:.1f}s")
+    else:
+        log(f"target {name} on {target.device} {target.dtype}; {len(prompts)} prompts"
+            + (f" (shard {cfg.prompt_shard} of {corpus})" if cfg.prompt_shard else "")
+            + f"; setup {time.perf_counter() - t0:.1f}s")
+        data, groups, cats, data_stats = answer_corpus(target, prompts, sources, groups, cfg,
+                                                       stops, tok)
+        n_prompts = len(prompts)
+        if args.data_out:
+            answer_tokens = int((data.end - data.prompt_cols).clamp(min=0).sum())
+            header = DataHeader(
+                target_fingerprint=fingerprint, target_name=name,
+                vocab_size=target.cfg.vocab_size, seed=cfg.seed, prompt_shard=cfg.prompt_shard,
+                corpus_prompts=corpus, prompts=n_prompts, rows=len(data.end),
+                answer_tokens=answer_tokens, prompt_cols=data.prompt_cols, max_new=cfg.max_new,
+                max_prompt=cfg.max_prompt, categories=cats, gen_s=data_stats["gen_s"],
+                stats=data_stats, command=command)
+            save_data(args.data_out, data, header, groups)
+            log(f"saved {len(data.end)} rows ({answer_tokens} answer tokens, {cats}) to "
+                f"{args.data_out}; total {time.perf_counter() - t0:.1f}s")
+            return
+    net, stats, _ = train(target, prompts, cfg, stops, started=t0, groups=groups, data=data,
+                          data_stats=data_stats, dist=dist)
+    if dist.on:  # the data of every rank, in the manifest of rank 0
+        mine = {"rank": dist.rank, "prompts": n_prompts, "answers": stats["answers"],
+                "answer_tokens": stats["answer_tokens"], "gen_s": stats.get("gen_s"),
+                "categories": cats, "steps": stats["steps"]}
+        ranks = dist.gather(mine)
+        if not dist.main:
+            dist.close()
+            return
+        stats["rank_data"] = ranks
+        stats["answers"] = sum(r["answers"] for r in ranks)
+        stats["answer_tokens"] = sum(r["answer_tokens"] for r in ranks)
+        if not args.data_in:
+            n_prompts = sum(r["prompts"] for r in ranks)
+            cats = {}
+            for r in ranks:
+                for k, v in r["categories"].items():
+                    cats[k] = cats.get(k, 0) + v
+    data_desc = {"prompts": n_prompts, "categories": cats,
+                 "sources": "stock/drafters/train_prompts.py templates + INSTRUCTIONS + stdlib "
+                            "docstrings/functions (dev prompts excluded, sealed set not used)"
+                            + (f"; stage 2: {cats['own-prose summaries']} prompts summarising "
+                               "the target's own long-form/chat answers"
+                               if cats.get("own-prose summaries") else ""),
+                 "init": stats.get("init", ""),
+                 "python": platform.python_version(), "max_prompt": cfg.max_prompt,
+                 "max_new": cfg.max_new, "labels": "target greedy tokens"}
+    if cfg.prompt_shard and not dist.on:
+        data_desc["prompt_shard"] = f"{cfg.prompt_shard} of {corpus} prompts"
+    if dist.on:
+        data_desc["ranks"] = (
+            f"{dist.world} processes, rank r on "
+            + (f"the merged rows i % {dist.world} == r" if args.data_in else
+               f"prompts i % {dist.world} == r of the {corpus}-prompt corpus")
+            + "; gradients averaged over the ranks every step")
+    if args.data_in:
+        data_desc["files"] = data_stats.pop("data_files")
+    man = save_block(net, Path(args.out), target=target, seed=cfg.seed, command=command,
+                     data=data_desc, training={**asdict(cfg), **stats,
+                                               "torch": torch.__version__,
+                                               "device": str(target.device)},
+                     target_name=name)
+    total = sum(s.bytes for s in man.shards)
+    log(f"saved {len(man.shards)} shard(s), {total} bytes, to {args.out}; "
+        f"total {time.perf_counter() - t0:.1f}s")
+    dist.close()
