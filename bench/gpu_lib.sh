@@ -6,6 +6,10 @@
 #                       15 s is skipped, so a slow step never costs the whole call
 #   gguf_assemble SITE  the embedded GGUF from parts carried in .gpu*/ by this and earlier
 #                       calls on the same machine (parked in /tmp), once all are there
+#   gpu_repo_base       (a staging call) /tmp/repo from .gpub0/base.bundle, the history up to
+#                       commit 9107692 (branch gpu-base); gpu_repo then fetches an incremental
+#                       .gpub/repo.bundle (`git bundle create .gpub/repo.bundle --all ^gpu-base`)
+#                       so that tree + wheels + bundle stay under one call's 64 MiB
 #   gpu_repo            wheels into the image's own site-packages (controller workers start
 #                       with a clean PYTHONPATH), the embedded GGUF (gguf_assemble) there,
 #                       and the repository from .gpub/repo.bundle (git bundle --all)
@@ -34,6 +38,11 @@ step() {
     local log="${LOGDIR:-$OUT}/$name.log"; mkdir -p "${LOGDIR:-$OUT}"
     timeout -k 5 "$t" "$@" > "$log" 2>&1; echo "== $name rc=$? $(date +%T)"
     tail -n "${TAIL:-25}" "$log"
+}
+gpu_repo_base() {
+    if [ -d /tmp/repo/.git ]; then echo "/tmp/repo already there"; return 0; fi
+    git clone -q .gpub0/base.bundle /tmp/repo 2>/dev/null || return 1
+    echo "base repo at $(cd /tmp/repo && git rev-parse --short refs/remotes/origin/gpu-base)"
 }
 gpu_repo() {
     local site here=$PWD
