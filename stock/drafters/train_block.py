@@ -25,6 +25,12 @@
    target layers (BlockNet.init_from_target) instead of random weights; --init-from-weights
    DIR continues from a trained drafter (its config must match).
 
+Several GPUs of one host train one drafter under `python -m torch.distributed.run
+--standalone --nproc_per_node N -m stock.drafters.train_block ...` (train_dist.py: each rank
+answers and caches its own shard, gradients are averaged every step, rank 0 validates and
+saves; bench/gpu_train_ddp.sh). On CUDA the head and loss run compiled (train_loss.py). The
+command's flags, set-ups and saving are in train_cli.py.
+
 Scale-out (bench/NOTES.md "Block drafter"): --prompt-shard I/N answers only prompts
 i % N == I of the corpus; --data-out FILE saves the answers (stages 1 and 2) and exits;
 --data-in FILE[,FILE...] trains on merged saved answers instead of answering (the
