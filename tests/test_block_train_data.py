@@ -186,3 +186,24 @@ def test_init_from_weights_loads_the_exact_tensors_and_refuses_another_config(tm
     man = json.loads((tmp_path / "b" / "manifest.json").read_text())
     assert str(tmp_path / "w3") in man["data"]["init"]
     assert man["training"]["init_from_weights"] == str(tmp_path / "w3")
+
+
+def test_cached_features_that_would_not_fit_fall_back_to_live(toy, monkeypatch):
+    """--features cached on a device without room for every row's hidden states trains
+    with live features instead, says so, and records it (nothing of the answering lost)."""
+    from stock.drafters import train_block as tb
+
+    target, _, data = toy
+    cfg = TrainConfig(seed=0, steps=4, **TOY)
+    said: list[str] = []
+    monkeypatch.setattr(tb, "free_bytes", lambda dev: 1000)  # 1 kB free
+    _, stats, losses = train(target, [], cfg, progress=said.append, data=data)
+    assert stats["features_used"] == "live (cached would not fit)"
+    assert any("live features instead" in m and "need" in m for m in said)
+    _, live_stats, live_losses = train(target, [], TrainConfig(seed=0, steps=4, features="live",
+                                                              **TOY),
+                                       progress=lambda m: None, data=data)
+    assert live_stats["features_used"] == "live" and losses == live_losses
+    monkeypatch.setattr(tb, "free_bytes", lambda dev: 10**12)  # room: stays cached
+    assert train(target, [], cfg, progress=lambda m: None, data=data)[1]["features_used"] \
+        == "cached"

@@ -148,6 +148,14 @@ class LiveFeatures:
         return h.clone()  # a normal tensor: autograd may save it for the backward pass
 
 
+def free_bytes(device: torch.device) -> int | None:
+    """Free memory on a CUDA device (None elsewhere: the CPU's cached features are not
+    checked)."""
+    if device.type != "cuda":
+        return None
+    return torch.cuda.mem_get_info(device)[0]
+
+
 def feature_rows(feats, idx: torch.Tensor, s: int) -> torch.Tensor:
     """[B, s, F] features of rows idx from a cached tensor or a LiveFeatures."""
     if isinstance(feats, LiveFeatures):
@@ -300,14 +308,24 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
     gen_s = time.perf_counter() - t0
     bcfg = BlockConfig.for_target(target.cfg, cfg.num_layers, cfg.block_size,
                                   num_target_layers=cfg.num_target_layers)
-    if cfg.features == "live":
-        feats = LiveFeatures(target, data, bcfg.target_layers)
-    elif cfg.features == "cached":
+    if cfg.features not in ("cached", "live"):
+        raise ValueError(f"--features {cfg.features!r}: cached or live")
+    features = cfg.features
+    if features == "cached":
         if dev.type == "cuda":  # answering's KV blocks cannot hold the one large buffer
             torch.cuda.empty_cache()
+        need = (data.tokens.numel() * len(bcfg.target_layers) * target.cfg.hidden_size
+                * target.dtype.itemsize)
+        free = free_bytes(dev)
+        if free is not None and need > 0.8 * free:
+            features = "live (cached would not fit)"
+            progress(f"cached features need {need / 1e9:.1f} GB, {free / 1e9:.1f} GB free on "
+                     f"{dev}: live features instead (--features live; or more GPUs, each "
+                     "caching its own shard)")
+    if features == "cached":
         feats = extract_features(target, data, bcfg.target_layers, cfg.feat_batch)
     else:
-        raise ValueError(f"--features {cfg.features!r}: cached or live")
+        feats = LiveFeatures(target, data, bcfg.target_layers)
     feat_s = time.perf_counter() - t0 - gen_s
     gen = torch.Generator().manual_seed(cfg.seed + 1000 * dist.rank)  # rank 0: as one process
     groups = groups[: len(data.end)] if groups else None
@@ -427,6 +445,7 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
              "train_s": round(train_s, 1), "answers": len(keep), "answer_tokens": answer_tokens,
              "kept_step": kept, "val_history": history, "init": init, "last_lr": lr,
              "compiled_loss": head_loss.compiled, "ranks": dist.world,
+             "features_used": features,
              **({"ranks_agree": ranks_agree} if dist.on else {}),
              **(data_stats or {})}
     if len(val):
