@@ -5,12 +5,9 @@
 # travels as a git bundle (.gpub/repo.bundle) because the controller works from git objects.
 #   bench/gpu_judges.sh embedded|27b
 set -u
-site=$(python3 -c "import site; print(site.getsitepackages()[0])")
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl || exit 1
-source bench/gpu_lib.sh && gguf_assemble "$site"
-rm -rf /tmp/repo && git clone -q .gpub/repo.bundle /tmp/repo && cd /tmp/repo || exit 1
-git fetch -q "$OLDPWD/.gpub/repo.bundle" 'refs/specpilot/*:refs/specpilot/*' 'refs/notes/*:refs/notes/*'
-export PYTHONUNBUFFERED=1
+# The repository: gpu_repo (bench/gpu_lib.sh), after a staging call that ran gpu_repo_base
+# when .gpub/repo.bundle is incremental (bench/NOTES.md "Running on the H200").
+source bench/gpu_lib.sh && gpu_repo || exit 1
 case "$1" in
 embedded)
     python3 -c "from stock.weights import resolve; print(resolve('embedded'))" 2>&1 | tail -1

@@ -7,7 +7,8 @@
 #   4. tests/gpu               the GPU tests, with whatever time is left
 # Each step gets what is left of the deadline (seconds from now, first argument), so a slow
 # step never costs the whole call; everything lands in $OUT.
-#   bench/gpu_session.sh 300        (carry .whl and .gpub; .gpub/repo.bundle = git bundle --all)
+#   bench/gpu_session.sh 300        (carry .whl and .gpub; .gpub/repo.bundle = git bundle
+#                                    --all ^gpu-base after a call that ran gpu_repo_base)
 set -u
 source "$(dirname "$0")/gpu_lib.sh"
 gpu_begin "${1:-300}"

@@ -1,7 +1,8 @@
 #!/bin/bash
 # The two-GPU session (nvidia-h200-x2): one mode per call, calls back to back on one warm
-# machine (issues 4, 6, 7, 8). Every call carries .whl and .gpub (git bundle create
-# .gpub/repo.bundle --all, after committing); the embedded GGUF travels in parts parked in
+# machine (issues 4, 6, 7, 8). Every call carries .whl and .gpub (since run 6's weights:
+# git bundle create .gpub/repo.bundle --all ^gpu-base, after committing, and a first staging
+# call carrying .gpub0 that runs gpu_repo_base); the embedded GGUF travels in parts parked in
 # /tmp by earlier calls on the same machine (bench/NOTES.md "Running on the H200": with the
 # shipped drafter weights in the tree, three staging calls carrying .gpu0, .gpu1, .gpu2 alone).
 # The carry lists below are those of the two-half days. At most 8 files come back from a
