@@ -166,11 +166,11 @@ def feature_rows(feats, idx: torch.Tensor, s: int) -> torch.Tensor:
 def block_hidden(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torch.Tensor,
                  p: torch.Tensor):
     """Final hidden states [B, A, T, H] (before the target's head) and labels [B, A, T] (-100
-    past the answer) of the blocks
-    at anchors p [B, A] (columns of data.tokens) of sequences idx: the block at p holds the
-    token at p then masks, sees the target context of columns [pad, p), positions counted
-    from the sequence's first real column. The same inputs as `BlockDrafter` at inference
-    (tests/test_block_drafter.py checks that both give the same logits)."""
+    past the answer) of the blocks at anchors p [B, A] (columns of data.tokens) of sequences
+    idx: the block at p holds the token at p then masks, sees the target context of columns
+    [pad, p), positions counted from the sequence's first real column. The same inputs as
+    `BlockDrafter` at inference (tests/test_block_drafter.py checks that both give the same
+    logits)."""
     dev = feats.device
     t = net.cfg.block_size
     end = data.end[idx]
