@@ -87,6 +87,22 @@ def test_two_processes_train_one_drafter_on_both_shards(tmp_path):
     assert "[rank 1]" in run.stdout and "saved 1 shard" in run.stdout
 
 
+def test_two_processes_split_saved_answers_between_them(tmp_path):
+    """--data-in under the launcher: each rank trains on the merged rows i % 2 == rank."""
+    toy = ["--seed", "3", "--toy", "--prompts", "6", "--max-new", "12"]
+    main([*toy, "--data-out", str(tmp_path / "d.pt")])
+    out = tmp_path / "blk"
+    run = _launch(tmp_path, ["-m", "stock.drafters.train_block", "--out", str(out), *toy,
+                             "--steps", "3", "--val-every", "0", "--data-in",
+                             str(tmp_path / "d.pt")])
+    assert run.returncode == 0, run.stderr[-2000:] + run.stdout[-2000:]
+    man = json.loads((out / "manifest.json").read_text())
+    t = man["training"]
+    assert [r["answers"] for r in t["rank_data"]] == [3, 3] and t["answers"] == 6
+    assert t["ranks_agree"] is True and "merged rows i % 2 == r" in man["data"]["ranks"]
+    assert man["data"]["files"][0]["rows"] == 6
+
+
 def test_shard_and_data_out_are_refused_under_the_launcher(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setenv("RANK", "0")
