@@ -3,7 +3,8 @@
 Answers `--prompts` corpus prompts with the embedded target (as train_block does), then
 times training steps of a freshly initialised drafter two ways, side by side:
 
-- `cached`: the target's hidden states of every row computed once (train_block's default);
+- `cached`: the target's hidden states of every row computed once (train_block's default),
+  eager head and loss;
 - `cached, compiled loss`: the same with the head and loss through torch.compile
   (stock/drafters/train_loss.py; what train_block does on CUDA);
 - `live`: one target forward per step over that step's rows (`--features live`).

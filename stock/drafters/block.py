@@ -24,7 +24,7 @@ from torch import nn
 
 from stock.config import ModelConfig
 from stock.drafters.base import DraftContext, DraftLattice, Drafter
-from stock.drafters.block_step import pack_lattice, packed_step, rms
+from stock.drafters.block_step import block_context, pack_lattice, packed_step, rms
 from stock.errors import StockError
 from stock.layers import MLP, RMSNorm, apply_rope
 from stock.linear import Linear, linear
@@ -369,21 +369,13 @@ class BlockDrafter(Drafter):
         n = self._span(hidden, end)
         if not n:
             return
-        net, cfg = self.net, self.net.cfg
         dt = self.target.dtype
-        feat = net.features([hidden[layer].to(dt) for layer in self.hidden_layers])[0]  # [n, H]
-        layers, hkv, d = cfg.num_layers, cfg.num_kv_heads, cfg.head_dim
-        kv = linear(feat, self._ctx_w).view(n, layers, 2, hkv, d)
-        k = kv[:, :, 0].permute(1, 2, 0, 3)  # [L, Hkv, n, D]
-        v = kv[:, :, 1].permute(1, 2, 0, 3)
-        if cfg.qk_norm:
-            k = rms(k, self._ctx_knorm, cfg.rms_norm_eps)
+        feat_in = torch.cat([hidden[layer][0].to(dt) for layer in self.hidden_layers], dim=-1)
         pos = torch.arange(end - n, end, device=self.target.device)
         cos, sin = self._rope_at(pos)
-        k = apply_rope(k, cos, sin)
-        for i in range(layers):
-            self.k[i].index_copy_(2, pos, k[i:i + 1])
-            self.v[i].index_copy_(2, pos, v[i:i + 1])
+        # the fixed-shape step's context update, here for the span's n rows
+        block_context(feat_in, self.net.fc, self.net.context_norm, self._ctx_w,
+                      self._ctx_knorm, cos, sin, pos, self.k, self.v)
         self.ctx_len = end
 
     def _load(self, pending: int, start: int | None = None) -> None:

@@ -104,7 +104,8 @@ class Dist:
         return out
 
     def same_weights(self, module: torch.nn.Module) -> bool:
-        """True when every rank holds bit-identical parameters (checked at the end)."""
+        """True when every rank's per-parameter sums equal rank 0's bit for bit (a checksum
+        of the weights, checked at the end)."""
         if not self.on:
             return True
         with torch.no_grad():
