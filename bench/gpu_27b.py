@@ -437,6 +437,16 @@ class Bench:
         self.report.setdefault("tune_s", {})[tag] = round(time.perf_counter() - t0, 1)
         log(f"[{tag}] eager warm-up/tuning at T={self.args.ts}: "
             f"{time.perf_counter() - t0:.1f} s")
+        if "gemv" in tag:  # what the GEMV tuner picked per (M bucket, N, K)
+            from dataclasses import asdict
+
+            from kernels.w12.gemv import _TUNED
+            picks = {f"M<={k[0]} {k[1]}x{k[2]} {k[3]}": {a: v for a, v in asdict(c).items()
+                                                         if v not in (False, None)}
+                     for k, c in _TUNED.items()}
+            self.report.setdefault("gemv_picks", {})[tag] = picks
+            for name, c in picks.items():
+                log(f"[{tag}] gemv pick {name}: {c}")
         self.runner.reset()
         self.check(tag)
         self.time_steps(tag)
@@ -674,6 +684,9 @@ def main() -> None:
     ap.add_argument("--w12-unfused", action="store_true",
                     help="with --w12-compiled after a fused variant: also time W12 compiled "
                          "with its q/k/v and gate/up groups off (one GEMV per module)")
+    ap.add_argument("--w12-prefetch", choices=("ship", "twins"), default="ship",
+                    help="twins: each GEMV candidate of the M <= 16 buckets also with the "
+                         "register prefetch (GemvConfig.prefetch), for the tuner to pick")
     ap.add_argument("--variants", default="",
                     help="with --compile on|both: compiled variants to time after the base, in "
                          f"order ({', '.join(VARIANTS)})")
@@ -687,6 +700,14 @@ def main() -> None:
         DEV, DTYPE = "cpu", torch.float32
     elif not torch.cuda.is_available():
         sys.exit("gpu_27b: needs a CUDA device (or --cpu-smoke)")
+    if args.w12_prefetch == "twins":
+        import dataclasses
+
+        from kernels.w12 import gemv
+        for m in (1, 4, 16):
+            gemv.CONFIGS[m] = tuple(dict.fromkeys(
+                gemv.CONFIGS[m] + tuple(dataclasses.replace(c, prefetch=not c.prefetch)
+                                        for c in gemv.CONFIGS[m])))
     b = Bench(args)
     b.part("env", b.env)
     b.part("bandwidth", b.bandwidth)

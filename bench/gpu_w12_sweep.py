@@ -51,6 +51,7 @@ def short(c) -> str:
     kind = "swap" if c.dot and c.swap else "dot" if c.dot else "fma"
     kind += "-sharedk" if getattr(c, "shared_k", False) else ""
     kind += f" r{c.maxnreg}" if getattr(c, "maxnreg", None) else ""
+    kind += " pf" if getattr(c, "prefetch", False) else ""
     return f"n{c.block_n} k{c.block_k} w{c.num_warps} s{c.num_stages} {kind} {c.split}"
 
 
@@ -62,6 +63,8 @@ GRID_LIMIT: int | None = None  # --smoke: the first few candidates only
 
 
 MAXNREG: tuple[int, ...] = ()  # --maxnreg: the bucket's candidates under these caps only
+PREFETCH = False  # --prefetch: the bucket's candidates with and without it, and the M = 1
+                  # grid with it only
 
 
 def grid(m: int):
@@ -69,7 +72,12 @@ def grid(m: int):
     from kernels.w12.gemv import CONFIGS, GemvConfig as C, bucket
 
     out = list(CONFIGS[bucket(m)])
-    if MAXNREG:
+    if PREFETCH:
+        out += [dataclasses.replace(c, prefetch=not c.prefetch) for c in CONFIGS[bucket(m)]]
+        if m == 1:
+            out += [C(bn, bk, w, 1, prefetch=True) for bn in (8, 16, 32)
+                    for bk in (256, 512, 1024) for w in (2, 4)]
+    elif MAXNREG:
         out += [dataclasses.replace(c, maxnreg=r) for r in MAXNREG for c in CONFIGS[bucket(m)]]
     elif m == 1:
         for bn in (8, 16, 32, 64):
@@ -154,7 +162,7 @@ def sweep_shape(name, k, n, ms, copy_bps, deadline, smoke, result):
             for split in SPLITS:
                 c = dataclasses.replace(cfg, split=split)
                 plan = (c.block_n, c.block_k, c.num_warps, c.num_stages, c.dot, c.swap,
-                        G.plan(c, m, n, k, x.device))
+                        c.shared_k, c.maxnreg, c.prefetch, G.plan(c, m, n, k, x.device))
                 if plan in seen:
                     continue
                 seen.add(plan)
@@ -222,11 +230,14 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=240)
     ap.add_argument("--workers", type=int, default=12)
     ap.add_argument("--smoke", action="store_true", help="CPU interpreter, tiny shapes")
+    ap.add_argument("--prefetch", action="store_true", help="the bucket's candidates with "
+                    "and without the register prefetch, and the M = 1 grid with it")
     ap.add_argument("--maxnreg", default="", help="e.g. 168,128: sweep the bucket's own "
                     "candidates under these register caps instead of the wide grid")
     args = ap.parse_args()
-    global MAXNREG
+    global MAXNREG, PREFETCH
     MAXNREG = tuple(int(r) for r in args.maxnreg.split(",") if r)
+    PREFETCH = args.prefetch
     ms = [int(m) for m in args.ms.split(",")]
     deadline = T0 + args.budget_s
     shapes = {}

@@ -77,6 +77,7 @@ class GemvConfig:
     swap: bool = False     # dot with the operands swapped: W tile [BLOCK_N, K] times x^T
     shared_k: bool = False  # swap only: one dot a chunk in _swap_k's K order (else two)
     maxnreg: int | None = None  # register cap a thread (CUDA): more programs an SM
+    prefetch: bool = False  # load chunk i+1 into registers before chunk i's math
 
 
 BUCKETS = (1, 4, 16, 64)  # an M bucket is the smallest of these >= M
@@ -236,12 +237,36 @@ def _exceptions(x_ptr, eidx_ptr, eval_ptr, base_ptr, e0, e_end, K, stride_xm, of
 
 
 @triton.jit
+def _load_chunk(hrow, lrow, jb, offs_j, mask_n, j_end, USE_LO: tl.constexpr,
+                EVEN_K: tl.constexpr, AHEAD: tl.constexpr):
+    """The planes' [BLOCK_N, HALF] chunk at pairs jb + offs_j: hi as 16-bit pairs, lo as
+    bytes (without the lo plane, hi again: a placeholder no decode reads); zeros at or past
+    j_end. With EVEN_K every chunk is whole, so only a chunk loaded AHEAD (the prefetch,
+    which may start at j_end) needs a test, and that one is a scalar: the mask stays
+    constant along K and the loads stay 16-byte vectors."""
+    j = jb + offs_j
+    if EVEN_K:
+        if AHEAD:
+            m = mask_n[:, None] & ((offs_j * 0 + jb) < j_end)[None, :]  # constant along K
+        else:
+            m = mask_n[:, None]
+    else:
+        m = mask_n[:, None] & (j < j_end)[None, :]
+    h = tl.load(hrow + j[None, :], mask=m, other=0)
+    if USE_LO:
+        lo = tl.load(lrow + j[None, :], mask=m, other=0)
+    else:
+        lo = h
+    return h, lo
+
+
+@triton.jit
 def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval_ptr, out_ptr,
                      M, N, K, KH, stride_xm, stride_h, stride_l, stride_os, stride_om,
                      split_pairs,
                      USE_LO: tl.constexpr, X_PAIRS: tl.constexpr, USE_DOT: tl.constexpr,
                      DOT_BF16: tl.constexpr, SWAP: tl.constexpr, SHARED_K: tl.constexpr,
-                     EVEN_K: tl.constexpr,
+                     EVEN_K: tl.constexpr, PREFETCH: tl.constexpr,
                      PTX: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr,
                      PREFETCH_E: tl.constexpr):
@@ -283,17 +308,23 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
                                stride_xm, offs_m, mask_m, X_PAIRS, BLOCK_E)
     j_lo = pid_k * split_pairs
     j_hi = tl.minimum(j_lo + split_pairs, KH)
+    if PREFETCH:  # chunk j_lo now; each iteration then loads the next before its own math
+        h_next, lo_next = _load_chunk(hrow, lrow, j_lo, offs_j, mask_n, j_hi, USE_LO, EVEN_K,
+                                      True)
     for jb in range(j_lo, j_hi, HALF):
         j = jb + offs_j
         if EVEN_K:
             wmask = mask_n[:, None]
         else:
             wmask = mask_n[:, None] & (j < KH)[None, :]
-        h = tl.load(hrow + j[None, :], mask=wmask, other=0).to(tl.int32)
-        if USE_LO:
-            lo = tl.load(lrow + j[None, :], mask=wmask, other=0).to(tl.int32)  # uint8: 0..255
+        if PREFETCH:
+            h, lo = h_next, lo_next
+            h_next, lo_next = _load_chunk(hrow, lrow, jb + HALF, offs_j, mask_n, j_hi, USE_LO,
+                                          EVEN_K, True)
         else:
-            lo = h  # a placeholder: neither decode reads lo without the lo plane
+            h, lo = _load_chunk(hrow, lrow, jb, offs_j, mask_n, KH, USE_LO, EVEN_K, False)
+        h = h.to(tl.int32)
+        lo = lo.to(tl.int32)  # uint8: 0..255
         if PTX:
             d = _decode_pairs_asm(h, lo, base72, USE_LO)
         else:
@@ -457,7 +488,7 @@ def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, use_lo: bool, cfg: G
         USE_LO=use_lo, X_PAIRS=x_pairs, USE_DOT=cfg.dot,
         DOT_BF16=bf16 and not _interpreting(), SWAP=cfg.dot and cfg.swap,
         SHARED_K=cfg.dot and cfg.swap and cfg.shared_k,
-        EVEN_K=kh % (cfg.block_k // 2) == 0, PTX=not _interpreting(),
+        EVEN_K=kh % (cfg.block_k // 2) == 0, PREFETCH=cfg.prefetch, PTX=not _interpreting(),
         BLOCK_M=_block_m(m, cfg), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, BLOCK_E=BLOCK_E,
         PREFETCH_E=_block_m(m, cfg) <= 16, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not _interpreting() else {}))

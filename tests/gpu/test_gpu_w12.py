@@ -59,6 +59,26 @@ def test_gemv_bf16_every_config_of_each_bucket(m, view):
         assert torch.equal(y, gemv.w12_gemv(x, t, view, cfg))  # no atomics: run to run equal
 
 
+@pytest.mark.parametrize("m", [1, 4, 16])
+def test_gemv_prefetch_is_bit_identical(m):
+    """The register prefetch moves loads, not arithmetic: each candidate of the bucket with
+    it gives the same bits as without, on an even K (scalar end test) and a ragged one."""
+    import dataclasses
+
+    from kernels.w12 import gemv
+
+    g = torch.Generator(device="cuda").manual_seed(m)
+    for k in (1024, 1000):
+        w = (torch.randn(1536, k, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+        w.view(-1)[::501] = 0
+        t = encode(w)
+        x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+        for cfg in gemv.CONFIGS[gemv.bucket(m)]:
+            a = gemv.w12_gemv(x, t, "w12", dataclasses.replace(cfg, prefetch=False))
+            b = gemv.w12_gemv(x, t, "w12", dataclasses.replace(cfg, prefetch=True))
+            assert torch.equal(a, b), (k, cfg)
+
+
 def test_gemv_tuned_odd_k_and_generic_x():
     """Odd K: x read per element (not as pairs), K mask on; the M = 1 bucket tuned."""
     from kernels.w12 import gemv
