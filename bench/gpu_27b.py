@@ -437,25 +437,44 @@ class Bench:
         self.report.setdefault("tune_s", {})[tag] = round(time.perf_counter() - t0, 1)
         log(f"[{tag}] eager warm-up/tuning at T={self.args.ts}: "
             f"{time.perf_counter() - t0:.1f} s")
-        if "gemv" in tag:  # what the GEMV tuner picked per (M bucket, N, K)
-            from dataclasses import asdict
-
-            from kernels.w12.gemv import _TUNED
-            picks = {f"M<={k[0]} {k[1]}x{k[2]} {k[3]}": {a: v for a, v in asdict(c).items()
-                                                         if v not in (False, None)}
-                     for k, c in _TUNED.items()}
-            self.report.setdefault("gemv_picks", {})[tag] = picks
-            for name, c in picks.items():
-                log(f"[{tag}] gemv pick {name}: {c}")
         self.runner.reset()
         self.check(tag)
         self.time_steps(tag)
         if self.crunner is not None and self.args.w12_compiled:  # W12 as a custom op
             self.crunner.reset()
             self.part(f"{tag} compiled", lambda: self.compiled(f"{tag}_compiled"))
+            if "gemv" in tag:
+                self.record_picks(f"{tag}_compiled")
+            if self.args.w12_pdl:  # the same with the GEMV launched as a PDL dependent
+                self.part(f"{tag} compiled pdl", lambda: self.with_pdl(f"{tag}_compiled_pdl"))
+                self.record_picks(f"{tag}_compiled_pdl")
             if self.crunner.fused and self.args.w12_unfused:  # groups off: module by module
                 self.part(f"{tag} compiled unfused", lambda: self.rerun_compiled(
                     f"{tag}_compiled_unfused", fused=False))
+
+    def record_picks(self, tag: str) -> None:
+        """What the GEMV tuner picked per (M bucket, N, K, view), into the report."""
+        from dataclasses import asdict
+
+        from kernels.w12.gemv import _TUNED
+        picks = {f"M<={k[0]} N{k[1]} K{k[2]} {k[3]}": {a: v for a, v in asdict(c).items()
+                                                      if v not in (False, None)}
+                 for k, c in _TUNED.items()}
+        self.report.setdefault("gemv_picks", {})[tag] = picks
+        for name, c in picks.items():
+            log(f"[{tag}] gemv pick {name}: {c}")
+
+    def with_pdl(self, tag: str):
+        """The compiled W12 step re-captured with kernels.w12.gemv.PDL = "capture", the GEMV
+        re-tuned first (the tuner times candidates in CUDA graphs, so with PDL)."""
+        from kernels.w12 import gemv
+
+        gemv.PDL = "capture"
+        gemv._TUNED.clear()
+        try:
+            return self.rerun_compiled(tag, fused=self.crunner.fused)
+        finally:
+            gemv.PDL = "off"
 
     def rerun_compiled(self, tag: str, fused: bool):
         """The compiled step again with new runners that differ only in `fused`."""
@@ -467,7 +486,7 @@ class Bench:
         median ms per T and the stock default's (fused_attn, else base) time over it."""
         tim = self.report.get("timings", {})
         tags = [k for k in tim if k == "bf16_compiled" or k in self.report.get("variants", {})
-                or k.endswith("_compiled") or k.endswith("_compiled_unfused")]
+                or k.endswith(("_compiled", "_compiled_unfused", "_compiled_pdl"))]
         ref_tag = "fused_attn" if "fused_attn" in tim else "bf16_compiled"
         if len(tags) < 2 or ref_tag not in tim:
             return
@@ -687,6 +706,9 @@ def main() -> None:
     ap.add_argument("--w12-prefetch", choices=("ship", "twins"), default="ship",
                     help="twins: each GEMV candidate of the M <= 16 buckets also with the "
                          "register prefetch (GemvConfig.prefetch), for the tuner to pick")
+    ap.add_argument("--w12-pdl", action="store_true",
+                    help="with --w12-compiled: also time it with the GEMV launched as a "
+                         "programmatic dependent (kernels.w12.gemv.PDL = capture)")
     ap.add_argument("--variants", default="",
                     help="with --compile on|both: compiled variants to time after the base, in "
                          f"order ({', '.join(VARIANTS)})")
