@@ -445,9 +445,6 @@ class Bench:
             self.part(f"{tag} compiled", lambda: self.compiled(f"{tag}_compiled"))
             if "gemv" in tag:
                 self.record_picks(f"{tag}_compiled")
-            if self.args.w12_pdl:  # the same with the GEMV launched as a PDL dependent
-                self.part(f"{tag} compiled pdl", lambda: self.with_pdl(f"{tag}_compiled_pdl"))
-                self.record_picks(f"{tag}_compiled_pdl")
             if self.crunner.fused and self.args.w12_unfused:  # groups off: module by module
                 self.part(f"{tag} compiled unfused", lambda: self.rerun_compiled(
                     f"{tag}_compiled_unfused", fused=False))
@@ -464,18 +461,6 @@ class Bench:
         for name, c in picks.items():
             log(f"[{tag}] gemv pick {name}: {c}")
 
-    def with_pdl(self, tag: str):
-        """The compiled W12 step re-captured with kernels.w12.gemv.PDL = "capture", the GEMV
-        re-tuned first (the tuner times candidates in CUDA graphs, so with PDL)."""
-        from kernels.w12 import gemv
-
-        gemv.PDL = "capture"
-        gemv._TUNED.clear()
-        try:
-            return self.rerun_compiled(tag, fused=self.crunner.fused)
-        finally:
-            gemv.PDL = "off"
-
     def rerun_compiled(self, tag: str, fused: bool):
         """The compiled step again with new runners that differ only in `fused`."""
         self.new_compiled_runners(self.crunner.attention, fused)
@@ -486,7 +471,7 @@ class Bench:
         median ms per T and the stock default's (fused_attn, else base) time over it."""
         tim = self.report.get("timings", {})
         tags = [k for k in tim if k == "bf16_compiled" or k in self.report.get("variants", {})
-                or k.endswith(("_compiled", "_compiled_unfused", "_compiled_pdl"))]
+                or k.endswith(("_compiled", "_compiled_unfused"))]
         ref_tag = "fused_attn" if "fused_attn" in tim else "bf16_compiled"
         if len(tags) < 2 or ref_tag not in tim:
             return
@@ -703,12 +688,9 @@ def main() -> None:
     ap.add_argument("--w12-unfused", action="store_true",
                     help="with --w12-compiled after a fused variant: also time W12 compiled "
                          "with its q/k/v and gate/up groups off (one GEMV per module)")
-    ap.add_argument("--w12-prefetch", choices=("ship", "twins"), default="ship",
-                    help="twins: each GEMV candidate of the M <= 16 buckets also with the "
-                         "register prefetch (GemvConfig.prefetch), for the tuner to pick")
-    ap.add_argument("--w12-pdl", action="store_true",
-                    help="with --w12-compiled: also time it with the GEMV launched as a "
-                         "programmatic dependent (kernels.w12.gemv.PDL = capture)")
+    ap.add_argument("--w12-extra", default="",
+                    help="M=CONFIGS: add candidates to a GEMV bucket before tuning, e.g. "
+                         "'1=4,16' offers the tensor-core candidates of buckets 4 and 16 at M = 1")
     ap.add_argument("--variants", default="",
                     help="with --compile on|both: compiled variants to time after the base, in "
                          f"order ({', '.join(VARIANTS)})")
@@ -722,14 +704,11 @@ def main() -> None:
         DEV, DTYPE = "cpu", torch.float32
     elif not torch.cuda.is_available():
         sys.exit("gpu_27b: needs a CUDA device (or --cpu-smoke)")
-    if args.w12_prefetch == "twins":
-        import dataclasses
-
+    for spec in filter(None, args.w12_extra.split(";")):
         from kernels.w12 import gemv
-        for m in (1, 4, 16):
-            gemv.CONFIGS[m] = tuple(dict.fromkeys(
-                gemv.CONFIGS[m] + tuple(dataclasses.replace(c, prefetch=not c.prefetch)
-                                        for c in gemv.CONFIGS[m])))
+        m, _, srcs = spec.partition("=")
+        extra = tuple(c for b in srcs.split(",") for c in gemv.CONFIGS[int(b)])
+        gemv.CONFIGS[int(m)] = tuple(dict.fromkeys(gemv.CONFIGS[int(m)] + extra))
     b = Bench(args)
     b.part("env", b.env)
     b.part("bandwidth", b.bandwidth)

@@ -51,7 +51,6 @@ def short(c) -> str:
     kind = "swap" if c.dot and c.swap else "dot" if c.dot else "fma"
     kind += "-sharedk" if getattr(c, "shared_k", False) else ""
     kind += f" r{c.maxnreg}" if getattr(c, "maxnreg", None) else ""
-    kind += " pf" if getattr(c, "prefetch", False) else ""
     return f"n{c.block_n} k{c.block_k} w{c.num_warps} s{c.num_stages} {kind} {c.split}"
 
 
@@ -63,8 +62,7 @@ GRID_LIMIT: int | None = None  # --smoke: the first few candidates only
 
 
 MAXNREG: tuple[int, ...] = ()  # --maxnreg: the bucket's candidates under these caps only
-PREFETCH = False  # --prefetch: the bucket's candidates with and without it, and the M = 1
-                  # grid with it only
+M1_DOT = False  # --m1-dot: at M = 1 also every tensor-core candidate of buckets 4, 16, 64
 
 
 def grid(m: int):
@@ -72,13 +70,12 @@ def grid(m: int):
     from kernels.w12.gemv import CONFIGS, GemvConfig as C, bucket
 
     out = list(CONFIGS[bucket(m)])
-    if PREFETCH:
-        out += [dataclasses.replace(c, prefetch=not c.prefetch) for c in CONFIGS[bucket(m)]]
-        if m == 1:
-            out += [C(bn, bk, w, 1, prefetch=True) for bn in (8, 16, 32)
-                    for bk in (256, 512, 1024) for w in (2, 4)]
-    elif MAXNREG:
+    if MAXNREG:
         out += [dataclasses.replace(c, maxnreg=r) for r in MAXNREG for c in CONFIGS[bucket(m)]]
+    if M1_DOT and m == 1:  # every tensor-core candidate of the larger buckets, at BLOCK_M 16
+        out += [c for b in (4, 16, 64) for c in CONFIGS[b]]
+    if MAXNREG or M1_DOT:
+        pass
     elif m == 1:
         for bn in (8, 16, 32, 64):
             for bk in (256, 512, 1024):
@@ -162,7 +159,7 @@ def sweep_shape(name, k, n, ms, copy_bps, deadline, smoke, result):
             for split in SPLITS:
                 c = dataclasses.replace(cfg, split=split)
                 plan = (c.block_n, c.block_k, c.num_warps, c.num_stages, c.dot, c.swap,
-                        c.shared_k, c.maxnreg, c.prefetch, G.plan(c, m, n, k, x.device))
+                        c.shared_k, c.maxnreg, G.plan(c, m, n, k, x.device))
                 if plan in seen:
                     continue
                 seen.add(plan)
@@ -183,7 +180,7 @@ def sweep_shape(name, k, n, ms, copy_bps, deadline, smoke, result):
         best = ok[0] if ok else None
         entry = {"shape": name, "K": k, "N": n, "M": m, "cublas_us": cub,
                  "shipped": short(shipped), "shipped_us": ship_us, "tried": len(rows),
-                 "failed": sum("error" in r for r in rows), "top": ok[:3],
+                 "failed": sum("error" in r for r in rows), "top": ok[:3], "all": ok,
                  "w12_bytes": wbytes, "bf16_bytes": 2 * n * k}
         if best:
             entry.update(best_us=best["us"], best_cfg=best["cfg"],
@@ -230,14 +227,14 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=240)
     ap.add_argument("--workers", type=int, default=12)
     ap.add_argument("--smoke", action="store_true", help="CPU interpreter, tiny shapes")
-    ap.add_argument("--prefetch", action="store_true", help="the bucket's candidates with "
-                    "and without the register prefetch, and the M = 1 grid with it")
+    ap.add_argument("--m1-dot", action="store_true", help="at M = 1 also every tensor-core "
+                    "candidate of the larger buckets (x padded to 16 rows)")
     ap.add_argument("--maxnreg", default="", help="e.g. 168,128: sweep the bucket's own "
                     "candidates under these register caps instead of the wide grid")
     args = ap.parse_args()
-    global MAXNREG, PREFETCH
+    global MAXNREG, M1_DOT
     MAXNREG = tuple(int(r) for r in args.maxnreg.split(",") if r)
-    PREFETCH = args.prefetch
+    M1_DOT = args.m1_dot
     ms = [int(m) for m in args.ms.split(",")]
     deadline = T0 + args.budget_s
     shapes = {}

@@ -58,23 +58,6 @@ def test_even_and_ragged_k_chunks(k):
         check(gemv.w12_gemv(x, t, "w12", cfg), w12_matmul_ref(x, t))
 
 
-@pytest.mark.parametrize("k", [128, 160, 97])
-@pytest.mark.parametrize("cfg", [C(8, 32, split=1, prefetch=True), C(8, 32, split=3, prefetch=True),
-                                 C(16, 32, split=2, dot=True, swap=True, prefetch=True)],
-                         ids=["fma-nosplit", "fma-split3", "swap-split2"])
-def test_prefetch_stops_at_its_split(k, cfg):
-    """The next chunk loaded ahead: K = 128 (whole chunks, the scalar end test), 160 and
-    97 (ragged), one and several splits (the chunk after a split's last belongs to the next
-    split: loaded as zeros, never added). Planes filled with junk past K would show up."""
-    w = student_t(24, k, seed=k)
-    w.view(-1)[::13] = 0.0                        # exceptions on every split
-    t = encode(w)
-    for m in (1, 4):
-        x = rand_x(m, k, k + m)
-        check(gemv.w12_gemv(x, t, "w12", cfg), w12_matmul_ref(x, t))
-        check(gemv.w12_gemv(x, t, "w8", cfg), w12_matmul_ref(x, t, "w8"))
-
-
 @pytest.mark.parametrize("m,dot", [(1, False), (5, True)])
 def test_many_splits_reduce_in_several_steps(m, dot):
     """9 splits: more than one step of the reduce's loads in flight (8 at M <= 4, 4 above)."""

@@ -64,7 +64,6 @@ WAVES = 8                 # "auto" split: aim for this many programs per SM
 PARTIAL_FRACTION = 0.10   # "auto" split: fp32 partial bytes <= this share of weight bytes
 BLOCK_E = 16              # exceptions loaded at once by a tile's split-0 program
 REDUCE_BLOCK_N = 64
-PDL = "off"               # "capture": programmatic dependent launch in CUDA graphs (_pdl)
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,6 @@ class GemvConfig:
     swap: bool = False     # dot with the operands swapped: W tile [BLOCK_N, K] times x^T
     shared_k: bool = False  # swap only: one dot a chunk in _swap_k's K order (else two)
     maxnreg: int | None = None  # register cap a thread (CUDA): more programs an SM
-    prefetch: bool = False  # load chunk i+1 into registers before chunk i's math
 
 
 BUCKETS = (1, 4, 16, 64)  # an M bucket is the smallest of these >= M
@@ -238,36 +236,12 @@ def _exceptions(x_ptr, eidx_ptr, eval_ptr, base_ptr, e0, e_end, K, stride_xm, of
 
 
 @triton.jit
-def _load_chunk(hrow, lrow, jb, offs_j, mask_n, j_end, USE_LO: tl.constexpr,
-                EVEN_K: tl.constexpr, AHEAD: tl.constexpr):
-    """The planes' [BLOCK_N, HALF] chunk at pairs jb + offs_j: hi as 16-bit pairs, lo as
-    bytes (without the lo plane, hi again: a placeholder no decode reads); zeros at or past
-    j_end. With EVEN_K every chunk is whole, so only a chunk loaded AHEAD (the prefetch,
-    which may start at j_end) needs a test, and that one is a scalar: the mask stays
-    constant along K and the loads stay 16-byte vectors."""
-    j = jb + offs_j
-    if EVEN_K:
-        if AHEAD:
-            m = mask_n[:, None] & ((offs_j * 0 + jb) < j_end)[None, :]  # constant along K
-        else:
-            m = mask_n[:, None]
-    else:
-        m = mask_n[:, None] & (j < j_end)[None, :]
-    h = tl.load(hrow + j[None, :], mask=m, other=0)
-    if USE_LO:
-        lo = tl.load(lrow + j[None, :], mask=m, other=0)
-    else:
-        lo = h
-    return h, lo
-
-
-@triton.jit
 def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval_ptr, out_ptr,
                      M, N, K, KH, stride_xm, stride_h, stride_l, stride_os, stride_om,
                      split_pairs,
                      USE_LO: tl.constexpr, X_PAIRS: tl.constexpr, USE_DOT: tl.constexpr,
                      DOT_BF16: tl.constexpr, SWAP: tl.constexpr, SHARED_K: tl.constexpr,
-                     EVEN_K: tl.constexpr, PREFETCH: tl.constexpr, PDL: tl.constexpr,
+                     EVEN_K: tl.constexpr,
                      PTX: tl.constexpr, BLOCK_M: tl.constexpr,
                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr,
                      PREFETCH_E: tl.constexpr):
@@ -304,32 +278,22 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
     e_start = tl.load(rowptr_ptr + n0)
     e_end = tl.load(rowptr_ptr + tl.minimum(n0 + BLOCK_N, N))
     e_end = tl.where(pid_k == 0, e_end, e_start)
-    j_lo = pid_k * split_pairs
-    j_hi = tl.minimum(j_lo + split_pairs, KH)
-    if PREFETCH:  # chunk j_lo now; each iteration then loads the next before its own math
-        h_next, lo_next = _load_chunk(hrow, lrow, j_lo, offs_j, mask_n, j_hi, USE_LO, EVEN_K,
-                                      True)
-    if PDL:
-        # launched as a programmatic dependent: everything above reads only the weights;
-        # x (written by the kernel before) and every store wait for that kernel to finish
-        tl.extra.cuda.gdc_wait()
     if PREFETCH_E:
         en, corr = _exceptions(x_ptr, eidx_ptr, eval_ptr, base_ptr, e_start, e_end, K,
                                stride_xm, offs_m, mask_m, X_PAIRS, BLOCK_E)
+    j_lo = pid_k * split_pairs
+    j_hi = tl.minimum(j_lo + split_pairs, KH)
     for jb in range(j_lo, j_hi, HALF):
         j = jb + offs_j
         if EVEN_K:
             wmask = mask_n[:, None]
         else:
             wmask = mask_n[:, None] & (j < KH)[None, :]
-        if PREFETCH:
-            h, lo = h_next, lo_next
-            h_next, lo_next = _load_chunk(hrow, lrow, jb + HALF, offs_j, mask_n, j_hi, USE_LO,
-                                          EVEN_K, True)
+        h = tl.load(hrow + j[None, :], mask=wmask, other=0).to(tl.int32)
+        if USE_LO:
+            lo = tl.load(lrow + j[None, :], mask=wmask, other=0).to(tl.int32)  # uint8: 0..255
         else:
-            h, lo = _load_chunk(hrow, lrow, jb, offs_j, mask_n, KH, USE_LO, EVEN_K, False)
-        h = h.to(tl.int32)
-        lo = lo.to(tl.int32)  # uint8: 0..255
+            lo = h  # a placeholder: neither decode reads lo without the lo plane
         if PTX:
             d = _decode_pairs_asm(h, lo, base72, USE_LO)
         else:
@@ -426,12 +390,9 @@ def _w12_gemv_kernel(x_ptr, hi_ptr, lo_ptr, base_ptr, rowptr_ptr, eidx_ptr, eval
 
 @triton.jit(do_not_specialize=["S"])
 def _w12_reduce_kernel(part_ptr, y_ptr, M, N, S, stride_ps, stride_ym,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, S_CHUNK: tl.constexpr,
-                       PDL: tl.constexpr):
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, S_CHUNK: tl.constexpr):
     """y[:, tile] = part[0] + part[1] + ... + part[S-1] (in that order), in y's dtype. The
     S_CHUNK loads of a step are independent, so they are in flight together."""
-    if PDL:  # a programmatic dependent of the GEMV: its partials are complete after this
-        tl.extra.cuda.gdc_wait()
     pid = tl.program_id(0)
     offs_n = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
@@ -489,7 +450,6 @@ def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, use_lo: bool, cfg: G
     xk = x.view(torch.int32) if x_pairs else x
     stride_xm = x.stride(0) // 2 if x_pairs else x.stride(0)
     grid = (triton.cdiv(n, cfg.block_n), split)
-    pdl = _pdl(x)
     _w12_gemv_kernel[grid](
         xk, hi16, t.lo, t.base, t.row_ptr(), t.exc_idx, t.exc_val, out,
         m, n, k, kh, stride_xm, hi16.stride(0), t.lo.stride(0),
@@ -497,29 +457,16 @@ def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, use_lo: bool, cfg: G
         USE_LO=use_lo, X_PAIRS=x_pairs, USE_DOT=cfg.dot,
         DOT_BF16=bf16 and not _interpreting(), SWAP=cfg.dot and cfg.swap,
         SHARED_K=cfg.dot and cfg.swap and cfg.shared_k,
-        EVEN_K=kh % (cfg.block_k // 2) == 0, PREFETCH=cfg.prefetch, PDL=pdl,
-        PTX=not _interpreting(),
+        EVEN_K=kh % (cfg.block_k // 2) == 0, PTX=not _interpreting(),
         BLOCK_M=_block_m(m, cfg), BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, BLOCK_E=BLOCK_E,
         PREFETCH_E=_block_m(m, cfg) <= 16, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not _interpreting() else {}),
-        **({"launch_pdl": True} if pdl else {}))
+        **({"maxnreg": cfg.maxnreg} if cfg.maxnreg and not _interpreting() else {}))
     if split > 1:
         bm = triton.next_power_of_2(m)
         _w12_reduce_kernel[(triton.cdiv(n, REDUCE_BLOCK_N),)](
             out, y, m, n, split, out.stride(0), y.stride(0),
             BLOCK_M=bm, BLOCK_N=REDUCE_BLOCK_N, S_CHUNK=8 if bm <= 4 else 4 if bm <= 16 else 2,
-            PDL=pdl, num_warps=4, **({"launch_pdl": True} if pdl else {}))
-
-
-def _pdl(x: torch.Tensor) -> bool:
-    """Launch as a programmatic dependent (Hopper's PDL: the kernel may start while the one
-    before it finishes, and reads weights until its gdc_wait)? Only inside a CUDA graph
-    capture, and only when PDL is "capture": a graph never holds the kernel that wrote the
-    planes, which the early start reads before waiting (an eager call right after a GPU
-    encode could)."""
-    return (PDL == "capture" and x.is_cuda and not _interpreting()
-            and torch.cuda.get_device_capability(x.device)[0] >= 9
-            and torch.cuda.is_current_stream_capturing())
+            num_warps=4)
 
 
 def _key(m: int, t: W12Tensor, view: str, dtype) -> tuple:

@@ -59,63 +59,6 @@ def test_gemv_bf16_every_config_of_each_bucket(m, view):
         assert torch.equal(y, gemv.w12_gemv(x, t, view, cfg))  # no atomics: run to run equal
 
 
-@pytest.mark.parametrize("m", [1, 4, 16])
-def test_gemv_prefetch_is_bit_identical(m):
-    """The register prefetch moves loads, not arithmetic: each candidate of the bucket with
-    it gives the same bits as without, on an even K (scalar end test) and a ragged one."""
-    import dataclasses
-
-    from kernels.w12 import gemv
-
-    g = torch.Generator(device="cuda").manual_seed(m)
-    for k in (1024, 1000):
-        w = (torch.randn(1536, k, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
-        w.view(-1)[::501] = 0
-        t = encode(w)
-        x = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
-        for cfg in gemv.CONFIGS[gemv.bucket(m)]:
-            a = gemv.w12_gemv(x, t, "w12", dataclasses.replace(cfg, prefetch=False))
-            b = gemv.w12_gemv(x, t, "w12", dataclasses.replace(cfg, prefetch=True))
-            assert torch.equal(a, b), (k, cfg)
-
-
-@pytest.mark.parametrize("m", [1, 16])
-def test_gemv_pdl_in_a_graph_waits_for_the_kernel_writing_x(m, monkeypatch):
-    """PDL = "capture": in a CUDA graph the GEMV (and its reduce) start early, read weights,
-    and wait before reading x, which the kernel just before writes. Replays with new inputs
-    equal eager calls bit for bit, one split and several."""
-    import dataclasses
-
-    from kernels.w12 import gemv
-
-    monkeypatch.setattr(gemv, "PDL", "capture")
-    seen = []
-    real = gemv._pdl
-    monkeypatch.setattr(gemv, "_pdl", lambda x: seen.append(real(x)) or seen[-1])
-    g = torch.Generator(device="cuda").manual_seed(m)
-    w = (torch.randn(1536, 1024, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
-    w.view(-1)[::501] = 0
-    t = encode(w)
-    torch.cuda.synchronize()
-    src = torch.empty(m, 1024, device="cuda", dtype=torch.bfloat16)
-    xb = torch.empty_like(src)
-    base = gemv.CONFIGS[gemv.bucket(m)][0]
-    for cfg in (dataclasses.replace(base, split=1), dataclasses.replace(base, split=4)):
-        src.normal_(generator=g)
-        xb.copy_(src * 3)
-        gemv.w12_gemv(xb, t, "w12", cfg)      # compiled outside the capture
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            xb.copy_(src * 3)
-            y = gemv.w12_gemv(xb, t, "w12", cfg)
-        assert seen[-1] is True
-        for _ in range(3):
-            src.normal_(generator=g)
-            graph.replay()
-            torch.cuda.synchronize()
-            assert torch.equal(y, gemv.w12_gemv(src * 3, t, "w12", cfg)), cfg
-
-
 def test_gemv_tuned_odd_k_and_generic_x():
     """Odd K: x read per element (not as pairs), K mask on; the M = 1 bucket tuned."""
     from kernels.w12 import gemv
