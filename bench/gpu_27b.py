@@ -445,6 +445,9 @@ class Bench:
             self.part(f"{tag} compiled", lambda: self.compiled(f"{tag}_compiled"))
             if "gemv" in tag:
                 self.record_picks(f"{tag}_compiled")
+            if self.args.w12_retune:  # tuned again from scratch: do the picks hold?
+                self.part(f"{tag} compiled retuned", lambda: self.retuned(f"{tag}_compiled_retuned"))
+                self.record_picks(f"{tag}_compiled_retuned")
             if self.crunner.fused and self.args.w12_unfused:  # groups off: module by module
                 self.part(f"{tag} compiled unfused", lambda: self.rerun_compiled(
                     f"{tag}_compiled_unfused", fused=False))
@@ -461,6 +464,13 @@ class Bench:
         for name, c in picks.items():
             log(f"[{tag}] gemv pick {name}: {c}")
 
+    def retuned(self, tag: str):
+        """The compiled W12 step again after the GEMV's tuner forgot its picks."""
+        from kernels.w12 import gemv
+
+        gemv._TUNED.clear()
+        return self.rerun_compiled(tag, fused=self.crunner.fused)
+
     def rerun_compiled(self, tag: str, fused: bool):
         """The compiled step again with new runners that differ only in `fused`."""
         self.new_compiled_runners(self.crunner.attention, fused)
@@ -471,7 +481,7 @@ class Bench:
         median ms per T and the stock default's (fused_attn, else base) time over it."""
         tim = self.report.get("timings", {})
         tags = [k for k in tim if k == "bf16_compiled" or k in self.report.get("variants", {})
-                or k.endswith(("_compiled", "_compiled_unfused"))]
+                or k.endswith(("_compiled", "_compiled_unfused", "_compiled_retuned"))]
         ref_tag = "fused_attn" if "fused_attn" in tim else "bf16_compiled"
         if len(tags) < 2 or ref_tag not in tim:
             return
@@ -688,6 +698,8 @@ def main() -> None:
     ap.add_argument("--w12-unfused", action="store_true",
                     help="with --w12-compiled after a fused variant: also time W12 compiled "
                          "with its q/k/v and gate/up groups off (one GEMV per module)")
+    ap.add_argument("--w12-retune", action="store_true",
+                    help="with --w12-compiled: tune the GEMV again from scratch and time it again")
     ap.add_argument("--w12-extra", default="",
                     help="M=CONFIGS: add candidates to a GEMV bucket before tuning, e.g. "
                          "'1=4,16' offers the tensor-core candidates of buckets 4 and 16 at M = 1")

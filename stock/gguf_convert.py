@@ -141,13 +141,27 @@ def convert(gguf_path: Path, out_dir: Path) -> Path:
         (tmp / "config.json").write_text(json.dumps(cfg.to_hf(), indent=1))
         cfg.save(tmp)
         _write_tokenizer(gguf_path, reader, tmp)
-        if out_dir.exists():
-            shutil.rmtree(out_dir)
-        tmp.rename(out_dir)
+        publish(tmp, out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out_dir
+
+
+def publish(tmp: Path, out_dir: Path) -> None:
+    """Move a finished conversion `tmp` to `out_dir` in one rename. A folder already there
+    without model.safetensors is a stale partial one and is replaced; a complete one was
+    written by another process converting the same file at the same time (two workers on a
+    fresh machine): it is kept, with the same bytes, and tmp is dropped."""
+    done = out_dir / "model.safetensors"
+    if out_dir.exists() and not done.is_file():
+        shutil.rmtree(out_dir, ignore_errors=True)
+    try:
+        tmp.rename(out_dir)
+    except OSError:
+        if not done.is_file():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _write_tokenizer(gguf_path: Path, reader, folder: Path) -> None:

@@ -47,3 +47,28 @@ def test_run_json_reports_tokens_speed_and_options():
     assert len(out["tokens"]) == 6 or out["stop_reason"] == "stop"
     assert out["options"]["draft_len"] == 3 and out["mode"] == "ngram"
     assert sum(out["accepted_per_step"]) + 1 >= len(out["tokens"]) and out["tokens_per_s"] > 0
+
+
+def test_a_conversion_finished_by_another_process_first_is_kept(tmp_path):
+    """Two processes converting the same GGUF at once (two workers on a fresh machine): the
+    second to finish keeps the first's folder and drops its own; a stale partial folder (no
+    model.safetensors) is replaced; a fresh one is moved in."""
+    from stock.gguf_convert import publish
+
+    def finished(name, text):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "model.safetensors").write_text(text)
+        (d / "config.json").write_text(text)
+        return d
+
+    out = tmp_path / "model-abc"
+    publish(finished(".convert-1", "first"), out)
+    assert (out / "config.json").read_text() == "first" and not (tmp_path / ".convert-1").exists()
+    inode = (out / "model.safetensors").stat().st_ino
+    publish(finished(".convert-2", "second"), out)
+    assert (out / "model.safetensors").stat().st_ino == inode
+    assert (out / "config.json").read_text() == "first" and not (tmp_path / ".convert-2").exists()
+    (out / "model.safetensors").unlink()                 # a stale, partial folder
+    publish(finished(".convert-3", "third"), out)
+    assert (out / "config.json").read_text() == "third"

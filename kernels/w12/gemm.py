@@ -260,22 +260,44 @@ def graph_us(fn, device: torch.device, calls: int = 8, reps: int = 5,
     return 1000.0 * ms / calls
 
 
+FINALISTS = 3  # fastest(): candidates timed a second time, in reverse order
+
+
 def fastest(configs, launch, y: torch.Tensor):
     """The configuration whose launch(cfg, y) runs fastest inside a CUDA graph (graph_us: how
     the engine's decode steps run it; a host-timed loop would charge the split
     configurations' second launch to them); None if none compiles or fits (each such
-    configuration is skipped)."""
-    best, best_us = None, float("inf")
-    for cfg in configs:
+    configuration is skipped). Picked by `pick`."""
+    def time_us(cfg) -> float:
+        launch(cfg, y)  # compiles on the first call; an error skips the configuration
+        torch.cuda.synchronize(y.device)
+        return graph_us(lambda: launch(cfg, y), y.device)
+    return pick(configs, time_us)
+
+
+def pick(configs, time_us):
+    """The configuration with the lowest time_us(cfg): every one timed once (one that raises
+    is skipped), then the FINALISTS fastest timed again in reverse order, each keeping the
+    lower of its two times; ties go to the earlier candidate. One timing a candidate picked
+    configurations that ran 4% slower end to end on one machine than on another
+    (bench/NOTES.md). None if none ran."""
+    timed = []
+    for i, cfg in enumerate(configs):
         try:
-            launch(cfg, y)  # compiles; an error here skips the configuration
-            torch.cuda.synchronize(y.device)
-            us = graph_us(lambda cfg=cfg: launch(cfg, y), y.device)
+            timed.append((time_us(cfg), i, cfg))
         except Exception:  # a config that does not compile or fit is skipped
             continue
-        if us < best_us:
-            best, best_us = cfg, us
-    return best
+    if len(timed) > 1:
+        finals = sorted(timed, key=lambda t: t[:2])[:FINALISTS]
+        again = []
+        for us, i, cfg in reversed(finals):
+            try:
+                us = min(us, time_us(cfg))
+            except Exception:
+                pass
+            again.append((us, i, cfg))
+        timed = again
+    return min(timed, key=lambda t: t[:2])[2] if timed else None
 
 
 def by_row_blocks(x: torch.Tensor, t: W12Tensor, view: str, run) -> torch.Tensor:
