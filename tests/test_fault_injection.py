@@ -37,11 +37,11 @@ def test_sealed_check_catches_a_fault_the_dev_check_misses(tmp_path, one_thread)
     from stock.system import load_system
 
     # Bigger forced steps and drafts: same semantics (forcing is causal, speculation is
-    # lossless), far fewer forwards on a CPU; half the production lengths, same ratio.
+    # lossless), far fewer forwards on a CPU; a quarter of the production lengths, same ratio.
     prod = GatesSection()
     assert (prod.dev_length, prod.sealed_length) == (2048, 4096)
-    cfg = GatesSection(chunk=256, reference_draft_len=32, dev_length=prod.dev_length // 2,
-                       sealed_length=prod.sealed_length // 2)
+    cfg = GatesSection(chunk=256, reference_draft_len=32, dev_length=prod.dev_length // 4,
+                       sealed_length=prod.sealed_length // 4)
     system = load_system("embedded", Options(), "cpu", cfg.sealed_length + 128)
     t0 = time.perf_counter()
     [sealed_ref] = references(system, [LOOP], cfg.sealed_length, ReferenceCache(tmp_path),
