@@ -30,8 +30,9 @@ slow). Designed for M <= 16 (decode and short verify), with a tensor-core path f
   operands (`_swap_k`), so that each decoded word already is a register of the tensor-core
   operand: fewer instructions, but on the H200 slower at M <= 16 (the tile is
   latency-bound: Nsight Compute, bench/NOTES.md) and faster at M = 64 on wide shapes, so
-  only the 17..64 bucket lists it. `maxnreg` caps registers a thread (a sweep knob; no
-  shipped candidate uses it).
+  only the 17..64 bucket lists it. `maxnreg` caps registers a thread: at M = 1 a cap of 96
+  (more programs an SM) won every 27B-class layer shape on the H200, so four of that
+  bucket's candidates carry it; at M = 4 and 16 caps lost (bench/NOTES.md).
 - Exceptions exactly, as in the first kernel: the planes give w0 = 2**(b-127) at an
   exception's slot, and the program owning split 0 of a tile adds x[:, k] * w_exc -
   x[:, k] * w0 for each exception of its rows, by selects (never a multiply by 0); the
