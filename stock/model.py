@@ -30,7 +30,11 @@ class Output:
 class Backbone(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        # built on the meta device only, and always loaded or filled after (from_state_dict,
+        # random): an explicit empty weight skips nn.Embedding's normal_ init, whose first
+        # call on meta imports torch's Python decompositions (about 2.3 s a process)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size,
+                                         _weight=torch.empty(cfg.vocab_size, cfg.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
