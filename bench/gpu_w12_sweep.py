@@ -74,23 +74,17 @@ def grid(m: int):
         out += [dataclasses.replace(c, maxnreg=r) for r in MAXNREG for c in CONFIGS[bucket(m)]]
     if M1_DOT and m == 1:  # every tensor-core candidate of the larger buckets, at BLOCK_M 16
         out += [c for b in (4, 16, 64) for c in CONFIGS[b]]
-    if MAXNREG or M1_DOT:
+    if MAXNREG or M1_DOT:  # those instead of the wide grid
         pass
     elif m == 1:
-        for bn in (8, 16, 32, 64):
-            for bk in (256, 512, 1024):
-                for w in (2, 4, 8):
-                    for st in (1, 3):
-                        out.append(C(bn, bk, w, st))
+        out += [C(bn, bk, w, st) for bn in (8, 16, 32, 64) for bk in (256, 512, 1024)
+                for w in (2, 4, 8) for st in (1, 3)]
     else:
         if m <= 4:
-            for bn in (8, 16, 32):
-                for bk in (128, 256, 512):
-                    out.append(C(bn, bk, 4, 2))
-        for bn, w in ((64, 4), (128, 4), (128, 8), (256, 8)):
-            for bk in (64, 128, 256):
-                for st in (2, 3, 4):
-                    out.append(C(bn, bk, w, st, dot=True, swap=True))
+            out += [C(bn, bk, 4, 2) for bn in (8, 16, 32) for bk in (128, 256, 512)]
+        out += [C(bn, bk, w, st, dot=True, swap=True)
+                for bn, w in ((64, 4), (128, 4), (128, 8), (256, 8))
+                for bk in (64, 128, 256) for st in (2, 3, 4)]
     return list(dict.fromkeys(dataclasses.replace(c, split="auto") for c in out))[:GRID_LIMIT]
 
 

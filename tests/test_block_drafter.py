@@ -551,7 +551,7 @@ def test_training_from_target_init_records_it(toy):
 def test_merge_data_keeps_every_row(toy):
     """Two answer sets of different prompt widths and answer lengths merge into one padded
     Data whose rows hold the same tokens between their padding and their end."""
-    from stock.drafters.train_block import merge_data
+    from stock.drafters.train_data import merge_data
 
     target, prompts, data = toy
     other = generate_data(target, [p[:3] for p in prompts[:3]], 12, 8, set(),

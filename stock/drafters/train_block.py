@@ -51,9 +51,7 @@ from pathlib import Path
 import torch
 
 from stock.drafters.block import BlockConfig, BlockDrafterError, BlockNet
-from stock.drafters.train_data import (  # noqa: F401  (re-exported: tests, bench scripts)
-    Data, DataHeader, _mask, generate_data, load_merged, log, merge_data, prose_rows,
-    save_data, shard, summary_prompts)
+from stock.drafters.train_data import Data, _mask, generate_data, log
 from stock.drafters.train_dist import Dist
 from stock.drafters.train_loss import HeadLoss, head_terms, loss_terms
 
