@@ -48,7 +48,7 @@ from torch.profiler import ProfilerActivity, profile, record_function  # noqa: E
 
 from stock.engine import Engine  # noqa: E402
 from stock.options import resolve  # noqa: E402
-from stock.requests import load_dev, select  # noqa: E402
+from specpilot.requests import load_dev, select  # noqa: E402
 from stock.system import load_system, make_drafter  # noqa: E402
 
 # aten ops that only make views or read metadata: no kernel on a GPU

@@ -39,7 +39,7 @@ if "stock" not in sys.modules and not any(Path(p, "stock").is_dir() for p in sys
 import torch  # noqa: E402
 
 from stock.options import resolve  # noqa: E402
-from stock.requests import CATEGORIES, load_dev, select  # noqa: E402
+from specpilot.requests import CATEGORIES, load_dev, select  # noqa: E402
 from stock.system import load_system  # noqa: E402
 
 

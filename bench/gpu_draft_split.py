@@ -54,7 +54,7 @@ def build(args):
     """(engine, drafter factory, prompt ids) for the chosen model."""
     opts = [f"block_size={args.block_size}", f"draft_len={args.block_size - 1}", *args.opt]
     if args.model == "embedded":
-        from stock.requests import load_dev, select
+        from specpilot.requests import load_dev, select
         from stock.system import load_system
 
         system = load_system("embedded", resolve(opts), device=args.device, max_context=2048)

@@ -33,7 +33,7 @@ import torch  # noqa: E402
 
 from stock.engine import Engine  # noqa: E402
 from stock.options import resolve  # noqa: E402
-from stock.requests import load_dev, select  # noqa: E402
+from specpilot.requests import load_dev, select  # noqa: E402
 from stock.system import load_system, make_drafter  # noqa: E402
 
 

@@ -65,7 +65,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5, help="schedules timed per drafter")
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
     args = ap.parse_args()
-    from stock.requests import load_dev, select
+    from specpilot.requests import load_dev, select
     from stock.system import load_system
 
     torch.set_num_threads(max(1, os.cpu_count() or 1))

@@ -24,7 +24,7 @@ class RequestsSection(BaseModel):
 
 
 class ControllerSection(BaseModel):
-    """Thresholds and design of the paired benchmark (see specpilot/stats.py)."""
+    """Thresholds and design of the paired benchmark (see specpilot/judges/stats.py)."""
     model_config = ConfigDict(extra="forbid")
     min_gain: float = Field(0.01, ge=0)            # adopt only if lower bound > this + k·σ
     sigma_multiple: float = Field(2.0, ge=0)       # k
@@ -40,7 +40,7 @@ class ControllerSection(BaseModel):
 
 
 class GatesSection(BaseModel):
-    """Correctness gates (see specpilot/forcing.py)."""
+    """Correctness gates (see specpilot/judges/forcing.py)."""
     model_config = ConfigDict(extra="forbid")
     near_tie_epsilon: float = Field(0.05, ge=0)    # reference margin counted as a near-tie
     near_tie_rate: float = Field(0.002, ge=0, le=1)  # tolerated near-tie mismatches per token

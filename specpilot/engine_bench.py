@@ -15,7 +15,7 @@ from typing import Callable
 import torch
 from pydantic import BaseModel
 
-from stock.requests import Request
+from specpilot.requests import Request
 from stock.system import DRAFTERS, System
 
 SCHEMA_VERSION = 1

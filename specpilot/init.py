@@ -9,7 +9,7 @@ nothing.
 - sets `notes.rewriteRef` so amend and rebase carry SpecPilot notes along;
 - installs the pre-commit and pre-push hooks (never overwriting a hook it did not write);
 - where the config names no sealed request file, generates the sealed requests of the
-  embedded default outside the repository (`stock.sealed.ensure_sealed`: a secret seed and
+  embedded default outside the repository (`specpilot.requests.sealed.ensure_sealed`: a secret seed and
   the requests, mode 0600, under `$SPECPILOT_SEALED_DIR` or the user's data dir).
 """
 
@@ -58,7 +58,7 @@ def init(path: Path | str = ".") -> list[str]:
 
 
 def _ensure_sealed(root: Path) -> list[str]:
-    from stock.sealed import default_sealed_dir, ensure_sealed
+    from specpilot.requests.sealed import default_sealed_dir, ensure_sealed
 
     if load_config(root).requests.sealed:
         return []  # the user brings their own sealed requests

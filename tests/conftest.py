@@ -18,7 +18,7 @@ def smol():
 @pytest.fixture(scope="session")
 def dev_prompts(smol):
     """Eight dev prompts (code, math, chat, ...) as chat token ids."""
-    from stock.requests import load_dev, select
+    from specpilot.requests import load_dev, select
 
     reqs = select(load_dev(), None, 2)[:8]
     return [smol.tokenizer.chat(r.prompt) for r in reqs]

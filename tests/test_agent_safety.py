@@ -31,7 +31,7 @@ def sealed_file(project, monkeypatch):
     import shutil
     import tempfile
 
-    from stock.sealed import ensure_sealed
+    from specpilot.requests.sealed import ensure_sealed
 
     folder = Path(tempfile.mkdtemp(prefix="specpilot-sealed-", dir="/var/tmp"))
     monkeypatch.setenv("SPECPILOT_SEALED_DIR", str(folder / "sealed"))
@@ -103,14 +103,14 @@ def test_editing_gates_or_controller_in_the_worktree_changes_nothing(project, ws
     from specpilot.config import load_config
     from specpilot.cycle import judges
     from specpilot.cycle.settings import explore_settings, gates_for_cycle
-    from specpilot.worker_proc import clean_checkout
+    from specpilot.judges.worker_proc import clean_checkout
 
     client = ScriptedClient([
         reply("tool_use",
-              tool("write", path="specpilot/forcing.py",
+              tool("write", path="specpilot/judges/forcing.py",
                    content="def forcing_gate(*a, **k):\n    raise SystemExit(0)\n"
                            "option_default_gate = forcing_gate\n"),
-              tool("write", path="specpilot/controller.py", content="ADOPT_EVERYTHING = True\n"),
+              tool("write", path="specpilot/judges/controller.py", content="ADOPT_EVERYTHING = True\n"),
               tool("write", path="tests/test_always.py", content="def test_ok():\n    pass\n"),
               tool("edit", path="stock/engine.py", old="logits = out.logits[0]\n",
                    new="logits = out.logits[0] * 1.01\n")),

@@ -346,7 +346,7 @@ def test_block_speculative_equals_autoregressive_embedded(smol, dev_prompts):
 
 def test_training_prompts_are_deterministic_balanced_and_exclude_dev():
     from stock.drafters.train_prompts import MIX, build_prompts
-    from stock.requests import load_dev
+    from specpilot.requests import load_dev
 
     dev = {r.prompt for r in load_dev()}
     a = build_prompts(3, 400, exclude=dev, limit_files=30)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from specpilot.controller import compare, load_noise, noise_key
-from specpilot.controller_worker import compute_dtype, tree_hash
+from specpilot.judges.controller import compare, load_noise, noise_key
+from specpilot.judges.worker_main import compute_dtype, tree_hash
 from specpilot.gitstore import GitStore
-from specpilot.worker_proc import Checkout, Worker, WorkerError, clean_checkout
+from specpilot.judges.worker_proc import Checkout, Worker, WorkerError, clean_checkout
 
 HERE = Path(__file__).resolve().parents[1]
 CONFIG = """[controller]
@@ -133,7 +133,7 @@ def test_each_side_can_serve_its_own_drafter_and_sigma_stays_the_aa_of_a(project
 
 
 def noise_key_of(rep):
-    from specpilot.controller import Job
+    from specpilot.judges.controller import Job
 
     job = Job([(r, None, None) for r in rep.requests], rep.max_new, rep.drafter, rep.devices,
               rep.rounds, rep.warmup_rounds, rep.model)
@@ -142,8 +142,8 @@ def noise_key_of(rep):
 
 @pytest.mark.slow
 def test_gates_run_in_workers_from_clean_checkouts(project):
-    from specpilot.forcing import ReferenceCache
-    from specpilot.gates_run import run_gate
+    from specpilot.judges.forcing import ReferenceCache
+    from specpilot.judges.gates import run_gate
 
     ok = run_gate(project, "dev", {}, True, False, 1, 12)
     assert ok.gate == "option-default" and ok.passed and ok.tokens_checked == 12
@@ -184,7 +184,7 @@ def test_workers_compute_in_stock_dtype_bf16_on_cuda_fp32_on_cpu():
 
 
 def test_a_cuda_worker_sees_its_one_gpu_as_cuda0():
-    from specpilot.worker_proc import isolate_device
+    from specpilot.judges.worker_proc import isolate_device
 
     assert isolate_device("cuda:1", None) == ("1", "cuda:0")
     assert isolate_device("cuda", None) == ("0", "cuda:0")

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from specpilot import costmodel
-from specpilot.hardware import TABLE, for_device, lookup
+from specpilot.judges import costmodel
+from specpilot.judges.hardware import TABLE, for_device, lookup
 from stock.config import PRESETS
 
 NEG = -math.inf
@@ -95,8 +95,8 @@ def test_cpu_ceilings_are_measured_once_and_cached(tmp_path):
 
 @pytest.mark.slow
 def test_analyze_reports_three_factors_and_the_largest(smol, tmp_path):
-    from specpilot.analyze import analyze
-    from stock.requests import load_dev, select
+    from specpilot.judges.analyze import analyze
+    from specpilot.requests import load_dev, select
 
     hw = for_device("cpu", tmp_path, measure_size="small")
     rep = analyze(None, "embedded", "cpu", 1, 8, system=smol, hardware=hw,

@@ -17,7 +17,7 @@ def test_phase0_runs_the_cost_model_on_the_base_and_stores_its_report(project):
     cycle = runner.start(project)
     cycle.run("plan")
     a = cycle.state.analysis
-    assert a["source"].startswith("specpilot.analyze")
+    assert a["source"].startswith("specpilot.judges.analyze")
     assert a["system"] == {"commit": head(project), "options": {}}
     assert set(a["factors"]) == {"tau", "kernel", "overhead"}
     assert a["steps"] > 0 and a["requests"] == ["rand-0"]

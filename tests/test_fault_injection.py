@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from specpilot.config import GatesSection
-from specpilot.forcing import ReferenceCache, forcing_gate, references
+from specpilot.judges.forcing import ReferenceCache, forcing_gate, references
 from stock.engine import Engine
 from stock.options import Options
-from stock.requests import Request
+from specpilot.requests import Request
 
 # A prompt on which the embedded model's greedy reply runs past 4096 tokens without
 # stopping (it settles into a loop, which also keeps reference generation cheap).

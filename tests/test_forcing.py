@@ -7,13 +7,13 @@ import torch
 
 from specpilot.config import GatesSection
 from specpilot.errors import SpecPilotError
-from specpilot.forcing import (ReferenceCache, compute_reference, forcing_gate,
+from specpilot.judges.forcing import (ReferenceCache, compute_reference, forcing_gate,
                                option_default_gate, references)
 from stock.config import PRESETS
 from stock.engine import Engine
 from stock.model import Transformer
 from stock.options import Options
-from stock.requests import load_dev, select
+from specpilot.requests import load_dev, select
 
 CFG = GatesSection(chunk=9, default_tokens=24)
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from stock.requests import CATEGORIES, Request, load_dev, load_jsonl, select
-from stock.sealed import default_sealed_dir, ensure_sealed, generate_sealed
+from specpilot.requests import CATEGORIES, Request, load_dev, load_jsonl, select, spread
+from specpilot.requests.sealed import default_sealed_dir, ensure_sealed, generate_sealed
 
 MIN_COUNTS = {"code": 30, "chat": 24, "math": 24, "summarisation": 22, "long-form": 20}
 
@@ -113,10 +113,23 @@ def test_load_jsonl_missing_field_names_line_and_field(tmp_path):
         load_jsonl(p)
 
 
-def test_load_jsonl_rejects_unknown_category_and_non_object(tmp_path):
-    p = _write(tmp_path / "cat.jsonl", [_line("x-1", category="poetry")])
+def test_user_files_may_name_any_category_but_not_a_malformed_one(tmp_path):
+    p = _write(tmp_path / "own.jsonl", [_line("w-1", category="writing"),
+                                         _line("w-2", category="writing"),
+                                         _line("p-1", category="poetry")])
+    reqs = load_jsonl(p)
+    assert [r.category for r in reqs] == ["writing", "writing", "poetry"]
+    assert [r.id for r in spread(reqs, 2)] == ["w-1", "p-1"]
+    assert [r.id for r in spread(reqs, 3)] == ["w-1", "w-2", "p-1"]
+    assert [r.id for r in select(reqs, ["writing"])] == ["w-1", "w-2"]
+    with pytest.raises(ValueError, match="unknown categories"):
+        select(reqs, ["code"])
+    p = _write(tmp_path / "cat.jsonl", [_line("x-1", category="two words")])
     with pytest.raises(ValueError, match=r"cat\.jsonl:1: .*category"):
         load_jsonl(p)
+
+
+def test_load_jsonl_rejects_non_object(tmp_path):
     p = _write(tmp_path / "arr.jsonl", ["[1, 2]"])
     with pytest.raises(ValueError, match=r"arr\.jsonl:1: expected a JSON object"):
         load_jsonl(p)

@@ -9,7 +9,7 @@ import pytest
 
 from specpilot.config import ControllerSection
 from specpilot.errors import SpecPilotError
-from specpilot.stats import decide, estimate, sigma_from_aa, threshold
+from specpilot.judges.stats import decide, estimate, sigma_from_aa, threshold
 
 CFG = ControllerSection(bootstrap_resamples=999)
 NOISE = 0.01  # per-measurement multiplicative noise (lognormal sd), ~1% per request

@@ -44,7 +44,7 @@ def agent_env(worktree: Path, extra: dict | None = None) -> dict[str, str]:
 
 
 def sealed_dirs() -> list[Path]:
-    from stock.sealed import default_sealed_dir
+    from specpilot.requests.sealed import default_sealed_dir
 
     sealed = default_sealed_dir().resolve()
     return [sealed, sealed.parent] if sealed.parent.name == "specpilot" else [sealed]

@@ -81,7 +81,7 @@ def bench_cmd(request_set, categories, limit, max_new, modes, drafter, model, op
     from rich.table import Table
 
     from specpilot.engine_bench import parse_modes, run_bench
-    from stock.requests import load_dev, load_jsonl, select
+    from specpilot.requests import load_dev, load_jsonl, select
 
     try:
         mode_list = parse_modes(modes, drafter)

@@ -62,7 +62,7 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
                 model, drafter_a, drafter_b, as_json):
     """Paired benchmark of B against A (commits, or `stock` for HEAD). Exit 0 if B is
     adopted, 3 if not."""
-    from specpilot.controller import compare
+    from specpilot.judges.controller import compare
 
     def progress(msg):
         if not as_json:
@@ -113,7 +113,7 @@ def gate_cmd(check, opts, default_gate, exact, n_requests, length, candidate, ba
              as_json):
     """Correctness gates of a candidate commit against stock's cached reference outputs,
     each run in its own worker from a clean checkout. Exit 0 if it passes, 4 if it fails."""
-    from specpilot.gates_run import run_gate
+    from specpilot.judges.gates import run_gate
 
     rep = run_gate(_root(), check, _pairs(opts, "--opt"), default_gate, exact, n_requests,
                    length, candidate, base, device)
@@ -144,7 +144,7 @@ def gate_cmd(check, opts, default_gate, exact, n_requests, length, candidate, ba
 @click.option("--json", "as_json", is_flag=True)
 def analyze_cmd(n_requests, max_new, drafter, model, device, as_json):
     """Cost model: τ, kernel and overhead factors, per-category measured vs bound."""
-    from specpilot.analyze import analyze
+    from specpilot.judges.analyze import analyze
     from specpilot.config import load_config
 
     root = find_root()

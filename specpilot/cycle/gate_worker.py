@@ -1,4 +1,4 @@
-"""Runs the judges' gates (specpilot/forcing.py, the project's own code) on a candidate's
+"""Runs the judges' gates (specpilot/judges/forcing.py, the project's own code) on a candidate's
 clean checkout, in its own process.
 
 Started as `python -P -B -s gate_worker.py JOB.json OUT.json` with PYTHONPATH=<checkout>:<the
@@ -21,7 +21,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     from specpilot.config import GatesSection
-    from specpilot.forcing import Reference, forcing_gate, option_default_gate
+    from specpilot.judges.forcing import Reference, forcing_gate, option_default_gate
     import stock.system  # noqa: F401 - registers every option the system defines
     from stock.engine import Engine
     from stock.options import Options

@@ -1,6 +1,6 @@
 """The one adapter between the cycle and the judges (gates, controller, stats, cost model).
 
-Every call the cycle makes into specpilot/forcing.py, controller.py, worker_proc.py,
+Every call the cycle makes into specpilot/judges/forcing.py, controller.py, worker_proc.py,
 stats.py and analyze.py goes through here, so a change of their API touches this file only.
 The judges always run the project's own code (this process's `specpilot`); systems are served
 from clean checkouts of their commits, never from an agent's worktree.
@@ -19,12 +19,12 @@ from pathlib import Path
 import numpy as np
 
 import specpilot
-from specpilot import controller, stats
+from specpilot.judges import controller, stats
 from specpilot.config import Config, GatesSection
 from specpilot.errors import SpecPilotError
-from specpilot.forcing import ReferenceCache, compute_reference, references, stock_tree_of
+from specpilot.judges.forcing import ReferenceCache, compute_reference, references, stock_tree_of
 from specpilot.gitstore import GitStore
-from specpilot.worker_proc import SCRUB_ENV, clean_checkout
+from specpilot.judges.worker_proc import SCRUB_ENV, clean_checkout
 
 from specpilot.cycle.state import System
 
@@ -61,12 +61,12 @@ def _system_job(root: Path, cfg: Config, system: System, task: str, job: dict, l
 
 def analyze(root: Path, cfg: Config, system: System, requests: int, max_new: int,
             log_dir: Path) -> dict:
-    """Phase 0: the judges' cost model (`specpilot analyze`, specpilot/analyze.py) run on
+    """Phase 0: the judges' cost model (`specpilot analyze`, specpilot/judges/analyze.py) run on
     `system`'s clean checkout at its options; the report as a dict."""
     reqs = controller.pick_requests(cfg.model.path, requests, "dev")
     rep = _system_job(root, cfg, system, "analyze", {"requests": reqs, "max_new": max_new},
                       log_dir / "analyze.log")
-    rep["source"] = "specpilot.analyze (cost model) on a clean checkout of the base"
+    rep["source"] = "specpilot.judges.analyze (cost model) on a clean checkout of the base"
     rep["system"] = system.model_dump()
     return rep
 
@@ -113,7 +113,7 @@ def stock_references(root: Path, cfg: Config, gates: GatesSection, check: str, c
                 cache.put(ref)
             out.append(ref)
         return out
-    from specpilot.gates_run import check_requests
+    from specpilot.judges.gates import check_requests
     from stock.system import load_system
 
     reqs = check_requests(check, count)

@@ -1,5 +1,5 @@
 """Measures one system (a clean checkout of its commit, at its options) for the cycle, in
-its own process: Phase 0's cost-model report (`specpilot.analyze`) and the tuner's timings
+its own process: Phase 0's cost-model report (`specpilot.judges.analyze`) and the tuner's timings
 (`agents/tune.halving`).
 
 Started as `python -P -B -s system_worker.py JOB.json OUT.json` with PYTHONPATH=<checkout>:
@@ -52,7 +52,7 @@ def _finite(x):
 
 
 def run_analyze(job: dict) -> dict:
-    from specpilot.analyze import analyze
+    from specpilot.judges.analyze import analyze
 
     system, prompts = _load(job)
     rep = analyze(Path(job["cache_root"]), job["model"], None, len(prompts), job["max_new"],

@@ -42,7 +42,7 @@ def embedded_setup(cfg: TrainConfig, device: str | None, log_files: int | None =
     """(target, prompts, stop ids, category counts, groups, tokenizer, sources) of the
     embedded model and the whole corpus; without prompts (--data-in) the four corpus items
     are empty."""
-    from stock.requests import load_dev
+    from specpilot.requests import load_dev
     from stock.system import load_system
     from stock.drafters.train_prompts import build_prompts, prompt_group
 

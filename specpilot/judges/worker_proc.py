@@ -2,7 +2,7 @@
 
 A checkout is exported from git objects (never from a live worktree) into
 `.specpilot/cache/checkouts/<system tree hash>/`, checked against that hash, and made
-read-only. A `Worker` runs `specpilot/controller_worker.py` with PYTHONPATH set to the
+read-only. A `Worker` runs `specpilot/judges/worker_main.py` with PYTHONPATH set to the
 checkout alone, an environment stripped of option variables, requests on its stdin and
 replies on a private pipe; it checks the worker's report of options and tree hash.
 """
@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specpilot.controller_worker import tree_hash
+from specpilot.judges.worker_main import tree_hash
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
 

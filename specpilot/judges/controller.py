@@ -1,7 +1,7 @@
 """The controller: is B really faster than A? A paired benchmark on clean checkouts.
 
 Each system is exported from git objects at its commit (never from a live worktree) and
-served by its own worker process (specpilot/worker_proc.py), which proves the options in
+served by its own worker process (specpilot/judges/worker_proc.py), which proves the options in
 effect and the system tree hash it runs. Both systems serve identical requests:
 
 - one device: rounds alternate A B B A (per request: A then B, then B then A next round);
@@ -10,7 +10,7 @@ effect and the system tree hash it runs. Both systems serve identical requests:
 
 Warm-up rounds run first and are never counted. Every request's time is measured by the
 controller around the channel and kept. The gain, its one-sided lower bound and the
-adoption decision come from specpilot/stats.py; σ comes from an A/A run of A against itself
+adoption decision come from specpilot/judges/stats.py; σ comes from an A/A run of A against itself
 with the same procedure, cached per deployment under .specpilot/cache/noise/.
 """
 
@@ -28,11 +28,11 @@ from typing import Callable
 
 from pydantic import BaseModel
 
-from specpilot import stats
+from specpilot.judges import stats
 from specpilot.config import Config, load_config
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
-from specpilot.worker_proc import Checkout, Reply, Worker, clean_checkout
+from specpilot.judges.worker_proc import Checkout, Reply, Worker, clean_checkout
 
 SCHEMA_VERSION = 1
 NOISE_DIR = Path(".specpilot") / "cache" / "noise"
@@ -113,8 +113,8 @@ def pick_requests(model: str, count: int, source: str = "dev") -> list[tuple]:
         rng = random.Random(0)
         return [(f"rand-{i}", None, [rng.randrange(1, 256) for _ in range(16)])
                 for i in range(count)]
-    from stock.requests import load_dev, load_jsonl, select
-    from stock.sealed import ensure_sealed
+    from specpilot.requests import load_dev, load_jsonl, spread
+    from specpilot.requests.sealed import ensure_sealed
 
     if source == "dev":
         reqs = load_dev()
@@ -122,7 +122,7 @@ def pick_requests(model: str, count: int, source: str = "dev") -> list[tuple]:
         reqs = load_jsonl(ensure_sealed())
     else:
         reqs = load_jsonl(source)
-    chosen = select(reqs, None, max(1, -(-count // 5)))[:count]
+    chosen = spread(reqs, count)
     return [(r.id, r.prompt, None) for r in chosen]
 
 

@@ -13,7 +13,7 @@ import random
 import secrets
 from pathlib import Path
 
-from stock.requests import CATEGORIES, Request
+from specpilot.requests.sets import CATEGORIES, Request
 
 __all__ = ["SEALED_FILE", "SEED_FILE", "default_sealed_dir", "ensure_sealed", "generate_sealed"]
 

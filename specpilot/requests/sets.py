@@ -1,8 +1,8 @@
 """Request sets for the stock engine.
 
 A *request* is one prompt with a category and a generation budget. The development set
-(``stock/data/dev_requests.jsonl``) is written for this project and is visible to agents;
-the sealed set (see :mod:`stock.sealed`) is generated per machine and never committed.
+(``specpilot/requests/data/dev.jsonl``) is written for this project and is visible to agents;
+the sealed set (see :mod:`specpilot.requests.sealed`) is generated per machine and never committed.
 
 File format: JSON Lines, one object per line::
 
@@ -18,13 +18,10 @@ import json
 from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 __all__ = [
     "CATEGORIES",
-    "Category",
     "DEV_RESOURCE",
     "Request",
     "dump_jsonl",
@@ -32,13 +29,15 @@ __all__ = [
     "load_jsonl",
     "parse_jsonl",
     "select",
+    "spread",
 ]
 
+# The categories of the dev set and of the sealed generator; a user's own request file may
+# use any category name (a slug).
 CATEGORIES: tuple[str, ...] = ("code", "chat", "math", "summarisation", "long-form")
-Category = Literal["code", "chat", "math", "summarisation", "long-form"]
 
-DEV_PACKAGE = "stock.data"
-DEV_RESOURCE = "dev_requests.jsonl"
+DEV_PACKAGE = "specpilot.requests.data"
+DEV_RESOURCE = "dev.jsonl"
 
 
 class Request(BaseModel):
@@ -47,7 +46,7 @@ class Request(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
 
     id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    category: Category
+    category: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     prompt: str = Field(min_length=1)
     max_new_tokens: int = Field(ge=1, le=65536)
 
@@ -137,9 +136,10 @@ def select(
         if isinstance(categories, str):
             categories = [categories]
         wanted = set(categories)
-        unknown = sorted(wanted - set(CATEGORIES))
+        present = {r.category for r in requests}
+        unknown = sorted(wanted - present)
         if unknown:
-            raise ValueError(f"unknown categories {unknown}; expected some of {list(CATEGORIES)}")
+            raise ValueError(f"unknown categories {unknown}; this set has {sorted(present)}")
     if limit_per_category is not None and limit_per_category < 0:
         raise ValueError(f"limit_per_category must be >= 0, got {limit_per_category}")
     counts: dict[str, int] = {}
@@ -153,3 +153,12 @@ def select(
         counts[r.category] = n + 1
         out.append(r)
     return out
+
+
+def spread(requests: Sequence[Request], count: int) -> list[Request]:
+    """`count` requests spread over the categories present: the first ceil(count / number
+    of categories) of each, in file order, cut to `count`, whatever the categories' names."""
+    cats = {r.category for r in requests}
+    if not cats or count <= 0:
+        return []
+    return select(requests, None, -(-count // len(cats)))[:count]

@@ -2,7 +2,7 @@
 
 Two passes over the same requests: one unprofiled (actual step times, lattices, tokens per
 step, context lengths) and one under the profiler (time per kernel category). Bounds come
-from specpilot/costmodel.py with the hardware's peaks (specpilot/hardware.py).
+from specpilot/judges/costmodel.py with the hardware's peaks (specpilot/judges/hardware.py).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel
 
-from specpilot import costmodel
-from specpilot.hardware import Hardware, for_device
+from specpilot.judges import costmodel
+from specpilot.judges.hardware import Hardware, for_device
 
 SCHEMA_VERSION = 1
 DIRECTIONS = {"tau": "drafting / tree verification (raise accepted tokens per step)",
@@ -59,7 +59,7 @@ def analyze(root: Path | None, model: str, device: str | None, n_requests: int, 
 
     from stock.lattice_log import LatticeRecorder
     from stock.profile import CATEGORIES, Profiler
-    from stock.requests import load_dev, select
+    from specpilot.requests import load_dev, select
     from stock.system import load_system
 
     system = system or load_system(model, None, device)

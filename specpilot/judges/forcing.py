@@ -119,7 +119,7 @@ def stock_tree_of(package_root: Path | None = None, system_paths=("stock", "kern
     """Tree hash of the stock code this process runs (the reference's provenance)."""
     import stock
 
-    from specpilot.controller_worker import tree_hash
+    from specpilot.judges.worker_main import tree_hash
 
     root = package_root or Path(stock.__file__).resolve().parents[1]
     return tree_hash(root, list(system_paths))

@@ -9,20 +9,20 @@ from pathlib import Path
 
 from specpilot.config import load_config
 from specpilot.errors import SpecPilotError
-from specpilot.forcing import (GateReport, Reference, ReferenceCache, forcing_gate,
+from specpilot.judges.forcing import (GateReport, Reference, ReferenceCache, forcing_gate,
                                option_default_gate)
 from specpilot.gitstore import GitStore
-from specpilot.worker_proc import Worker, clean_checkout
+from specpilot.judges.worker_proc import Worker, clean_checkout
 
 RUNS_DIR = Path(".specpilot") / "runs"
 
 
 def check_requests(check: str, count: int):
-    from stock.requests import load_dev, load_jsonl, select
-    from stock.sealed import ensure_sealed
+    from specpilot.requests import load_dev, load_jsonl, spread
+    from specpilot.requests.sealed import ensure_sealed
 
     reqs = load_dev() if check == "dev" else load_jsonl(ensure_sealed())
-    return select(reqs, None, max(1, -(-count // 5)))[:count]
+    return spread(reqs, count)
 
 
 @dataclass

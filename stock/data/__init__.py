@@ -1,1 +1,0 @@
-"""Packaged data for the stock engine (the development request set)."""
