@@ -3,7 +3,7 @@
 The controller (specpilot compare) reports one wall time per request. This script builds the
 same systems as its workers do for a `random:` model (Transformer.random of the preset, then
 Engine(net, Options(opts), 1024)), both in this process on one device, runs the controller's
-own requests for that model (specpilot.judges.controller.pick_requests) alternately A, B, B, A, and
+own requests for that model (specpilot.judges.prompts.pick_requests) alternately A, B, B, A, and
 splits each request's time into prefill and decode (ms per step, steps, tokens):
 
     PYTHONPATH=<checkout with the option> python3 bench/gpu_engine_ab.py \\
@@ -99,7 +99,7 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     import stock.system  # noqa: F401 - registers the drafters' options before parsing
-    from specpilot.judges.controller import pick_requests
+    from specpilot.judges.prompts import pick_requests
 
     opts = {"A": parse_opts(args.opt_a, "--opt-a"), "B": parse_opts(args.opt_b, "--opt-b")}
     prompts = [r[2] for r in pick_requests(args.model, args.requests)]

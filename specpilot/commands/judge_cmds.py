@@ -51,7 +51,9 @@ _root = require_root
 @click.option("--rounds", type=int, default=None, help="measured rounds (config: controller.rounds)")
 @click.option("--requests", "n_requests", type=int, default=None, help="requests per round")
 @click.option("--max-new", type=int, default=None, help="new tokens per request")
-@click.option("--request-set", default="dev", show_default=True, help="dev, sealed or a JSONL file")
+@click.option("--request-set", default="fresh", show_default=True,
+              help="fresh (new prompts from a secret seed every round), or a pool: dev, "
+                   "sealed or a JSONL file, sampled without repeats")
 @click.option("--sigma", type=float, default=None, help="noise σ to use instead of the cached A/A")
 @click.option("--model", default=None, help="model (default: config)")
 @click.option("--drafter-a", default=None,
@@ -91,7 +93,13 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
         click.echo(f"noise sigma        {rep.sigma:.2%}  ({rep.sigma_source})")
         click.echo(f"threshold          {dec.threshold:.2%}"
                    f"{'  (outputs diverge: raised bar)' if dec.diverged else ''}")
-        click.echo(f"verdict            {dec.verdict}; B is {dec.direction}")
+        for side, chk in rep.outputs.items():
+            ties = f", {len(chk.near_ties)} near-tie(s) tolerated" if chk.near_ties else ""
+            state = "match stock's" if chk.ok else f"FAULT: {chk.faults[0]}"
+            click.echo(f"outputs {side}          {state} ({chk.requests} requests, "
+                       f"{chk.tokens} tokens{ties})")
+        click.echo(f"verdict            {dec.verdict}; B is {dec.direction}"
+                   f"{'; rejected: outputs differ from stock' if rep.faults else ''}")
     sys.exit(0 if rep.decision.adopted else EXIT_NOT_ADOPTED)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 import specpilot
-from specpilot.judges import controller, stats
+from specpilot.judges import controller, prompts, stats
 from specpilot.config import Config, GatesSection
 from specpilot.errors import SpecPilotError
 from specpilot.judges.forcing import ReferenceCache, compute_reference, references, stock_tree_of
@@ -63,7 +63,7 @@ def analyze(root: Path, cfg: Config, system: System, requests: int, max_new: int
             log_dir: Path) -> dict:
     """Phase 0: the judges' cost model (`specpilot analyze`, specpilot/judges/analyze.py) run on
     `system`'s clean checkout at its options; the report as a dict."""
-    reqs = controller.pick_requests(cfg.model.path, requests, "dev")
+    reqs = prompts.pick_requests(cfg.model.path, requests, "dev")
     rep = _system_job(root, cfg, system, "analyze", {"requests": reqs, "max_new": max_new},
                       log_dir / "analyze.log")
     rep["source"] = "specpilot.judges.analyze (cost model) on a clean checkout of the base"
@@ -75,7 +75,7 @@ def tune_options(root: Path, cfg: Config, system: System, configs: list[dict], m
                  log_dir: Path, env_extra: dict | None = None, requests: int = 4) -> dict:
     """Successive halving (agents/tune.halving) of option `configs` over `system`, timed by
     short generations in one worker on the system's clean checkout."""
-    reqs = controller.pick_requests(cfg.model.path, requests, "dev")
+    reqs = prompts.pick_requests(cfg.model.path, requests, "dev")
     return _system_job(root, cfg, system, "tune", {"requests": reqs, "max_new": max_new,
                                                    "configs": configs},
                        log_dir / "tune.log", env_extra)
@@ -153,21 +153,24 @@ def run_gates(root: Path, cfg: Config, gates: GatesSection, commit: str, options
 
 def prescreen(root: Path, cfg: Config, base: System, cand: System, requests: int,
               max_new: int, log_dir: Path, device: str | None = None) -> dict:
-    """Cheapest timing evidence: one paired round (A then B per request), no σ, after one
-    warm-up round (uncounted): a first request pays CUDA-graph capture and kernel autotuning,
-    which on the H200 made a W12 candidate look 91% slower in its pre-screen."""
+    """Cheapest timing evidence: one paired round (A then B per request) on fresh prompts,
+    no σ, after one warm-up round (uncounted): a first request pays CUDA-graph capture and
+    kernel autotuning, which on the H200 made a W12 candidate look 91% slower in its
+    pre-screen. The timed outputs are checked against stock's, as in the controller."""
     store = GitStore(root)
     co_a = clean_checkout(store, base.commit, cfg.system_paths, root)
     co_b = clean_checkout(store, cand.commit, cfg.system_paths, root)
-    job = controller.Job(controller.pick_requests(cfg.model.path, requests, "dev"), max_new,
-                         cfg.controller.drafter,
-                         [device or ("cuda:0" if _cuda() else "cpu")], 1, 1,
-                         cfg.model.path)
-    paired, _, _ = controller.paired_run(co_a, base.options, co_b, cand.options, job, cfg,
-                                         log_dir)
+    co_stock = clean_checkout(store, "HEAD", cfg.system_paths, root)
+    device = device or ("cuda:0" if _cuda() else "cpu")
+    job = controller.Job(prompts.draw(cfg.model.path, "fresh", 2, requests), max_new,
+                         cfg.controller.drafter, [device], 1, 1, cfg.model.path)
+    job, expected = controller.stock_outputs(co_stock, job, cfg, log_dir, device)
+    paired, _, _, checks = controller.paired_run(co_a, base.options, co_b, cand.options, job,
+                                                 cfg, log_dir, expected=expected)
     ratios = stats.log_ratios(*paired.flat())
     gain = float(np.expm1(np.mean(ratios)))
     return {"gain": gain, "pairs": len(ratios), "diverged": paired.diverged,
+            "faults": [f for c in checks.values() for f in c.faults],
             "times_a": paired.times_a, "times_b": paired.times_b}
 
 
@@ -182,7 +185,8 @@ def compare(root: Path, cfg: Config, base: System, cand: System, rounds: int, re
             "threshold": rep.decision.threshold, "sigma": rep.sigma,
             "sigma_source": rep.sigma_source, "diverged": rep.paired.diverged,
             "pairs": rep.estimate.pairs, "requests": rep.requests, "max_new": rep.max_new,
-            "a": rep.a.commit, "b": rep.b.commit, "hardware": rep.paired.hardware}
+            "a": rep.a.commit, "b": rep.b.commit, "hardware": rep.paired.hardware,
+            "faults": rep.faults}
 
 
 def gates_passed(reports: list[dict]) -> tuple[bool, list[str]]:

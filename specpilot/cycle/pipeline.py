@@ -84,6 +84,11 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
                                                 log_dir / "prescreen", device)
             gain = ds.prescreen["gain"]
         ds.step = "prescreen"
+        if ds.prescreen.get("faults"):
+            ds.status = "prescreen-rejected"
+            ds.reasons.append("pre-screen: outputs differ from stock's: "
+                              + "; ".join(ds.prescreen["faults"][:3]))
+            return
         if gain < ex.prescreen_min_gain:
             ds.status = "prescreen-rejected"
             ds.gain = gain
@@ -119,6 +124,11 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
                                         devices=[device])
         ds.gain, ds.lower_bound = ds.verdict["gain"], ds.verdict["lower_bound"]
         ds.step = "controller"
+        if ds.verdict.get("faults"):
+            ds.status = "rejected"
+            ds.reasons.append("controller: timed outputs differ from stock's: "
+                              + "; ".join(ds.verdict["faults"][:3]))
+            return
         if not ds.verdict["adopted"]:
             ds.status = "rejected"
             ds.reasons.append(f"controller: {ds.verdict['verdict']} (gain {ds.gain:+.1%}, "

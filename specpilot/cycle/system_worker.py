@@ -5,7 +5,7 @@ its own process: Phase 0's cost-model report (`specpilot.judges.analyze`) and th
 Started as `python -P -B -s system_worker.py JOB.json OUT.json` with PYTHONPATH=<checkout>:
 <the project's package root>: `import stock` is the system's checkout (first on the path,
 and checked), `import specpilot` is the project's, so the judges' code is never the
-system's. Requests arrive in JOB.json from the project's own copy (controller.pick_requests).
+system's. Requests arrive in JOB.json from the project's own copy (prompts.pick_requests).
 """
 
 from __future__ import annotations

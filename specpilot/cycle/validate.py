@@ -50,7 +50,11 @@ def validate(cycle) -> dict:
                            cycle.ex.validate_requests, cycle.ex.controller_max_new,
                            source="sealed")
         rec["controller"] = v
-        if not v["adopted"]:
+        if v.get("faults"):
+            ok = False
+            rec["reasons"].append("controller on sealed requests: timed outputs differ from "
+                                  "stock's: " + "; ".join(v["faults"][:3]))
+        elif not v["adopted"]:
             ok = False
             rec["reasons"].append(f"controller on sealed requests: {v['verdict']} "
                                   f"(lower bound {v['lower_bound']:+.1%})")

@@ -1,6 +1,6 @@
 """The controller's worker: serves one system from one clean checkout, in its own process.
 
-Run by the controller as `python -P -B -s controller_worker.py RESULT_FD` with
+Run by the controller as `python -P -B -s worker_main.py RESULT_FD` with
 PYTHONPATH=<checkout>, so `import stock` is that checkout's code and nothing else. Standard
 library and torch only: it must not import specpilot (the checkout has none).
 

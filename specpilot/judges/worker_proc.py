@@ -22,7 +22,7 @@ from specpilot.judges.worker_main import tree_hash
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
 
-WORKER = Path(__file__).with_name("controller_worker.py")
+WORKER = Path(__file__).with_name("worker_main.py")
 CHECKOUTS = Path(".specpilot") / "cache" / "checkouts"
 SCRUB_ENV = ("SPECPILOT_OPTS", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE")
 
