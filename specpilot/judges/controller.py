@@ -310,6 +310,7 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
     (e.g. `ngram` against `block`; `ar` for none); σ is always A's own A/A. `source`: where
     the prompts come from (specpilot/judges/prompts.py); `seed` only for tests, a secret one
     otherwise."""
+    root = Path(root).resolve()
     cfg = load_config(root)
     cc = cfg.controller
     store = GitStore(root)
