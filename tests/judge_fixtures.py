@@ -102,3 +102,20 @@ def _memo_generate(self, prompt, max_new, drafter=None, recorder=None, profiler=
 
 Engine.generate = _memo_generate
 """
+
+# Verifies with half the layers while generating (forcing runs the whole stack).
+FEWER_LAYERS = """
+_real_generate = Engine.generate
+
+
+def _shallow_generate(self, prompt, max_new, drafter=None, recorder=None, profiler=None):
+    stack = self.model.model.layers
+    self.model.model.layers = stack[: max(1, len(stack) // 2)]
+    try:
+        return _real_generate(self, prompt, max_new, drafter, recorder, profiler)
+    finally:
+        self.model.model.layers = stack
+
+
+Engine.generate = _shallow_generate
+"""

@@ -34,6 +34,14 @@ def test_a_candidate_fast_only_on_the_timed_path_is_rejected_for_its_outputs(pro
     assert any(w in rep.faults[0] for w in ("stock's is", "beyond the 1 tolerated"))
 
 
+def test_a_candidate_that_generates_with_half_its_layers_is_rejected(project):
+    from judge_fixtures import FEWER_LAYERS
+
+    shallow = cheat(project, "fewer-layers", FEWER_LAYERS)
+    rep = compare(project, "stock", shallow, model=MODEL, sigma=0.05, max_new=24)
+    assert not rep.decision.adopted and rep.faults and not rep.outputs["B"].ok
+
+
 def test_a_memoizing_candidate_gains_nothing_because_no_prompt_is_timed_twice(project):
     memo = cheat(project, "memoize", MEMOIZE)
     rep = compare(project, "stock", memo, model=MODEL, sigma=0.05, max_new=24)
@@ -92,3 +100,19 @@ def test_a_near_tie_is_tolerated_once_and_checked_onwards_through_the_same_path(
     short = OutputCheck(side="B")
     check_request(short, exp, [5, 6], rerun, epsilon=0.05, budget=1)
     assert "stops after 2 tokens" in short.faults[0]
+
+
+@pytest.mark.slow
+def test_the_forcing_gate_checks_generate_not_only_what_force_reports(project):
+    """force() echoes the forced tokens (so every forced position 'matches'); generate()
+    serves garbage. The gate runs the candidate's generation as well and fails it."""
+    from judge_fixtures import ECHO_FORCE
+
+    from specpilot.judges.gates import run_gate
+
+    bad = cheat(project, "echo-force", ECHO_FORCE)
+    rep = run_gate(project, "dev", {}, False, False, 1, 12, candidate=bad, base="main")
+    assert not rep.mismatches                     # what force() says is stock's...
+    assert not rep.passed                         # ...but generation is not
+    assert rep.generation is not None and rep.generation.faults
+    assert any("candidate " in r for r in rep.reasons)

@@ -28,6 +28,7 @@ from pydantic import BaseModel
 
 from specpilot.config import GatesSection
 from specpilot.errors import SpecPilotError
+from specpilot.judges.outputs import Expected, OutputCheck, check_request, near_tie_budget
 
 SCHEMA_VERSION = 1
 REFS_DIR = Path(".specpilot") / "cache" / "references"
@@ -78,6 +79,7 @@ class GateReport(BaseModel):
     mismatches: list[Mismatch]
     near_ties_allowed: int
     logit_differences: dict[str, int]  # request -> first position whose logits differ
+    generation: OutputCheck | None = None  # the candidate's generate() against the reference
     passed: bool
     reasons: list[str]
 
@@ -191,7 +193,8 @@ def forcing_gate(candidate_engine, refs: list[Reference], cfg: GatesSection,
             if first is not None:
                 differ[ref.request_id] = first
     allowed = math.floor(cfg.near_tie_rate * tokens)
-    reasons = []
+    generation = generation_check(candidate_engine, refs, cfg)
+    reasons = list(generation.faults)
     hard = [m for m in mismatches if not m.near_tie]
     if exact:  # bit-identical logits is the whole criterion (it implies stock's choices)
         if differ:
@@ -208,7 +211,26 @@ def forcing_gate(candidate_engine, refs: list[Reference], cfg: GatesSection,
     return GateReport(gate="forcing", check=check, length=max((r.length for r in refs), default=0),
                       exact=exact, requests=[r.request_id for r in refs], tokens_checked=tokens,
                       mismatches=mismatches, near_ties_allowed=allowed, logit_differences=differ,
-                      passed=not reasons, reasons=reasons)
+                      generation=generation, passed=not reasons, reasons=reasons)
+
+
+def generation_check(candidate_engine, refs: list[Reference], cfg: GatesSection) -> OutputCheck:
+    """The candidate's own generation (the path the controller times) against each
+    reference: force() reports what the candidate says it would choose, generate() is what
+    it does. Near-ties are tolerated as in the controller (specpilot/judges/outputs.py)."""
+    check = OutputCheck(side="candidate")
+    budget = near_tie_budget(sum(len(r.tokens) for r in refs), cfg.near_tie_rate)
+    for ref in refs:
+        if not ref.tokens:
+            continue
+        exp = Expected(request_id=ref.request_id, prompt_ids=ref.prompt_ids,
+                       max_new=ref.length, tokens=ref.tokens, margins=ref.margins,
+                       stop_reason=ref.stop_reason)
+        got = candidate_engine.generate(ref.prompt_ids, ref.length).tokens
+        check_request(check, exp, got,
+                      lambda ids, n: candidate_engine.generate(ids, n).tokens,
+                      cfg.near_tie_epsilon, budget)
+    return check
 
 
 def option_default_gate(candidate_engine, refs: list[Reference], cfg: GatesSection,
