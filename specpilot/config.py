@@ -37,6 +37,10 @@ class ControllerSection(BaseModel):
     requests: int = Field(4, ge=1)                 # dev requests per round
     max_new: int = Field(32, ge=1)                 # new tokens per request
     drafter: str = "ngram"                         # "ar" for autoregressive
+    # Timed outputs may leave stock's only at the reference's near-ties (gates.
+    # near_tie_epsilon), at most this many per reference token (at least one); each
+    # continuation past one is timed too (specpilot/judges/outputs.py).
+    near_tie_rate: float = Field(0.01, ge=0, le=1)
 
 
 class GatesSection(BaseModel):

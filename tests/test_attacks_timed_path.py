@@ -83,13 +83,15 @@ def test_a_near_tie_is_tolerated_once_and_checked_onwards_through_the_same_path(
 
     def rerun(ids, n):      # the candidate's continuation from stock's prefix
         asked.append((ids, n))
-        return [7, 8][:n]
+        return [7, 8][:n], 0.25
 
     ok = OutputCheck(side="B")
     check_request(ok, exp, [5, 9, 9, 9], rerun, epsilon=0.05, budget=1)
     assert ok.ok and len(ok.near_ties) == 1 and asked == [([1, 2, 5, 6], 2)]
+    assert ok.continuation_s == {"r": 0.25}      # the controller adds it to the timed run
     wrong = OutputCheck(side="B")
-    check_request(wrong, exp, [5, 9, 9, 9], lambda ids, n: [7, 0], epsilon=0.05, budget=1)
+    check_request(wrong, exp, [5, 9, 9, 9], lambda ids, n: ([7, 0], 0.0), epsilon=0.05,
+                  budget=1)
     assert wrong.faults and "token 3" in wrong.faults[0]
     sure = OutputCheck(side="B")
     check_request(sure, exp, [9, 6, 7, 8], rerun, epsilon=0.05, budget=1)

@@ -135,8 +135,8 @@ def test_each_side_can_serve_its_own_drafter_and_sigma_stays_the_aa_of_a(project
 def noise_key_of(rep):
     from specpilot.judges.controller import Job
 
-    job = Job([(r, None, None) for r in rep.requests], rep.max_new, rep.drafter, rep.devices,
-              rep.rounds, rep.warmup_rounds, rep.model)
+    job = Job([[]] * rep.warmup_rounds + [[(r, None, None) for r in rep.requests]],
+              rep.max_new, rep.drafter, rep.devices, rep.rounds, rep.warmup_rounds, rep.model)
     return noise_key(job, rep.paired.hardware)
 
 

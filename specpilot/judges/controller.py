@@ -157,17 +157,25 @@ def check_outputs(workers: dict, job: Job, replies: dict, expected: dict[str, Ex
     """Each side's timed outputs against stock's; continuations past a tolerated near-tie
     run in the same worker (as ordinary requests) after the timed rounds."""
     budget = near_tie_budget(sum(len(e.tokens) for e in expected.values()),
-                             cfg.gates.near_tie_rate)
+                             cfg.controller.near_tie_rate)
     checks = {}
     for side in ("A", "B"):
         w = workers[side, job.devices[0]]
         check = OutputCheck(side=side)
-        for n, (rid, got) in enumerate(replies[side].items()):
-            check_request(check, expected[rid], got,
-                          lambda ids, k, w=w, rid=rid, n=n: w.run(f"{rid}+{n}", k, ids=ids).tokens,
-                          cfg.gates.near_tie_epsilon, budget)
+        for rid, got in replies[side].items():
+            def rerun(ids, k, w=w, rid=rid):
+                reply = w.run(f"{rid}+{len(ids)}", k, ids=ids)
+                return reply.tokens, reply.seconds
+            check_request(check, expected[rid], got, rerun, cfg.gates.near_tie_epsilon, budget)
         checks[side] = check
     return checks
+
+
+def _charge(times: list[list[float]], rows: list[list[Req]], extra: dict[str, float]) -> None:
+    """Add each request's continuation time to its timed run (in place)."""
+    for r, row in enumerate(rows):
+        for i, req in enumerate(row):
+            times[r][i] += extra.get(req[0], 0.0)
 
 
 def _spawn(label: str, co: Checkout, options: dict, device: str, job: Job, cfg: Config,
@@ -219,6 +227,9 @@ def paired_run(co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict, job: 
         if expected is not None:
             progress("outputs against stock's reference")
             checks = check_outputs(workers, job, replies, expected, cfg)
+            rows = job.round_requests[job.warmup_rounds:]
+            _charge(times_a, rows, checks["A"].continuation_s)
+            _charge(times_b, rows, checks["B"].continuation_s)
         diverged = any(replies["A"][rid] != replies["B"][rid] for rid in replies["A"]) or \
             bool(checks and checks["B"].near_ties)
         paired = Paired(times_a=times_a, times_b=times_b, placement=placement,

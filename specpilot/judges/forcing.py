@@ -228,7 +228,7 @@ def generation_check(candidate_engine, refs: list[Reference], cfg: GatesSection)
                        stop_reason=ref.stop_reason)
         got = candidate_engine.generate(ref.prompt_ids, ref.length).tokens
         check_request(check, exp, got,
-                      lambda ids, n: candidate_engine.generate(ids, n).tokens,
+                      lambda ids, n: (candidate_engine.generate(ids, n).tokens, 0.0),
                       cfg.near_tie_epsilon, budget)
     return check
 

@@ -10,8 +10,9 @@ A divergence is tolerated only where the *reference's* margin (stock's top-1 min
 logit at that position) is a near-tie (<= epsilon), and only `budget` times in one
 comparison. After a tolerated divergence the check goes on through the same timed path: the
 candidate generates again from the reference's prefix past the divergence (an ordinary
-`run` request, indistinguishable from a timed one), and its output is checked from there.
-Any other difference (another token where stock was sure, fewer tokens, tokens past stock's
+`run` request, indistinguishable from a timed one), and its output is checked from there;
+the controller adds each continuation's time to the request's, so a candidate that serves
+garbage after a near-tie saves nothing. Any other difference (another token where stock was sure, fewer tokens, tokens past stock's
 end) is a fault, whatever the speed.
 """
 
@@ -50,6 +51,7 @@ class OutputCheck(BaseModel):
     tokens: int = 0                  # reference tokens covered
     near_ties: list[NearTie] = []
     restarts: int = 0                # continuations generated past a tolerated near-tie
+    continuation_s: dict[str, float] = {}   # per request: the continuations' time
     faults: list[str] = []           # one line each; any fault rejects the side
 
     @property
@@ -66,10 +68,11 @@ def first_difference(got: list[int], want: list[int]) -> int | None:
 
 
 def check_request(check: OutputCheck, exp: Expected, got: list[int],
-                  rerun: Callable[[list[int], int], list[int]], epsilon: float,
+                  rerun: Callable[[list[int], int], tuple[list[int], float]], epsilon: float,
                   budget: int) -> None:
     """Judge one timed output `got` against `exp`; `rerun(prompt_ids, max_new)` generates
-    through the same worker to continue past a tolerated near-tie. Updates `check`."""
+    through the same worker to continue past a tolerated near-tie and returns the tokens and
+    the seconds it took. Updates `check`."""
     check.requests += 1
     check.tokens += len(exp.tokens)
     start, out = 0, list(got)
@@ -103,7 +106,8 @@ def check_request(check: OutputCheck, exp: Expected, got: list[int],
         if start >= len(exp.tokens):
             return
         check.restarts += 1
-        out = list(rerun(exp.prompt_ids + exp.tokens[:start], exp.max_new - start))
+        out, seconds = rerun(exp.prompt_ids + exp.tokens[:start], exp.max_new - start)
+        check.continuation_s[rid] = check.continuation_s.get(rid, 0.0) + seconds
 
 
 def near_tie_budget(tokens: int, rate: float) -> int:
