@@ -109,12 +109,17 @@ def test_stock_is_judged_by_its_forced_choice_not_by_what_its_generation_emitted
     'emitted' another token at position 40, and stock's forced pass over those tokens is the
     reference's argmax. Stock itself must pass, and a real fault must still fail."""
     k = 40
-    tokens = list(tiny_ref.tokens)
-    tokens[k] = (tokens[k] + 1) % PRESETS["tiny-qwen3"].vocab_size
+    other = (tiny_ref.tokens[k] + 1) % PRESETS["tiny-qwen3"].vocab_size
+    prefix = list(tiny_ref.tokens[:k]) + [other]
+    rest = len(tiny_ref.tokens) - k - 1   # the generation went on from what it emitted
+    tokens = prefix + Engine(tiny, Options(), 512).generate(tiny_ref.prompt_ids + prefix,
+                                                            rest).tokens
     forced = Engine(tiny, Options(), 512).force(tiny_ref.prompt_ids, tokens, chunk=CFG.chunk)
     assert forced.argmax[k] != tokens[k]   # stock would not have emitted it
+    margins = list(forced.margin)
+    margins[k] = 0.0                       # an exact tie of the rounded logits
     ref = tiny_ref.model_copy(update={"tokens": tokens, "argmax": forced.argmax,
-                                      "margins": forced.margin, "digests": []})
+                                      "margins": margins, "digests": []})
     ok = forcing_gate(Engine(tiny, Options(), 512), [ref], CFG)
     assert ok.passed and not ok.mismatches
     bad = forcing_gate(Engine(tiny, Options({"fault_logit_bias_after": 60}), 512), [ref], CFG)
