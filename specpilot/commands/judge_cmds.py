@@ -137,6 +137,11 @@ def gate_cmd(check, opts, default_gate, exact, n_requests, length, candidate, ba
                        f"{' (near-tie)' if m.near_tie else ''}")
         if len(rep.mismatches) > 20:
             click.echo(f"  ... {len(rep.mismatches) - 20} more")
+        if rep.generation is not None:
+            g = rep.generation
+            click.echo(f"  generation: {g.requests} requests through the candidate's own "
+                       f"generate(), {len(g.near_ties)} near-tie(s) tolerated, "
+                       f"{'matches stock' if g.ok else 'DIFFERS from stock'}")
         for reason in rep.reasons:
             click.echo(f"  FAIL: {reason}")
         click.echo("PASS" if rep.passed else "FAIL")
