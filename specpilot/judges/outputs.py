@@ -68,11 +68,12 @@ def first_difference(got: list[int], want: list[int]) -> int | None:
 
 
 def check_request(check: OutputCheck, exp: Expected, got: list[int],
-                  rerun: Callable[[list[int], int], tuple[list[int], float]], epsilon: float,
+                  rerun: Callable[[list[int], int], tuple[list[int] | None, float]],
+                  epsilon: float,
                   budget: int) -> None:
     """Judge one timed output `got` against `exp`; `rerun(prompt_ids, max_new)` generates
-    through the same worker to continue past a tolerated near-tie and returns the tokens and
-    the seconds it took. Updates `check`."""
+    through the same worker to continue past a tolerated near-tie and returns the tokens
+    (None: two runs of it disagreed) and the seconds charged for it. Updates `check`."""
     check.requests += 1
     check.tokens += len(exp.tokens)
     start, out = 0, list(got)
@@ -108,6 +109,10 @@ def check_request(check: OutputCheck, exp: Expected, got: list[int],
         check.restarts += 1
         out, seconds = rerun(exp.prompt_ids + exp.tokens[:start], exp.max_new - start)
         check.continuation_s[rid] = check.continuation_s.get(rid, 0.0) + seconds
+        if out is None:
+            check.faults.append(f"{check.side} {rid}: two runs of its continuation from token "
+                                f"{start} gave different tokens")
+            return
 
 
 def near_tie_budget(tokens: int, rate: float) -> int:

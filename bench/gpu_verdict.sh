@@ -1,0 +1,52 @@
+#!/bin/bash
+# H200: the controller's verdict on the w12-weights entry (27B-class random target), through
+# the judges as they are: stock's reference first, the timed outputs checked, confined workers.
+# Stages everything from the working tree the device tool sends (no bundles): wheels from
+# .whl/ into the image's site-packages (workers start with a clean PYTHONPATH), bubblewrap
+# from .whl/deb/ where the image has none, a fresh git repository whose main is this tree and
+# whose branch w12 is the entry's patch applied on it.
+#   bash bench/gpu_verdict.sh [extra compare flags]     (carry .whl)
+set -u
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl || exit 1
+if ! command -v bwrap >/dev/null; then   # never dpkg -x into /: it replaces /lib's link
+    mkdir -p /tmp/bw && for f in .whl/deb/*.deb; do dpkg -x "$f" /tmp/bw; done
+    export PATH="/tmp/bw/usr/bin:$PATH"
+    ldd /tmp/bw/usr/bin/bwrap | grep -q "not found" \
+        && export LD_LIBRARY_PATH="/tmp/bw/usr/lib/x86_64-linux-gnu:/tmp/bw/lib/x86_64-linux-gnu"
+fi
+echo "bwrap: $(command -v bwrap) $(bwrap --version 2>&1)"
+bwrap --ro-bind / / --unshare-all --die-with-parent true && echo "bwrap works" \
+    || echo "bwrap does not work here"
+rm -rf /tmp/repo && mkdir -p /tmp/repo && cp -a . /tmp/repo/ && cd /tmp/repo || exit 1
+rm -rf .whl .git
+G="git -c user.name=gpu -c user.email=gpu@localhost"
+$G init -q -b main && $G add -A && $G commit -qm "stock (working tree)" || exit 1
+$G checkout -q -b w12 && git apply memory/w12-weights.patch && $G commit -qam w12 \
+    && $G checkout -q main || exit 1
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+export PYTHONUNBUFFERED=1
+CMP="python3 -m specpilot compare main w12 --opt-b weights=w12 --model random:dense-27b \
+     --devices 0 --rounds 6 --requests 4 --max-new 32 --drafter-a ar $*"
+echo "$CMP"
+time $CMP --json > "$OUT/w12_27b_ar.json" 2> "$OUT/w12_27b_ar.err"; echo "rc=$?"
+tail -3 "$OUT/w12_27b_ar.err"
+# The same with near-ties as wide as W12's bf16 divergences on this random target (margins
+# up to 0.31 seen, 2026-12-01): the user's choice for a chaotic random-weights target.
+printf '\n[gates]\nnear_tie_epsilon = 0.35\n\n[controller]\nnear_tie_rate = 0.05\n' \
+    >> .specpilot/config.toml
+grep -n "near_tie" .specpilot/config.toml
+time $CMP --json > "$OUT/w12_27b_ar_wide.json" 2> "$OUT/w12_27b_ar_wide.err"; echo "rc=$?"
+tail -3 "$OUT/w12_27b_ar_wide.err"
+python3 - "$OUT"/w12_27b_ar*.json <<'PY'
+import json, sys
+for f in sys.argv[1:]:
+  r = json.load(open(f)); e, d = r["estimate"], r["decision"]
+  print(f.rsplit("/", 1)[-1])
+  print(f"pairs {e['pairs']} gain {e['gain']:+.3%} lower {e['lower_bound']:+.3%} "
+      f"sigma {r['sigma']:.3%} ({r['sigma_source']}) threshold {d['threshold']:.3%} "
+      f"verdict {d['verdict']} diverged {r['paired']['diverged']}")
+  for side, c in r.get("outputs", {}).items():
+    print(f"outputs {side}: {c['requests']} requests, {c['tokens']} tokens, "
+          f"{len(c['near_ties'])} near-ties {[(t['request_id'], t['position'], round(t['margin'], 4)) for t in c['near_ties']]}, "
+          f"faults {c['faults']}")
+PY
