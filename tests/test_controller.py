@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from specpilot.judges.controller import compare, load_noise, noise_key
+from specpilot.errors import SpecPilotError
+from specpilot.judges.controller import compare, labels, round_order
 from specpilot.judges.worker_main import compute_dtype, tree_hash
 from specpilot.gitstore import GitStore
 from specpilot.judges.worker_proc import Checkout, Worker, WorkerError, clean_checkout
@@ -19,6 +20,8 @@ rounds = 4
 warmup_rounds = 1
 requests = 2
 max_new = 6
+# 2 rounds x 2 requests in the quick tests below: a 2-core CPU budget, not a decision
+min_pairs = 4
 """
 
 
@@ -88,17 +91,32 @@ def test_worker_proves_tree_and_options_and_refuses_a_wrong_claim(project, tmp_p
             unknown.stop()
 
 
+def test_every_process_leads_a_round_in_turn_and_sides_alternate():
+    assert labels(1) == ["A0", "B0"] and labels(2) == ["A0", "B0", "A1", "B1"]
+    assert [round_order(labels(1), m) for m in range(2)] == [["A0", "B0"], ["B0", "A0"]]
+    orders = [round_order(labels(2), m) for m in range(4)]
+    assert [o[0] for o in orders] == ["A0", "B0", "A1", "B1"]      # each leads once
+    for pos in range(4):                                              # each place once
+        assert sorted(o[pos] for o in orders) == ["A0", "A1", "B0", "B1"]
+    assert all(o[k][0] != o[k + 1][0] for o in orders for k in range(3))  # A B A B / B A B A
+
+
 @pytest.mark.slow
-def test_aa_of_stock_against_itself_is_not_adopted_and_caches_sigma(project):
+def test_aa_of_stock_against_itself_is_not_adopted_and_sigma_comes_from_the_same_run(project):
     rep = compare(project, "stock", "stock")
-    assert rep.mode == "alternate" and rep.paired.placement == ["A,B", "B,A", "A,B", "B,A"]
-    assert len(rep.paired.times_a) == 4 and len(rep.paired.times_a[0]) == 2  # per request
+    assert rep.mode == "alternate" and rep.processes == 2
+    assert rep.paired.placement == ["A0,B0,A1,B1", "B0,A1,B1,A0", "A1,B1,A0,B0", "B1,A0,B0,A1"]
+    assert sorted(rep.paired.times) == ["A0", "A1", "B0", "B1"]
+    assert all(len(t) == 4 and len(t[0]) == 2 for t in rep.paired.times.values())  # per request
     assert not rep.paired.diverged
     assert not rep.decision.adopted
-    assert rep.estimate.level == 0.95 and rep.estimate.method == "t"
+    assert rep.estimate.level == 0.95 and rep.estimate.method == "t-process"
+    assert rep.estimate.df == 2 and rep.estimate.pairs == 8
     assert rep.a.effective == rep.b.effective
-    cached = load_noise(project, noise_key_of(rep))
-    assert cached is not None and cached.sigma == rep.sigma
+    assert set(rep.estimate.aa_gains) == {"A1/A0", "B1/B0"}
+    assert rep.sigma == rep.estimate.sigma == rep.decision.sigma
+    assert rep.sigma_source.startswith("this run")
+    assert not (project / ".specpilot" / "cache" / "noise").exists()   # nothing cached
 
 
 @pytest.mark.slow
@@ -115,29 +133,32 @@ def test_two_devices_run_side_by_side_and_swap_every_round(project):
                   devices=["cpu:0", "cpu:1"], model="random:tiny-qwen3", sigma=0.0,
                   max_new=24)
     assert rep.mode == "side-by-side"
-    assert rep.paired.placement == ["A@cpu:0,B@cpu:1", "A@cpu:1,B@cpu:0"] * 2
+    assert rep.paired.placement == ["A0@cpu:0,B0@cpu:1;A1@cpu:0,B1@cpu:1",
+                                    "A1@cpu:1,B1@cpu:0;A0@cpu:1,B0@cpu:0"] * 2
+    assert sorted(rep.paired.times) == ["A0", "A1", "B0", "B1"]
     assert rep.estimate.gain < 0 and rep.decision.direction == "slower"
 
 
-def test_each_side_can_serve_its_own_drafter_and_sigma_stays_the_aa_of_a(project):
+def test_each_side_can_serve_its_own_drafter_and_sigma_comes_from_both_sides(project):
     """--drafter-a ar --drafter-b ngram: the workers report the drafters they serve, the
-    greedy outputs stay equal (lossless speculation), and the fallback A/A for σ is A's."""
+    greedy outputs stay equal (lossless speculation), and σ is this run's A0/A1 and B0/B1
+    (no separate A/A run: the same-side processes are timed in the same rounds)."""
     rep = compare(project, "stock", "stock", model="random:tiny-qwen3", max_new=12,
                   rounds=2, drafter_a="ar", drafter_b="ngram")
     assert (rep.drafter, rep.drafter_b) == ("ar", "ngram")
     assert rep.a.drafter is None and rep.b.drafter == "NGramDrafter"
     assert not rep.paired.diverged
-    assert rep.sigma_source == "A/A run now (cached)"
+    assert rep.sigma_source.startswith("this run") and "A1/A0" in rep.sigma_source
+    assert set(rep.estimate.aa_gains) == {"A1/A0", "B1/B0"}
     assert len(rep.paired.round_wall_s) == 2 and all(w > 0 for w in rep.paired.round_wall_s)
-    assert sum(rep.paired.round_wall_s) >= sum(map(sum, rep.paired.times_a))
+    timed = sum(sum(map(sum, t)) for t in rep.paired.times.values())
+    assert sum(rep.paired.round_wall_s) >= timed
 
 
-def noise_key_of(rep):
-    from specpilot.judges.controller import Job
-
-    job = Job([[]] * rep.warmup_rounds + [[(r, None, None) for r in rep.requests]],
-              rep.max_new, rep.drafter, rep.devices, rep.rounds, rep.warmup_rounds, rep.model)
-    return noise_key(job, rep.paired.hardware)
+def test_too_few_pairs_are_refused_before_any_worker_starts(project):
+    with pytest.raises(SpecPilotError, match="min_pairs 4") as exc:
+        compare(project, "stock", "stock", model="random:tiny-qwen3", rounds=2, requests=1)
+    assert "\n" not in str(exc.value)
 
 
 @pytest.mark.slow
@@ -171,7 +192,10 @@ def test_compare_cli_prints_the_verdict_and_exits_3_when_not_adopted(project, mo
     res = CliRunner().invoke(cli, args + ["--json", "--opt-b", "repeat_work=x"])
     assert res.exit_code == 1 and "repeat_work" in res.output
     res = CliRunner().invoke(cli, args + ["--json"])
-    assert json.loads(res.output)["decision"]["threshold"] == pytest.approx(0.03)
+    dec = json.loads(res.output)["decision"]
+    assert dec["sigma"] >= 0.01   # --sigma is a floor: the run's own σ when larger
+    assert dec["threshold"] == pytest.approx(0.01 + 2 * dec["sigma"])
+    assert dec["sigma"] == pytest.approx(max(0.01, json.loads(res.output)["estimate"]["sigma"]))
 
 
 def test_workers_compute_in_stock_dtype_bf16_on_cuda_fp32_on_cpu():

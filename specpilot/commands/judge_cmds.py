@@ -54,14 +54,17 @@ _root = require_root
 @click.option("--request-set", default="fresh", show_default=True,
               help="fresh (new prompts from a secret seed every round), or a pool: dev, "
                    "sealed or a JSONL file, sampled without repeats")
-@click.option("--sigma", type=float, default=None, help="noise σ to use instead of the cached A/A")
+@click.option("--sigma", type=float, default=None,
+              help="a floor for σ: the bar uses the larger of this and the run's own σ")
+@click.option("--family", type=click.IntRange(1), default=1, show_default=True,
+              help="candidates judged together: the bound's level is 1 - (1 - confidence)/N")
 @click.option("--model", default=None, help="model (default: config)")
 @click.option("--drafter-a", default=None,
               help="A's drafter (default: config controller.drafter; ar for none)")
 @click.option("--drafter-b", default=None, help="B's drafter (default: A's)")
 @click.option("--json", "as_json", is_flag=True)
 def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, request_set, sigma,
-                model, drafter_a, drafter_b, as_json):
+                family, model, drafter_a, drafter_b, as_json):
     """Paired benchmark of B against A (commits, or `stock` for HEAD). Exit 0 if B is
     adopted, 3 if not."""
     from specpilot.judges.controller import compare
@@ -72,24 +75,31 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
 
     rep = compare(_root(), a, b, _pairs(opt_a, "--opt-a"), _pairs(opt_b, "--opt-b"),
                   _devices(devices), rounds, model, n_requests, max_new, sigma, request_set,
-                  progress, drafter_a=drafter_a, drafter_b=drafter_b)
+                  progress, drafter_a=drafter_a, drafter_b=drafter_b, family=family)
     if as_json:
         click.echo(rep.model_dump_json(indent=1))
     else:
         est, dec = rep.estimate, rep.decision
-        method = {"t": "t-interval", "bca": "BCa bootstrap"}[est.method]
+        method = f"t over worker processes, {est.df} df"
+        level = f"{est.level * 100:.2f}".rstrip("0").rstrip(".") + "%"
+        family_note = f", family of {est.family}" if est.family > 1 else ""
         wil = "n/a" if est.wilcoxon_p is None else f"{est.wilcoxon_p:.3g}"
         click.echo(f"A {rep.a.rev} ({rep.a.commit[:10]}, tree {rep.a.tree[:10]}) "
                    f"options {rep.a.options or 'defaults'}, drafter {rep.drafter}")
         click.echo(f"B {rep.b.rev} ({rep.b.commit[:10]}, tree {rep.b.tree[:10]}) "
                    f"options {rep.b.options or 'defaults'}, drafter {rep.drafter_b or rep.drafter}")
         click.echo(f"{rep.mode} on {', '.join(rep.devices)} ({rep.paired.hardware}); "
-                   f"{rep.rounds} rounds x {len(rep.requests)} requests = {est.pairs} pairs, "
+                   f"{rep.processes} worker processes per side; {rep.rounds} rounds x "
+                   f"{len(rep.requests)} requests = {est.pairs} pairs per process, "
                    f"{rep.warmup_rounds} warm-up round(s) excluded; measured rounds took "
                    f"{sum(rep.paired.round_wall_s):.1f} s")
         click.echo(f"gain of B over A   {est.gain:+.2%}")
-        click.echo(f"lower bound        {est.lower_bound:+.2%}  (one-sided {est.level:.0%}, {method})")
-        click.echo(f"Wilcoxon p         {wil}  (one-sided, B faster)")
+        click.echo(f"lower bound        {est.lower_bound:+.2%}  (one-sided {level}{family_note}, "
+                   f"{method})")
+        click.echo(f"Wilcoxon p         {wil}  (one-sided, B faster; over pairs, ignores "
+                   f"process offsets)")
+        aa = ", ".join(f"{k} {v:+.2%}" for k, v in est.aa_gains.items())
+        click.echo(f"same-side gains    {aa}")
         click.echo(f"noise sigma        {rep.sigma:.2%}  ({rep.sigma_source})")
         click.echo(f"threshold          {dec.threshold:.2%}"
                    f"{'  (outputs diverge: raised bar)' if dec.diverged else ''}")

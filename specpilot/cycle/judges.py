@@ -154,16 +154,17 @@ def run_gates(root: Path, cfg: Config, gates: GatesSection, commit: str, options
 def prescreen(root: Path, cfg: Config, base: System, cand: System, requests: int,
               max_new: int, log_dir: Path, device: str | None = None) -> dict:
     """Cheapest timing evidence: one paired round (A then B per request) on fresh prompts,
-    no σ, after one warm-up round (uncounted): a first request pays CUDA-graph capture and
-    kernel autotuning, which on the H200 made a W12 candidate look 91% slower in its
-    pre-screen. The timed outputs are checked against stock's, as in the controller."""
+    one worker process per side, no σ and no decision (a raw gain), after one warm-up round
+    (uncounted): a first request pays CUDA-graph capture and kernel autotuning, which on the
+    H200 made a W12 candidate look 91% slower in its pre-screen. The timed outputs are
+    checked against stock's, as in the controller."""
     store = GitStore(root)
     co_a = clean_checkout(store, base.commit, cfg.system_paths, root)
     co_b = clean_checkout(store, cand.commit, cfg.system_paths, root)
     co_stock = clean_checkout(store, "HEAD", cfg.system_paths, root)
     device = device or ("cuda:0" if _cuda() else "cpu")
     job = controller.Job(prompts.draw(cfg.model.path, "fresh", 2, requests), max_new,
-                         cfg.controller.drafter, [device], 1, 1, cfg.model.path)
+                         cfg.controller.drafter, [device], 1, 1, cfg.model.path, processes=1)
     job, expected = controller.stock_outputs(co_stock, job, cfg, log_dir, device)
     paired, _, _, checks = controller.paired_run(co_a, base.options, co_b, cand.options, job,
                                                  cfg, log_dir, expected=expected)
@@ -171,20 +172,27 @@ def prescreen(root: Path, cfg: Config, base: System, cand: System, requests: int
     gain = float(np.expm1(np.mean(ratios)))
     return {"gain": gain, "pairs": len(ratios), "diverged": paired.diverged,
             "faults": [f for c in checks.values() for f in c.faults],
-            "times_a": paired.times_a, "times_b": paired.times_b}
+            "times_a": paired.times["A0"], "times_b": paired.times["B0"]}
 
 
 def compare(root: Path, cfg: Config, base: System, cand: System, rounds: int, requests: int,
             max_new: int, source: str = "dev", progress=lambda s: None,
-            devices: list[str] | None = None) -> dict:
-    """The controller's paired A/B of cand against base; a summary plus the full report."""
+            devices: list[str] | None = None, family: int = 1) -> dict:
+    """The controller's paired A/B of cand against base; a summary plus the full report.
+    `family`: how many candidates the cycle judges together (the bound's level is split
+    among them, so a cycle of many directions does not adopt more false gains)."""
+    # the controller refuses fewer than min_pairs pairs per process: buy them with rounds
+    rounds = max(rounds, -(-cfg.controller.min_pairs // max(1, requests)))
     rep = controller.compare(root, base.commit, cand.commit, base.options, cand.options,
-                             devices, rounds, None, requests, max_new, None, source, progress)
+                             devices, rounds, None, requests, max_new, None, source, progress,
+                             family=family)
     return {"adopted": rep.decision.adopted, "verdict": rep.decision.verdict,
             "gain": rep.estimate.gain, "lower_bound": rep.estimate.lower_bound,
             "threshold": rep.decision.threshold, "sigma": rep.sigma,
             "sigma_source": rep.sigma_source, "diverged": rep.paired.diverged,
-            "pairs": rep.estimate.pairs, "requests": rep.requests, "max_new": rep.max_new,
+            "pairs": rep.estimate.pairs, "processes": rep.processes, "family": rep.family,
+            "level": rep.estimate.level, "rounds": rep.rounds, "requests": rep.requests,
+            "max_new": rep.max_new,
             "a": rep.a.commit, "b": rep.b.commit, "hardware": rep.paired.hardware,
             "faults": rep.faults}
 

@@ -149,7 +149,8 @@ def _autotune(cycle, entry: dict, configs: list[dict], log_dir) -> None:
         return
     v = judges.compare(cycle.root, cycle.cfg, state.best, cand, ex.controller_rounds,
                        ex.controller_requests, ex.controller_max_new,
-                       progress=lambda m: cycle.progress("tune-kernels", f"controller: {m}"))
+                       progress=lambda m: cycle.progress("tune-kernels", f"controller: {m}"),
+                       family=max(1, ex.kernel_categories))   # one verdict per category
     entry["verdict"] = v
     if v["adopted"]:
         state.best = cand

@@ -121,7 +121,8 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
                                         ex.controller_rounds, ex.controller_requests,
                                         ex.controller_max_new,
                                         progress=lambda m: say(f"controller: {m}"),
-                                        devices=[device])
+                                        devices=[device],
+                                        family=max(1, len(cycle.state.directions)))
         ds.gain, ds.lower_bound = ds.verdict["gain"], ds.verdict["lower_bound"]
         ds.step = "controller"
         if ds.verdict.get("faults"):

@@ -2,14 +2,18 @@
 clean checkouts.
 
 Each system is exported from git objects at its commit (never from a live worktree) and
-served by its own worker process (specpilot/judges/worker_proc.py), which proves the options
-in effect and the system tree hash it runs. Both systems serve identical requests, fresh in
-every round (specpilot/judges/prompts.py: drawn with a secret seed, never timed twice, the
-warm-up on others):
+served by `controller.processes` (P ≥ 2) worker processes per device
+(specpilot/judges/worker_proc.py), labelled A0..A{P-1} and B0..B{P-1}; each proves the
+options in effect and the system tree hash it runs. Every process serves identical
+requests, fresh in every round (specpilot/judges/prompts.py: drawn with a secret seed, never
+timed twice by one process, the warm-up on others):
 
-- one device: rounds alternate A B B A (per request: A then B, then B then A next round);
-- two devices: A and B run side by side, one per device, swapping devices every round
-  (on CPU, `cpu:0,cpu:1` are one pinned core each, standing in for two GPUs).
+- one device: per request, every worker in the round's order, the interleaved labels
+  A0 B0 A1 B1 .. rotated by one each round (so no process is always first, and sides
+  alternate: with P = 1 this is A B, B A);
+- two devices: A_i and B_i run side by side, one per device, pair after pair in the
+  round's rotated order, all A's on one device and all B's on the other, swapping devices
+  every round (on CPU, `cpu:0,cpu:1` are one pinned core each, standing in for two GPUs).
 
 Before any candidate runs, a worker on a clean checkout of stock (HEAD, options at defaults)
 computes stock's greedy reference for every measured request; the outputs of the timed runs
@@ -17,16 +21,15 @@ themselves are checked against it (specpilot/judges/outputs.py), so the path tha
 the path whose outputs are checked. A fault rejects, whatever the speed.
 
 Warm-up rounds run first and are never counted. Every request's time is measured by the
-controller around the channel and kept. The gain, its one-sided lower bound and the
-adoption decision come from specpilot/judges/stats.py; σ comes from an A/A run of A against
-itself with the same procedure, cached per deployment under .specpilot/cache/noise/.
+controller around the channel and kept, per label (`paired.times[label][round][request]`).
+The gain, its lower bound, the run's own σ (same-side processes: stock against stock,
+candidate against candidate, in the same rounds) and the adoption decision come from
+`stats.judge` (specpilot/judges/stats.py); nothing is cached between runs.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,8 +46,7 @@ from specpilot.judges.outputs import Expected, OutputCheck, check_request, near_
 from specpilot.judges.prompts import Req
 from specpilot.judges.worker_proc import Checkout, Reply, Worker, clean_checkout
 
-SCHEMA_VERSION = 1
-NOISE_DIR = Path(".specpilot") / "cache" / "noise"
+SCHEMA_VERSION = 2
 RUNS_DIR = Path(".specpilot") / "runs"
 
 
@@ -58,25 +60,17 @@ class Side(BaseModel):
 
 
 class Paired(BaseModel):
-    """Raw paired times: [round][request] seconds, and outputs per request."""
+    """Raw times per worker label ("A0", "B1", ...): [round][request] seconds."""
     schema_version: int = SCHEMA_VERSION
-    times_a: list[list[float]]
-    times_b: list[list[float]]
-    placement: list[str]   # per measured round: "A,B" order, or "A@dev,B@dev"
+    times: dict[str, list[list[float]]]
+    placement: list[str]   # per measured round: "A0,B0,A1,B1" order, or "A0@dev,B0@dev;..."
     diverged: bool         # B's tokens differ from A's on some request
     hardware: str
     round_wall_s: list[float] = []   # per measured round: wall time of the whole round
 
-    def flat(self) -> tuple[list[float], list[float]]:
-        return ([t for row in self.times_a for t in row], [t for row in self.times_b for t in row])
-
-
-class NoiseRecord(BaseModel):
-    schema_version: int = SCHEMA_VERSION
-    key: dict
-    sigma: float
-    estimate: stats.GainEstimate
-    created: str
+    def flat(self, a: str = "A0", b: str = "B0") -> tuple[list[float], list[float]]:
+        """Two labels' times as paired flat lists (the pre-screen's one pair of workers)."""
+        return ([t for row in self.times[a] for t in row], [t for row in self.times[b] for t in row])
 
 
 class Comparison(BaseModel):
@@ -95,6 +89,8 @@ class Comparison(BaseModel):
     paired: Paired
     drafter_b: str | None = None   # B's drafter when it differs from A's
     estimate: stats.GainEstimate
+    processes: int = 1     # worker processes per side (per device)
+    family: int = 1        # directions judged together: the bound's level is split by it
     sigma: float
     sigma_source: str
     decision: stats.Decision
@@ -115,13 +111,25 @@ class Job:
     model: str
     max_context: int | None = None
     drafter_b: str | None = None   # B's drafter when not A's (e.g. block against ngram)
+    processes: int = 2             # workers per side per device (1: the pre-screen only)
 
     def drafter_of(self, label: str) -> str:
-        return self.drafter_b if label == "B" and self.drafter_b else self.drafter
+        return self.drafter_b if label.startswith("B") and self.drafter_b else self.drafter
 
     @property
     def measured(self) -> list[Req]:
         return [r for row in self.round_requests[self.warmup_rounds:] for r in row]
+
+
+def labels(processes: int) -> list[str]:
+    """A run's worker labels, interleaved: A0 B0 A1 B1 .. A{P-1} B{P-1}."""
+    return [f"{side}{i}" for i in range(processes) for side in "AB"]
+
+
+def round_order(items: list, m: int) -> list:
+    """Round m's order: `items` rotated left by m (each one leads once every len rounds)."""
+    k = m % len(items)
+    return items[k:] + items[:k]
 
 
 def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path,
@@ -153,25 +161,34 @@ def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path,
 
 
 def check_outputs(workers: dict, job: Job, replies: dict, expected: dict[str, Expected],
-                  cfg: Config) -> dict[str, OutputCheck]:
-    """Each side's timed outputs against stock's; continuations past a tolerated near-tie
-    run in the same worker (as ordinary requests) after the timed rounds."""
-    budget = near_tie_budget(sum(len(e.tokens) for e in expected.values()),
+                  cfg: Config) -> tuple[dict[str, OutputCheck], dict[str, dict[str, float]]]:
+    """Each side's timed outputs against stock's, every process's (`replies` is keyed by
+    label); continuations past a tolerated near-tie run in the worker that gave the output
+    (as ordinary requests) after the timed rounds. The near-tie budget counts the tokens
+    a side's processes returned (P copies of each reference). Returns the checks (one per
+    side, its `continuation_s` summed over the side's processes) and each label's own
+    continuation seconds per request, to charge to that label's timed runs."""
+    budget = near_tie_budget(job.processes * sum(len(e.tokens) for e in expected.values()),
                              cfg.controller.near_tie_rate)
-    checks = {}
+    checks, extra = {}, {}
     for side in ("A", "B"):
-        w = workers[side, job.devices[0]]
         check = OutputCheck(side=side)
-        for rid, got in replies[side].items():
-            def rerun(ids, k, w=w, rid=rid):
-                # twice: the first pays any compilation for the new prompt length; the
-                # faster is charged, and both must agree
-                one, two = (w.run(f"{rid}+{len(ids)}.{n}", k, ids=ids) for n in (1, 2))
-                same = one.tokens == two.tokens
-                return (one.tokens if same else None), min(one.seconds, two.seconds)
-            check_request(check, expected[rid], got, rerun, cfg.gates.near_tie_epsilon, budget)
+        for label in (lab for lab in labels(job.processes) if lab.startswith(side)):
+            w = workers[label, job.devices[0]]
+            before = dict(check.continuation_s)
+            for rid, got in replies[label].items():
+                def rerun(ids, k, w=w, rid=rid):
+                    # twice: the first pays any compilation for the new prompt length; the
+                    # faster is charged, and both must agree
+                    one, two = (w.run(f"{rid}+{len(ids)}.{n}", k, ids=ids) for n in (1, 2))
+                    same = one.tokens == two.tokens
+                    return (one.tokens if same else None), min(one.seconds, two.seconds)
+                check_request(check, expected[rid], got, rerun, cfg.gates.near_tie_epsilon,
+                              budget)
+            extra[label] = {rid: s - before.get(rid, 0.0)
+                            for rid, s in check.continuation_s.items()}
         checks[side] = check
-    return checks
+    return checks, extra
 
 
 def _charge(times: list[list[float]], rows: list[list[Req]], extra: dict[str, float]) -> None:
@@ -201,47 +218,68 @@ def paired_run(co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict, job: 
                expected: dict[str, Expected] | None = None
                ) -> tuple[Paired, dict, dict, dict[str, OutputCheck]]:
     """Run the paired design; returns the times, each side's worker `ready` report
-    (options in effect, tree, drafter) and, given stock's `expected` outputs, each side's
-    output check (empty without)."""
+    (options in effect, tree, drafter) of its first process and, given stock's `expected`
+    outputs, each side's output check (empty without)."""
     workers: dict[tuple[str, str], Worker] = {}
     try:
-        for dev in job.devices:
-            workers["A", dev] = _spawn("A", co_a, opts_a, dev, job, cfg, log_dir)
-            workers["B", dev] = _spawn("B", co_b, opts_b, dev, job, cfg, log_dir)
-        hardware = workers["A", job.devices[0]].ready.get("hardware", "?")
-        run = _alternate if len(job.devices) == 1 else _side_by_side
-        times_a, times_b, placement, walls = [], [], [], []
-        replies: dict[str, dict[str, list[int]]] = {"A": {}, "B": {}}
-        for r, reqs in enumerate(job.round_requests):
-            measured = r >= job.warmup_rounds
-            m = r - job.warmup_rounds
-            progress(f"round {m + 1}/{job.rounds}" if measured else "warm-up")
-            if not measured:  # warm every worker: both placements when side by side
-                for swap in range(len(job.devices)):
-                    run(workers, job, reqs, swap, {"A": {}, "B": {}})
-                continue
-            t0 = time.perf_counter()
-            row_a, row_b, where = run(workers, job, reqs, m, replies)
-            walls.append(time.perf_counter() - t0)
-            times_a.append(row_a)
-            times_b.append(row_b)
-            placement.append(where)
+        spawn_workers(workers, co_a, opts_a, co_b, opts_b, job, cfg, log_dir)
+        paired, replies = measure(workers, job, progress)
         checks = {}
         if expected is not None:
             progress("outputs against stock's reference")
-            checks = check_outputs(workers, job, replies, expected, cfg)
+            checks, extra = check_outputs(workers, job, replies, expected, cfg)
             rows = job.round_requests[job.warmup_rounds:]
-            _charge(times_a, rows, checks["A"].continuation_s)
-            _charge(times_b, rows, checks["B"].continuation_s)
-        diverged = any(replies["A"][rid] != replies["B"][rid] for rid in replies["A"]) or \
-            bool(checks and checks["B"].near_ties)
-        paired = Paired(times_a=times_a, times_b=times_b, placement=placement,
-                        diverged=diverged, hardware=hardware, round_wall_s=walls)
-        return (paired, workers["A", job.devices[0]].ready, workers["B", job.devices[0]].ready,
-                checks)
+            for label, times in paired.times.items():
+                _charge(times, rows, extra[label])
+        if checks and checks["B"].near_ties:
+            paired.diverged = True
+        first = job.devices[0]
+        return paired, workers["A0", first].ready, workers["B0", first].ready, checks
     finally:
         for w in workers.values():
             w.stop()
+
+
+def spawn_workers(workers: dict, co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict,
+                  job: Job, cfg: Config, log_dir: Path) -> None:
+    """One worker per (label, device) into `workers` (filled as they start, so the caller
+    stops whatever started if a later one fails)."""
+    for dev in job.devices:
+        for label in labels(job.processes):
+            co, opts = (co_a, opts_a) if label.startswith("A") else (co_b, opts_b)
+            workers[label, dev] = _spawn(label, co, opts, dev, job, cfg, log_dir)
+
+
+def measure(workers: dict, job: Job, progress: Callable[[str], None] = lambda s: None
+            ) -> tuple[Paired, dict[str, dict[str, list[int]]]]:
+    """Warm-up rounds, then the measured rounds, on started workers keyed (label, device):
+    anything with Worker.run and a `ready` dict (the simulation passes synthetic ones).
+    Returns the times and every label's measured outputs (label -> request id -> tokens)."""
+    hardware = workers["A0", job.devices[0]].ready.get("hardware", "?")
+    run = _alternate if len(job.devices) == 1 else _side_by_side
+    names = labels(job.processes)
+    times: dict[str, list[list[float]]] = {label: [] for label in names}
+    placement, walls = [], []
+    replies: dict[str, dict[str, list[int]]] = {label: {} for label in names}
+    for r, reqs in enumerate(job.round_requests):
+        measured = r >= job.warmup_rounds
+        m = r - job.warmup_rounds
+        progress(f"round {m + 1}/{job.rounds}" if measured else "warm-up")
+        if not measured:  # warm every worker: both placements when side by side
+            for swap in range(len(job.devices)):
+                run(workers, job, reqs, swap, {label: {} for label in names})
+            continue
+        t0 = time.perf_counter()
+        rows, where = run(workers, job, reqs, m, replies)
+        walls.append(time.perf_counter() - t0)
+        for label, row in rows.items():
+            times[label].append(row)
+        placement.append(where)
+    a_labels = [lab for lab in names if lab.startswith("A")]
+    diverged = any(replies[b][rid] != replies[a][rid] for b in names if b.startswith("B")
+                   for a in a_labels for rid in replies[b])
+    return (Paired(times=times, placement=placement, diverged=diverged, hardware=hardware,
+                   round_wall_s=walls), replies)
 
 
 def _call(w: Worker, req: Req, job: Job) -> Reply:
@@ -251,60 +289,30 @@ def _call(w: Worker, req: Req, job: Job) -> Reply:
 
 def _alternate(workers, job: Job, reqs: list[Req], m: int, replies: dict):
     dev = job.devices[0]
-    order = ("A", "B") if m % 2 == 0 else ("B", "A")
-    row = {"A": [], "B": []}
+    order = round_order(labels(job.processes), m)
+    rows: dict[str, list[float]] = {label: [] for label in order}
     for req in reqs:
-        for side in order:
-            reply = _call(workers[side, dev], req, job)
-            row[side].append(reply.seconds)
-            replies[side][req[0]] = reply.tokens
-    return row["A"], row["B"], ",".join(order)
+        for label in order:
+            reply = _call(workers[label, dev], req, job)
+            rows[label].append(reply.seconds)
+            replies[label][req[0]] = reply.tokens
+    return rows, ",".join(order)
 
 
 def _side_by_side(workers, job: Job, reqs: list[Req], m: int, replies: dict):
     d0, d1 = job.devices[m % 2], job.devices[(m + 1) % 2]
-    row_a, row_b = [], []
+    order = round_order(list(range(job.processes)), m)
+    rows: dict[str, list[float]] = {label: [] for label in labels(job.processes)}
     with ThreadPoolExecutor(2) as pool:
         for req in reqs:
-            fa = pool.submit(_call, workers["A", d0], req, job)
-            fb = pool.submit(_call, workers["B", d1], req, job)
-            ra, rb = fa.result(), fb.result()
-            row_a.append(ra.seconds)
-            row_b.append(rb.seconds)
-            replies["A"][req[0]] = ra.tokens
-            replies["B"][req[0]] = rb.tokens
-    return row_a, row_b, f"A@{d0},B@{d1}"
-
-
-def noise_key(job: Job, hardware: str) -> dict:
-    return {"model": job.model, "hardware": hardware, "requests": len(job.measured),
-            "max_new": job.max_new, "drafter": job.drafter, "devices": len(job.devices),
-            "rounds": job.rounds}
-
-
-def _noise_path(root: Path, key: dict) -> Path:
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
-    return root / NOISE_DIR / f"{digest}.json"
-
-
-def load_noise(root: Path, key: dict) -> NoiseRecord | None:
-    path = _noise_path(root, key)
-    if not path.is_file():
-        return None
-    try:
-        rec = NoiseRecord.model_validate_json(path.read_text())
-    except ValueError:
-        return None
-    return rec if rec.schema_version == SCHEMA_VERSION and rec.key == key else None
-
-
-def save_noise(root: Path, key: dict, est: stats.GainEstimate) -> NoiseRecord:
-    rec = NoiseRecord(key=key, sigma=stats.sigma_from_aa(est), estimate=est,
-                      created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
-    path = _noise_path(root, key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(rec.model_dump_json(indent=1))
-    return rec
+            for i in order:
+                fa = pool.submit(_call, workers[f"A{i}", d0], req, job)
+                fb = pool.submit(_call, workers[f"B{i}", d1], req, job)
+                for label, fut in ((f"A{i}", fa), (f"B{i}", fb)):
+                    reply = fut.result()
+                    rows[label].append(reply.seconds)
+                    replies[label][req[0]] = reply.tokens
+    return rows, ";".join(f"A{i}@{d0},B{i}@{d1}" for i in order)
 
 
 def _default_device() -> str:
@@ -318,12 +326,14 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
             rounds: int | None = None, model: str | None = None, requests: int | None = None,
             max_new: int | None = None, sigma: float | None = None, source: str = "fresh",
             progress: Callable[[str], None] = lambda s: None, *, drafter_a: str | None = None,
-            drafter_b: str | None = None, seed: int | None = None) -> Comparison:
-    """Compare B against A; 'stock' names HEAD. σ: given, cached, or measured (A/A).
+            drafter_b: str | None = None, seed: int | None = None,
+            family: int = 1) -> Comparison:
+    """Compare B against A; 'stock' names HEAD. σ is this run's own (same-side processes
+    in the same rounds); a given `sigma` is a floor that can only raise the bar. `family`:
+    how many directions are judged together (the bound's level is split among them).
     Both sides use the configured drafter unless `drafter_a` / `drafter_b` name others
-    (e.g. `ngram` against `block`; `ar` for none); σ is always A's own A/A. `source`: where
-    the prompts come from (specpilot/judges/prompts.py); `seed` only for tests, a secret one
-    otherwise."""
+    (e.g. `ngram` against `block`; `ar` for none). `source`: where the prompts come from
+    (specpilot/judges/prompts.py); `seed` only for tests, a secret one otherwise."""
     root = Path(root).resolve()
     cfg = load_config(root)
     cc = cfg.controller
@@ -337,9 +347,10 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
     devices = devices or [_default_device()]
     if len(devices) > 2 or len(set(devices)) != len(devices):
         raise SpecPilotError("--devices takes one device or two different ones")
+    stats.require_design(n_rounds, per_round, cc.processes, cc.processes, cc)   # before workers
     job = Job(prompts.draw(model, source, cc.warmup_rounds + n_rounds, per_round, seed),
               max_new or cc.max_new, drafter_a or cc.drafter, devices, n_rounds,
-              cc.warmup_rounds, model)
+              cc.warmup_rounds, model, processes=cc.processes)
     if drafter_b and drafter_b != job.drafter:
         job.drafter_b = drafter_b
     log_dir = root / RUNS_DIR / time.strftime("compare-%Y%m%d-%H%M%S")
@@ -348,24 +359,8 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
     paired, ready_a, ready_b, checks = paired_run(co_a, opts_a, co_b, opts_b, job, cfg,
                                                   log_dir, progress, expected)
     eff_a, eff_b = ready_a["options"], ready_b["options"]
-    est = stats.estimate(*paired.flat(), cc)
-    key = noise_key(job, paired.hardware)
-    is_aa = co_a.tree == co_b.tree and eff_a == eff_b and job.drafter_b is None
     faults = [f for c in checks.values() for f in c.faults]
-    if sigma is not None:
-        source_s = "given"
-    elif is_aa and not faults:
-        sigma, source_s = save_noise(root, key, est).sigma, "this A/A run (cached)"
-    elif (rec := load_noise(root, key)) is not None:
-        sigma, source_s = rec.sigma, f"cached A/A of {rec.created}"
-    else:
-        progress("A/A for σ")
-        aa_job = dataclasses.replace(job, drafter_b=None)
-        aa, _, _, _ = paired_run(co_a, opts_a, co_a, opts_a, aa_job, cfg, log_dir / "aa",
-                                 progress)
-        sigma = save_noise(root, key, stats.estimate(*aa.flat(), cc)).sigma
-        source_s = "A/A run now (cached)"
-    decision = stats.decide(est, sigma, paired.diverged, cc)
+    est, decision = stats.judge(paired.times, paired.diverged, cc, family, sigma_floor=sigma)
     if faults:   # wrong outputs reject whatever the speed
         decision = decision.model_copy(update=dict(adopted=False, verdict="not adopted"))
     report = Comparison(
@@ -377,8 +372,9 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
         mode="alternate" if len(job.devices) == 1 else "side-by-side",
         requests=[r[0] for r in job.measured], source=source, max_new=job.max_new,
         drafter=job.drafter, drafter_b=job.drafter_b,
-        rounds=job.rounds, warmup_rounds=job.warmup_rounds, paired=paired, estimate=est,
-        sigma=sigma, sigma_source=source_s, decision=decision, outputs=checks, faults=faults)
+        rounds=job.rounds, warmup_rounds=job.warmup_rounds, paired=paired,
+        processes=job.processes, family=family, estimate=est, sigma=decision.sigma,
+        sigma_source=decision.sigma_source, decision=decision, outputs=checks, faults=faults)
     log_dir.mkdir(parents=True, exist_ok=True)
     (log_dir / "comparison.json").write_text(report.model_dump_json(indent=1))
     return report

@@ -1,21 +1,40 @@
-"""The controller's statistic and adoption rule.
+"""The controller's statistic and adoption rule, over the run's own structure.
 
-Per pair (same request, same round) d = log(t_A / t_B): positive when B is faster. The gain
-of B over A is exp(mean d) - 1. Its one-sided lower confidence bound comes from a
-t-interval below `bootstrap_min_pairs` pairs and from a BCa bootstrap of the mean at or
-above (both scipy); a one-sided Wilcoxon signed-rank test is reported as a cross-check.
+A paired run has P ≥ 2 worker processes per side (labels "A0".."A{P-1}", "B0".."B{P-1}"),
+all timed on the same requests in every round, interleaved: `times[label][round][request]`
+seconds. A worker process can run a few percent faster or slower than its twin for its
+whole life (placement, allocator, clocks): an offset no within-process interval can see,
+and one that one process per side turns into a gain. So the unit of the statistic is the
+process, not the request:
 
-Noise σ is the stock's own: the same procedure run stock against stock (A/A). It is the
-root-mean-square error of the A/A gain estimate, sqrt(gain_AA² + se_AA²), so it covers both
-a systematic A/A offset (placement, process order) and the sampling spread of the mean.
+- each process's mean log time over all its (round, request) cells, m_label (every label
+  has the same cells, so m_i - m_j is the mean of paired log ratios: request and round
+  effects cancel);
+- the gain of B over A: exp(mean m_A - mean m_B) - 1;
+- its standard error from the spread of same-side processes (A_i against A_j, B_i against
+  B_j: pooled within-side variance of m, so process offsets and sampling noise both count),
+  s·sqrt(1/P_A + 1/P_B), with P_A + P_B - 2 degrees of freedom (the process is a random
+  effect: no more degrees of freedom than there are processes to estimate it);
+- a one-sided t lower bound at level 1 - (1 - confidence)/family: Bonferroni over the
+  `family` directions judged in one cycle (they are judged concurrently and each verdict
+  is acted on as it arrives, so a step-down rule such as Holm, which needs every p-value at
+  once, does not apply; Bonferroni holds under any dependence between them);
+- noise σ from the same run: the root-mean-square of the same-side A/A estimates
+  (A_i against A_j, B_i against B_j), scaled to this run's design, i.e. the RMS error of an
+  A/A estimate made with this design in these rounds. It is never cached and never taken
+  from another run; a σ given from outside (`--sigma`) can only raise it (a floor).
 
 Adoption: lower bound > min_gain + k·σ (1% + 2σ by default); when the candidate's outputs
-diverge from the current best system the base rises to divergent_min_gain (3%).
+diverge from the current best system the base rises to divergent_min_gain (3%). Below
+`min_pairs` cells per process, or with fewer than two processes on a side, there is no
+decision: a one-line error. `specpilot/judges/simulate.py` runs this exact code on
+synthetic runs (per-process offsets, stale σ, heavy tails) and measures false adoption.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import Literal
 
 import numpy as np
@@ -25,38 +44,54 @@ from scipy import stats as sps
 from specpilot.config import ControllerSection
 from specpilot.errors import SpecPilotError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+LABEL = re.compile(r"^([AB])(\d+)$")
+
+Times = dict[str, list[list[float]]]   # label -> [round][request] seconds
 
 
 class GainEstimate(BaseModel):
-    """What one paired comparison says about B's gain over A."""
+    """What one paired run says about B's gain over A."""
 
     schema_version: int = SCHEMA_VERSION
-    pairs: int
-    mean_log_ratio: float
-    sd_log_ratio: float
-    gain: float           # exp(mean d) - 1: +0.05 means B is 5% faster
-    lower_bound: float    # one-sided lower confidence bound of the gain
-    level: float          # one-sided confidence level of lower_bound
-    method: Literal["t", "bca"]
-    wilcoxon_p: float | None  # one-sided, H1: B faster; None where undefined
+    pairs: int             # (round, request) cells per process: rounds × requests
+    rounds: int
+    processes_a: int
+    processes_b: int
+    mean_log_ratio: float  # mean of A's process means minus B's (log seconds)
+    se_log_ratio: float    # its standard error, from the same-side process spread
+    df: int                # processes_a + processes_b - 2
+    gain: float            # exp(mean d) - 1: +0.05 means B is 5% faster
+    lower_bound: float     # one-sided lower confidence bound of the gain
+    level: float           # one-sided level of lower_bound (after the family correction)
+    family: int            # directions judged together (Bonferroni)
+    method: Literal["t-process"] = "t-process"
+    sigma: float           # same-run noise σ (RMS error of a same-run A/A estimate)
+    aa_gains: dict[str, float]  # each same-side pair's gain, e.g. {"A1/A0": -0.004}
+    wilcoxon_p: float | None    # one-sided, H1: B faster, over cells (ignores offsets)
 
     @property
     def standard_error(self) -> float:
-        return self.sd_log_ratio / math.sqrt(self.pairs)
+        return self.se_log_ratio
 
 
 class Decision(BaseModel):
     schema_version: int = SCHEMA_VERSION
     adopted: bool
     threshold: float
-    sigma: float
+    sigma: float           # the σ the bar used: this run's, or a given floor above it
+    sigma_source: str
     diverged: bool
     verdict: Literal["adopted", "not adopted"]
     direction: Literal["faster", "slower", "no clear difference"]
+    pairs: int = 0
+    processes: int = 0     # per side (the smaller side's count)
+    family: int = 1
+    level: float = 0.0
 
 
 def log_ratios(t_a, t_b) -> np.ndarray:
+    """Per-pair d = log(t_A / t_B) of two equal 1-D lists (the pre-screen's raw gain)."""
     a, b = np.asarray(t_a, float), np.asarray(t_b, float)
     if a.shape != b.shape or a.ndim != 1:
         raise SpecPilotError(f"paired times must be two equal 1-D lists ({a.shape} vs {b.shape})")
@@ -65,34 +100,73 @@ def log_ratios(t_a, t_b) -> np.ndarray:
     return np.log(a / b)
 
 
-def estimate(t_a, t_b, cfg: ControllerSection | None = None, seed: int = 0) -> GainEstimate:
-    """The gain of B over A from paired times, with its one-sided lower bound."""
+def _sides(times: Times) -> tuple[list[str], list[str], np.ndarray]:
+    """A's and B's labels (by index) and log times [label][round][request] in that order."""
+    sides: dict[str, list[tuple[int, str]]] = {"A": [], "B": []}
+    for label in times:
+        m = LABEL.match(label)
+        if not m:
+            raise SpecPilotError(f"worker label {label!r} is not A<i> or B<i>")
+        sides[m.group(1)].append((int(m.group(2)), label))
+    la = [lab for _, lab in sorted(sides["A"])]
+    lb = [lab for _, lab in sorted(sides["B"])]
+    try:
+        arr = np.asarray([times[lab] for lab in la + lb], float)
+    except ValueError:
+        raise SpecPilotError("every worker needs the same rounds × requests of times") from None
+    if arr.ndim != 3 or arr.shape[1] == 0 or arr.shape[2] == 0:
+        raise SpecPilotError(f"times must be [label][round][request], got shape {arr.shape}")
+    if not np.isfinite(arr).all() or (arr <= 0).any():
+        raise SpecPilotError("times must be positive and finite")
+    return la, lb, np.log(arr)
+
+
+def require_design(rounds: int, requests: int, processes_a: int, processes_b: int,
+                   cfg: ControllerSection | None = None) -> None:
+    """Refuse (one line) a run too small to decide on: fewer than two processes on a side
+    (no same-run σ, no process spread) or fewer than `min_pairs` cells per process."""
     cfg = cfg or ControllerSection()
-    d = log_ratios(t_a, t_b)
-    n = len(d)
-    if n < 2:
-        raise SpecPilotError(f"need at least 2 pairs, got {n}")
-    mean, sd = float(d.mean()), float(d.std(ddof=1))
-    if sd == 0.0:  # identical differences: the bound is the mean itself
-        low, method = mean, "t"
-    elif n < cfg.bootstrap_min_pairs:
-        low = float(sps.ttest_1samp(d, 0.0, alternative="greater")
-                    .confidence_interval(cfg.confidence).low)
-        method = "t"
-    else:
-        res = sps.bootstrap((d,), np.mean, n_resamples=cfg.bootstrap_resamples, vectorized=True,
-                            confidence_level=cfg.confidence, alternative="greater",
-                            method="BCa", rng=np.random.default_rng(seed))
-        low = float(res.confidence_interval.low)
-        if not math.isfinite(low):  # degenerate BCa (e.g. heavy ties): fall back to t
-            low = float(sps.ttest_1samp(d, 0.0, alternative="greater")
-                        .confidence_interval(cfg.confidence).low)
-            method = "t"
-        else:
-            method = "bca"
-    return GainEstimate(pairs=n, mean_log_ratio=mean, sd_log_ratio=sd, gain=math.expm1(mean),
-                        lower_bound=math.expm1(low), level=cfg.confidence, method=method,
-                        wilcoxon_p=_wilcoxon(d))
+    if min(processes_a, processes_b) < 2:
+        raise SpecPilotError(f"no decision: need at least 2 worker processes per side for a "
+                             f"same-run σ, got A {processes_a}, B {processes_b} "
+                             f"(controller.processes)")
+    if rounds * requests < cfg.min_pairs:
+        raise SpecPilotError(f"no decision: {rounds * requests} pairs per process (rounds "
+                             f"{rounds} × requests {requests}) < controller.min_pairs "
+                             f"{cfg.min_pairs}; raise --rounds or --requests")
+
+
+def estimate(times: Times, cfg: ControllerSection | None = None,
+             family: int = 1) -> GainEstimate:
+    """The gain of B over A from one run's times, its lower bound and the run's own σ."""
+    cfg = cfg or ControllerSection()
+    if family < 1:
+        raise SpecPilotError(f"family must be at least 1, got {family}")
+    la, lb, logs = _sides(times)
+    pa, pb = len(la), len(lb)
+    rounds, requests = logs.shape[1], logs.shape[2]
+    cells = rounds * requests
+    require_design(rounds, requests, pa, pb, cfg)
+    means = logs.reshape(pa + pb, cells).mean(axis=1)
+    ma, mb = means[:pa], means[pa:]
+    d = float(ma.mean() - mb.mean())
+    df = pa + pb - 2
+    pooled = (((ma - ma.mean()) ** 2).sum() + ((mb - mb.mean()) ** 2).sum()) / df
+    scale = 1.0 / pa + 1.0 / pb
+    se = math.sqrt(pooled * scale)
+    level = 1.0 - (1.0 - cfg.confidence) / family
+    low = d - (float(sps.t.ppf(level, df)) * se if se > 0 else 0.0)
+    aa = {f"{s[j]}/{s[i]}": math.expm1(float(m[i] - m[j]))   # gain of s[j] over s[i]
+          for s, m in ((la, ma), (lb, mb)) for i in range(len(s)) for j in range(i + 1, len(s))}
+    diffs = [m[i] - m[j] for m in (ma, mb) for i in range(len(m)) for j in range(i + 1, len(m))]
+    # E[(m_i - m_j)^2] = 2 var(m); the design's gain has variance var(m)·(1/P_A + 1/P_B)
+    sigma_log = math.sqrt(float(np.mean(np.square(diffs))) / 2.0 * scale)
+    cell_d = logs[:pa].mean(axis=0) - logs[pa:].mean(axis=0)
+    return GainEstimate(pairs=cells, rounds=rounds, processes_a=pa, processes_b=pb,
+                        mean_log_ratio=d, se_log_ratio=se, df=df, gain=math.expm1(d),
+                        lower_bound=math.expm1(low), level=level, family=family,
+                        sigma=math.expm1(sigma_log), aa_gains=aa,
+                        wilcoxon_p=_wilcoxon(cell_d.ravel()))
 
 
 def _wilcoxon(d: np.ndarray) -> float | None:
@@ -104,20 +178,20 @@ def _wilcoxon(d: np.ndarray) -> float | None:
         return None
 
 
-def sigma_from_aa(aa: GainEstimate) -> float:
-    """The stock's noise σ from an A/A estimate: RMS error of its gain."""
-    se = math.expm1(aa.standard_error)
-    return math.sqrt(aa.gain ** 2 + se ** 2)
-
-
 def threshold(sigma: float, diverged: bool, cfg: ControllerSection | None = None) -> float:
     cfg = cfg or ControllerSection()
     base = cfg.divergent_min_gain if diverged else cfg.min_gain
     return base + cfg.sigma_multiple * sigma
 
 
-def decide(est: GainEstimate, sigma: float, diverged: bool = False,
-           cfg: ControllerSection | None = None) -> Decision:
+def decide(est: GainEstimate, *, diverged: bool = False, cfg: ControllerSection | None = None,
+           sigma_floor: float | None = None) -> Decision:
+    """Adopt when the lower bound clears min_gain + k·σ, σ this run's own (or a given floor
+    above it: a σ from outside can raise the bar, never lower it)."""
+    sigma, source = est.sigma, (f"this run: {len(est.aa_gains)} same-side pair(s) "
+                                f"({', '.join(est.aa_gains)}) in the same rounds")
+    if sigma_floor is not None and sigma_floor > sigma:
+        sigma, source = sigma_floor, f"given floor (above this run's {est.sigma:.3%})"
     bar = threshold(sigma, diverged, cfg)
     adopted = est.lower_bound > bar
     if est.lower_bound > 0:
@@ -126,13 +200,23 @@ def decide(est: GainEstimate, sigma: float, diverged: bool = False,
         direction = "slower"
     else:
         direction = "no clear difference"
-    return Decision(adopted=adopted, threshold=bar, sigma=sigma, diverged=diverged,
-                    verdict="adopted" if adopted else "not adopted", direction=direction)
+    return Decision(adopted=adopted, threshold=bar, sigma=sigma, sigma_source=source,
+                    diverged=diverged, verdict="adopted" if adopted else "not adopted",
+                    direction=direction, pairs=est.pairs,
+                    processes=min(est.processes_a, est.processes_b), family=est.family,
+                    level=est.level)
+
+
+def judge(times: Times, diverged: bool = False, cfg: ControllerSection | None = None,
+          family: int = 1, sigma_floor: float | None = None) -> tuple[GainEstimate, Decision]:
+    """The controller's one call: estimate from the run's times, then the decision."""
+    est = estimate(times, cfg, family)
+    return est, decide(est, diverged=diverged, cfg=cfg, sigma_floor=sigma_floor)
 
 
 def _upper_bound(est: GainEstimate) -> float:
-    """Symmetric one-sided upper bound at the same level (t-based; for the direction only)."""
-    if est.pairs < 2:
-        return math.inf
-    q = sps.t.ppf(est.level, est.pairs - 1)
-    return math.expm1(est.mean_log_ratio + q * est.standard_error)
+    """Symmetric one-sided upper bound at the same level (for the direction only)."""
+    if est.se_log_ratio == 0:
+        return math.expm1(est.mean_log_ratio)
+    q = float(sps.t.ppf(est.level, est.df))
+    return math.expm1(est.mean_log_ratio + q * est.se_log_ratio)
