@@ -82,8 +82,8 @@ for f in sys.argv[1:]:
     e, d, p = r["estimate"], r["decision"], r["paired"]
     print(f"{f.split('/')[-1]}: {r['mode']} on {','.join(r['devices'])}, pairs {e['pairs']}, "
           f"gain {100 * e['gain']:+.3f}%, lower {100 * e['lower_bound']:+.3f}% ({e['method']}), "
-          f"sigma {100 * r['sigma']:.3f}% ({r['sigma_source']}), sd(log ratio) "
-          f"{e['sd_log_ratio']:.4f}, threshold {100 * d['threshold']:.2f}%, "
+          f"sigma {100 * r['sigma']:.3f}% ({r['sigma_source']}), se(log ratio) "
+          f"{e['se_log_ratio']:.4f} ({e['df']} df), threshold {100 * d['threshold']:.2f}%, "
           f"{d['verdict']}; measured rounds {sum(p.get('round_wall_s') or [0]):.1f} s")
 PY
 }

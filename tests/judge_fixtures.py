@@ -23,6 +23,8 @@ rounds = 2
 warmup_rounds = 1
 requests = 2
 max_new = 16
+# 2 rounds x 2 requests: a 2-core CPU budget (the shipped minimum is 8 pairs per process)
+min_pairs = 4
 
 [gates]
 near_tie_rate = 0.002
