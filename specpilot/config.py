@@ -32,8 +32,8 @@ class ControllerSection(BaseModel):
     confidence: float = Field(0.95, gt=0.5, lt=1)  # one-sided level, before the family split
     # Worker processes per side, all timed in every round (A0 B0 A1 B1, rotated): the
     # spread of same-side processes is the run's own σ and the bound's error term, with
-    # 2·processes - 2 degrees of freedom. 2..8; each one is a resident copy of the model
-    # per device (2 per side means 4 workers on one device, 8 on two).
+    # 2·processes - 2 degrees of freedom. 2..8 (even with two devices); each one is a
+    # resident copy of the model (2 per side: 4 workers on one device, 2 on each of two).
     processes: int = Field(2, ge=2, le=8)
     # No decision below this many (round, request) pairs per process (rounds × requests);
     # 2..10000. The bound stays valid with fewer (its error term is the process spread),

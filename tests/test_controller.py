@@ -91,6 +91,21 @@ def test_worker_proves_tree_and_options_and_refuses_a_wrong_claim(project, tmp_p
             unknown.stop()
 
 
+def test_two_devices_host_half_of_each_side_and_odd_processes_are_refused(project, tmp_path):
+    from specpilot.judges.controller import device_of
+
+    devs = ["cuda:0", "cuda:1"]
+    assert [device_of(lab, devs) for lab in labels(2)] == ["cuda:0", "cuda:1", "cuda:1",
+                                                           "cuda:0"]   # A0 B0 A1 B1
+    assert {device_of(lab, ["cpu"]) for lab in labels(3)} == {"cpu"}
+    odd = tmp_path / "odd"
+    shutil.copytree(project, odd, ignore=shutil.ignore_patterns(".specpilot"))
+    (odd / ".specpilot").mkdir()
+    (odd / ".specpilot" / "config.toml").write_text(CONFIG + "processes = 3\n")
+    with pytest.raises(SpecPilotError, match="even controller.processes"):
+        compare(odd, "stock", "stock", devices=["cpu:0", "cpu:1"], model="random:tiny-qwen3")
+
+
 def test_every_process_leads_a_round_in_turn_and_sides_alternate():
     assert labels(1) == ["A0", "B0"] and labels(2) == ["A0", "B0", "A1", "B1"]
     assert [round_order(labels(1), m) for m in range(2)] == [["A0", "B0"], ["B0", "A0"]]
@@ -131,13 +146,14 @@ def test_candidate_that_repeats_work_is_reported_slower(project):
     assert not rep.paired.diverged  # same tokens, only slower
 
 
-def test_two_devices_run_side_by_side_and_swap_every_round(project):
+def test_two_devices_run_side_by_side_each_hosting_half_of_each_side(project):
     rep = compare(project, "stock", "stock", opts_b={"repeat_work": "3"},
                   devices=["cpu:0", "cpu:1"], model="random:tiny-qwen3", sigma=0.0,
                   max_new=24)
     assert rep.mode == "side-by-side"
-    assert rep.paired.placement == ["A0@cpu:0,B0@cpu:1;A1@cpu:0,B1@cpu:1",
-                                    "A1@cpu:1,B1@cpu:0;A0@cpu:1,B0@cpu:0"] * 2
+    # each device hosts half of each side (A0 B1 | A1 B0); pairs take turns to lead
+    assert rep.paired.placement == ["A0@cpu:0,B0@cpu:1;A1@cpu:1,B1@cpu:0",
+                                    "A1@cpu:1,B1@cpu:0;A0@cpu:0,B0@cpu:1"] * 2
     assert sorted(rep.paired.times) == ["A0", "A1", "B0", "B1"]
     assert rep.estimate.gain < 0 and rep.decision.direction == "slower"
 

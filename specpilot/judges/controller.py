@@ -2,7 +2,7 @@
 clean checkouts.
 
 Each system is exported from git objects at its commit (never from a live worktree) and
-served by `controller.processes` (P ≥ 2) worker processes per device
+served by `controller.processes` (P ≥ 2) worker processes per side
 (specpilot/judges/worker_proc.py), labelled A0..A{P-1} and B0..B{P-1}; each proves the
 options in effect and the system tree hash it runs. Every process serves identical
 requests, fresh in every round (specpilot/judges/prompts.py: drawn with a secret seed, never
@@ -11,9 +11,12 @@ timed twice by one process, the warm-up on others):
 - one device: per request, every worker in the round's order, the interleaved labels
   A0 B0 A1 B1 .. rotated by one each round (so no process is always first, and sides
   alternate: with P = 1 this is A B, B A);
-- two devices: A_i and B_i run side by side, one per device, pair after pair in the
-  round's rotated order, all A's on one device and all B's on the other, swapping devices
-  every round (on CPU, `cpu:0,cpu:1` are one pinned core each, standing in for two GPUs).
+- two devices: each device hosts half of each side (A_i on device i mod 2, B_i on the
+  other: A0 B1 on the first, A1 B0 on the second, for P = 2), so a device holds P workers,
+  as many as A and B held before; A_i and B_i run side by side, pair after pair in the
+  round's rotated order (on CPU, `cpu:0,cpu:1` are one pinned core each, standing in for
+  two GPUs). A device's own speed is then part of its processes' offsets: the same-side
+  spread counts it, and with P even it cancels from the gain.
 
 Before any candidate runs, a worker on a clean checkout of stock (HEAD, options at defaults)
 computes stock's greedy reference for every measured request; the outputs of the timed runs
@@ -89,7 +92,7 @@ class Comparison(BaseModel):
     paired: Paired
     drafter_b: str | None = None   # B's drafter when it differs from A's
     estimate: stats.GainEstimate
-    processes: int = 1     # worker processes per side (per device)
+    processes: int = 1     # worker processes per side
     family: int = 1        # directions judged together: the bound's level is split by it
     sigma: float
     sigma_source: str
@@ -111,7 +114,7 @@ class Job:
     model: str
     max_context: int | None = None
     drafter_b: str | None = None   # B's drafter when not A's (e.g. block against ngram)
-    processes: int = 2             # workers per side per device (1: the pre-screen only)
+    processes: int = 2             # workers per side (1: the pre-screen only)
 
     def drafter_of(self, label: str) -> str:
         return self.drafter_b if label.startswith("B") and self.drafter_b else self.drafter
@@ -124,6 +127,15 @@ class Job:
 def labels(processes: int) -> list[str]:
     """A run's worker labels, interleaved: A0 B0 A1 B1 .. A{P-1} B{P-1}."""
     return [f"{side}{i}" for i in range(processes) for side in "AB"]
+
+
+def device_of(label: str, devices: list[str]) -> str:
+    """The one device a worker lives on: all on the first with one device; with two, A_i
+    on device i mod 2 and B_i on the other, so each device hosts half of each side."""
+    if len(devices) == 1:
+        return devices[0]
+    i = int(label[1:])
+    return devices[(i + (label[0] == "B")) % 2]
 
 
 def round_order(items: list, m: int) -> list:
@@ -174,7 +186,7 @@ def check_outputs(workers: dict, job: Job, replies: dict, expected: dict[str, Ex
     for side in ("A", "B"):
         check = OutputCheck(side=side)
         for label in (lab for lab in labels(job.processes) if lab.startswith(side)):
-            w = workers[label, job.devices[0]]
+            w = workers[label]
             before = dict(check.continuation_s)
             for rid, got in replies[label].items():
                 def rerun(ids, k, w=w, rid=rid):
@@ -233,8 +245,7 @@ def paired_run(co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict, job: 
                 _charge(times, rows, extra[label])
         if checks and checks["B"].near_ties:
             paired.diverged = True
-        first = job.devices[0]
-        return paired, workers["A0", first].ready, workers["B0", first].ready, checks
+        return paired, workers["A0"].ready, workers["B0"].ready, checks
     finally:
         for w in workers.values():
             w.stop()
@@ -242,20 +253,20 @@ def paired_run(co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict, job: 
 
 def spawn_workers(workers: dict, co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict,
                   job: Job, cfg: Config, log_dir: Path) -> None:
-    """One worker per (label, device) into `workers` (filled as they start, so the caller
-    stops whatever started if a later one fails)."""
-    for dev in job.devices:
-        for label in labels(job.processes):
-            co, opts = (co_a, opts_a) if label.startswith("A") else (co_b, opts_b)
-            workers[label, dev] = _spawn(label, co, opts, dev, job, cfg, log_dir)
+    """One worker per label, on its device (`device_of`), into `workers` (filled as they
+    start, so the caller stops whatever started if a later one fails)."""
+    for label in labels(job.processes):
+        co, opts = (co_a, opts_a) if label.startswith("A") else (co_b, opts_b)
+        workers[label] = _spawn(label, co, opts, device_of(label, job.devices), job, cfg,
+                                log_dir)
 
 
 def measure(workers: dict, job: Job, progress: Callable[[str], None] = lambda s: None
             ) -> tuple[Paired, dict[str, dict[str, list[int]]]]:
-    """Warm-up rounds, then the measured rounds, on started workers keyed (label, device):
+    """Warm-up rounds, then the measured rounds, on started workers keyed by label:
     anything with Worker.run and a `ready` dict (the simulation passes synthetic ones).
     Returns the times and every label's measured outputs (label -> request id -> tokens)."""
-    hardware = workers["A0", job.devices[0]].ready.get("hardware", "?")
+    hardware = workers["A0"].ready.get("hardware", "?")
     run = _alternate if len(job.devices) == 1 else _side_by_side
     names = labels(job.processes)
     times: dict[str, list[list[float]]] = {label: [] for label in names}
@@ -265,9 +276,8 @@ def measure(workers: dict, job: Job, progress: Callable[[str], None] = lambda s:
         measured = r >= job.warmup_rounds
         m = r - job.warmup_rounds
         progress(f"round {m + 1}/{job.rounds}" if measured else "warm-up")
-        if not measured:  # warm every worker: both placements when side by side
-            for swap in range(len(job.devices)):
-                run(workers, job, reqs, swap, {label: {} for label in names})
+        if not measured:  # every worker serves every warm-up request
+            run(workers, job, reqs, m, {label: {} for label in names})
             continue
         t0 = time.perf_counter()
         rows, where = run(workers, job, reqs, m, replies)
@@ -288,31 +298,30 @@ def _call(w: Worker, req: Req, job: Job) -> Reply:
 
 
 def _alternate(workers, job: Job, reqs: list[Req], m: int, replies: dict):
-    dev = job.devices[0]
     order = round_order(labels(job.processes), m)
     rows: dict[str, list[float]] = {label: [] for label in order}
     for req in reqs:
         for label in order:
-            reply = _call(workers[label, dev], req, job)
+            reply = _call(workers[label], req, job)
             rows[label].append(reply.seconds)
             replies[label][req[0]] = reply.tokens
     return rows, ",".join(order)
 
 
 def _side_by_side(workers, job: Job, reqs: list[Req], m: int, replies: dict):
-    d0, d1 = job.devices[m % 2], job.devices[(m + 1) % 2]
     order = round_order(list(range(job.processes)), m)
     rows: dict[str, list[float]] = {label: [] for label in labels(job.processes)}
     with ThreadPoolExecutor(2) as pool:
         for req in reqs:
             for i in order:
-                fa = pool.submit(_call, workers[f"A{i}", d0], req, job)
-                fb = pool.submit(_call, workers[f"B{i}", d1], req, job)
-                for label, fut in ((f"A{i}", fa), (f"B{i}", fb)):
+                pair = (f"A{i}", f"B{i}")
+                futures = [pool.submit(_call, workers[label], req, job) for label in pair]
+                for label, fut in zip(pair, futures):
                     reply = fut.result()
                     rows[label].append(reply.seconds)
                     replies[label][req[0]] = reply.tokens
-    return rows, ";".join(f"A{i}@{d0},B{i}@{d1}" for i in order)
+    return rows, ";".join(f"A{i}@{device_of(f'A{i}', job.devices)},"
+                          f"B{i}@{device_of(f'B{i}', job.devices)}" for i in order)
 
 
 def _default_device() -> str:
@@ -347,6 +356,9 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
     devices = devices or [_default_device()]
     if len(devices) > 2 or len(set(devices)) != len(devices):
         raise SpecPilotError("--devices takes one device or two different ones")
+    if len(devices) == 2 and cc.processes % 2:
+        raise SpecPilotError(f"two devices need an even controller.processes (each device "
+                             f"hosts half of each side), got {cc.processes}")
     stats.require_design(n_rounds, per_round, cc.processes, cc.processes, cc)   # before workers
     job = Job(prompts.draw(model, source, cc.warmup_rounds + n_rounds, per_round, seed),
               max_new or cc.max_new, drafter_a or cc.drafter, devices, n_rounds,

@@ -122,9 +122,8 @@ def synthetic_run(rng: np.random.Generator, model: NoiseModel, gain: float, proc
     workers = {}
     for label in controller.labels(processes):
         speedup = 0.0 if (label.startswith("A") or b_is_a) else math.log1p(gain)
-        workers[label, "cpu"] = SyntheticWorker(label, machine, base,
-                                                float(rng.normal(0, model.process_sd)),
-                                                speedup)
+        workers[label] = SyntheticWorker(label, machine, base,
+                                         float(rng.normal(0, model.process_sd)), speedup)
     return controller.measure(workers, job)[0]
 
 
