@@ -48,14 +48,17 @@ def test_an_honest_ten_percent_gain_is_adopted_under_realistic_noise():
 def test_a_stale_sigma_given_from_outside_never_lowers_the_bar():
     model = MODEL["stale σ: quiet 0.2%/0 then 3%/1%"]
     rng = np.random.default_rng(303)
-    for _ in range(TRIALS // 2):
+    trials, below = TRIALS // 2, 0
+    for _ in range(trials):
         now = simulate.synthetic_run(rng, model, 0.0, CFG.processes, ROUNDS, REQUESTS)
         quiet = simulate.synthetic_run(rng, model.stale, 0.0, CFG.processes, ROUNDS, REQUESTS)
         stale = stats.estimate(quiet.times, CFG).sigma
-        est, own = stats.judge(now.times, False, CFG, FAMILY)
+        _, own = stats.judge(now.times, False, CFG, FAMILY)
         _, given = stats.judge(now.times, False, CFG, FAMILY, sigma_floor=stale)
-        assert stale < est.sigma   # the quiet machine's σ is smaller than today's
-        assert given.sigma == own.sigma and given.threshold == own.threshold
+        assert given.sigma == max(stale, own.sigma)
+        assert given.threshold >= own.threshold and given.adopted <= own.adopted
+        below += stale < own.sigma
+    assert below >= 0.95 * trials   # the quiet machine's σ is stale: below today's noise
 
 
 @pytest.mark.parametrize("name", ["process offset SD 2%", "process offset SD 3%",

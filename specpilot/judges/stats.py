@@ -70,10 +70,6 @@ class GainEstimate(BaseModel):
     aa_gains: dict[str, float]  # each same-side pair's gain, e.g. {"A1/A0": -0.004}
     wilcoxon_p: float | None    # one-sided, H1: B faster, over cells (ignores offsets)
 
-    @property
-    def standard_error(self) -> float:
-        return self.se_log_ratio
-
 
 class Decision(BaseModel):
     schema_version: int = SCHEMA_VERSION
