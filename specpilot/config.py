@@ -40,6 +40,10 @@ class ControllerSection(BaseModel):
     # but a process mean over a handful of requests is moved by one slow request and an
     # honest gain is then missed (bench/judges_false_adoption.py --rounds 2 --requests 1).
     min_pairs: int = Field(8, ge=2, le=10000)
+    # Pairs of workers (A_i, B_i) alive at once; 0: all P. 1 runs the pairs one session
+    # after another on the same rounds, for a target of which only two copies fit in one
+    # device (a 27B-class model on one H200); sessions' drift counts in the same-side spread.
+    resident: int = Field(0, ge=0, le=8)
     rounds: int = Field(4, ge=2)                   # measured rounds (A B B A ...)
     warmup_rounds: int = Field(1, ge=0)            # run first, never counted
     requests: int = Field(4, ge=1)                 # dev requests per round

@@ -247,3 +247,21 @@ def test_worker_accepts_options_registered_by_the_systems_drafters(project, tmp_
         assert w.start()["options"]["block_size"] == 8
     finally:
         w.stop()
+
+
+def test_resident_pairs_run_one_session_after_another_on_the_same_rounds(tmp_path):
+    """controller.resident = 1: A0/B0 run every round, stop, then A1/B1 (a target of which
+    only two copies fit in one device); both sessions time the same requests."""
+    from judge_fixtures import CONFIG, judge_project
+
+    root = judge_project(tmp_path / "p", CONFIG.replace("[controller]",
+                                                        "[controller]\nresident = 1"))
+    seen = []
+    rep = compare(root, "stock", "stock", model="random:tiny-qwen3", max_new=4,
+                  progress=seen.append)
+    assert [m for m in seen if m.startswith("session")] == ["session 1/2: A0, B0",
+                                                            "session 2/2: A1, B1"]
+    assert all(" | " in p for p in rep.paired.placement)
+    assert sorted(rep.paired.times) == ["A0", "A1", "B0", "B1"]
+    assert rep.outputs["A"].requests == rep.outputs["B"].requests == 2 * len(rep.requests)
+    assert not rep.faults and not rep.decision.adopted

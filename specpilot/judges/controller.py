@@ -115,6 +115,16 @@ class Job:
     max_context: int | None = None
     drafter_b: str | None = None   # B's drafter when not A's (e.g. block against ngram)
     processes: int = 2             # workers per side (1: the pre-screen only)
+    session: tuple[int, ...] | None = None   # the process indices alive now (None: all)
+
+    @property
+    def indices(self) -> list[int]:
+        return list(self.session) if self.session is not None else list(range(self.processes))
+
+    @property
+    def names(self) -> list[str]:
+        """The labels of the workers alive in this session, interleaved: A0 B0 A1 B1 .."""
+        return [f"{side}{i}" for i in self.indices for side in "AB"]
 
     def drafter_of(self, label: str) -> str:
         return self.drafter_b if label.startswith("B") and self.drafter_b else self.drafter
@@ -173,19 +183,21 @@ def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path,
 
 
 def check_outputs(workers: dict, job: Job, replies: dict, expected: dict[str, Expected],
-                  cfg: Config) -> tuple[dict[str, OutputCheck], dict[str, dict[str, float]]]:
+                  cfg: Config, checks: dict[str, OutputCheck] | None = None
+                  ) -> tuple[dict[str, OutputCheck], dict[str, dict[str, float]]]:
     """Each side's timed outputs against stock's, every process's (`replies` is keyed by
     label); continuations past a tolerated near-tie run in the worker that gave the output
     (as ordinary requests) after the timed rounds. The near-tie budget counts the tokens
     a side's processes returned (P copies of each reference). Returns the checks (one per
     side, its `continuation_s` summed over the side's processes) and each label's own
-    continuation seconds per request, to charge to that label's timed runs."""
+    continuation seconds per request, to charge to that label's timed runs. `checks` from an
+    earlier session of the same run are continued (one budget for the whole run)."""
     budget = near_tie_budget(job.processes * sum(len(e.tokens) for e in expected.values()),
                              cfg.controller.near_tie_rate)
-    checks, extra = {}, {}
+    checks, extra = dict(checks or {}), {}
     for side in ("A", "B"):
-        check = OutputCheck(side=side)
-        for label in (lab for lab in labels(job.processes) if lab.startswith(side)):
+        check = checks.get(side) or OutputCheck(side=side)
+        for label in (lab for lab in job.names if lab.startswith(side)):
             w = workers[label]
             before = dict(check.continuation_s)
             for rid, got in replies[label].items():
@@ -231,21 +243,44 @@ def paired_run(co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict, job: 
                ) -> tuple[Paired, dict, dict, dict[str, OutputCheck]]:
     """Run the paired design; returns the times, each side's worker `ready` report
     (options in effect, tree, drafter) of its first process and, given stock's `expected`
-    outputs, each side's output check (empty without)."""
-    workers: dict[tuple[str, str], Worker] = {}
+    outputs, each side's output check (empty without). With `controller.resident` pairs
+    alive at a time (fewer than P: a target of which only two copies fit in a device), the
+    pairs run the same rounds one session after another; A_i and B_i always share one."""
+    k = cfg.controller.resident or job.processes
+    sessions = [tuple(range(i, min(i + k, job.processes))) for i in range(0, job.processes, k)]
+    parts, checks, ready = [], {}, {}
+    for n, session in enumerate(sessions):
+        part = dataclasses.replace(job, session=session if len(sessions) > 1 else None)
+        if len(sessions) > 1:
+            progress(f"session {n + 1}/{len(sessions)}: {', '.join(part.names)}")
+        paired, checks, got = _session(co_a, opts_a, co_b, opts_b, part, cfg, log_dir,
+                                       progress, expected, checks)
+        parts.append(paired)
+        ready.update(got)
+    paired = parts[0] if len(parts) == 1 else Paired(
+        times={label: rows for p in parts for label, rows in p.times.items()},
+        placement=[" | ".join(p.placement[m] for p in parts) for m in range(job.rounds)],
+        diverged=any(p.diverged for p in parts), hardware=parts[0].hardware,
+        round_wall_s=[sum(p.round_wall_s[m] for p in parts) for m in range(job.rounds)])
+    if checks and checks["B"].near_ties:
+        paired.diverged = True
+    return paired, ready["A0"], ready["B0"], checks
+
+
+def _session(co_a, opts_a, co_b, opts_b, job: Job, cfg: Config, log_dir: Path, progress,
+             expected, checks) -> tuple[Paired, dict[str, OutputCheck], dict[str, dict]]:
+    """One session's workers: started, measured, their outputs checked, stopped."""
+    workers: dict[str, Worker] = {}
     try:
         spawn_workers(workers, co_a, opts_a, co_b, opts_b, job, cfg, log_dir)
         paired, replies = measure(workers, job, progress)
-        checks = {}
         if expected is not None:
             progress("outputs against stock's reference")
-            checks, extra = check_outputs(workers, job, replies, expected, cfg)
+            checks, extra = check_outputs(workers, job, replies, expected, cfg, checks)
             rows = job.round_requests[job.warmup_rounds:]
             for label, times in paired.times.items():
                 _charge(times, rows, extra[label])
-        if checks and checks["B"].near_ties:
-            paired.diverged = True
-        return paired, workers["A0"].ready, workers["B0"].ready, checks
+        return paired, checks, {label: w.ready for label, w in workers.items()}
     finally:
         for w in workers.values():
             w.stop()
@@ -255,7 +290,7 @@ def spawn_workers(workers: dict, co_a: Checkout, opts_a: dict, co_b: Checkout, o
                   job: Job, cfg: Config, log_dir: Path) -> None:
     """One worker per label, on its device (`device_of`), into `workers` (filled as they
     start, so the caller stops whatever started if a later one fails)."""
-    for label in labels(job.processes):
+    for label in job.names:
         co, opts = (co_a, opts_a) if label.startswith("A") else (co_b, opts_b)
         workers[label] = _spawn(label, co, opts, device_of(label, job.devices), job, cfg,
                                 log_dir)
@@ -266,9 +301,9 @@ def measure(workers: dict, job: Job, progress: Callable[[str], None] = lambda s:
     """Warm-up rounds, then the measured rounds, on started workers keyed by label:
     anything with Worker.run and a `ready` dict (the simulation passes synthetic ones).
     Returns the times and every label's measured outputs (label -> request id -> tokens)."""
-    hardware = workers["A0"].ready.get("hardware", "?")
+    names = job.names
+    hardware = workers[names[0]].ready.get("hardware", "?")
     run = _alternate if len(job.devices) == 1 else _side_by_side
-    names = labels(job.processes)
     times: dict[str, list[list[float]]] = {label: [] for label in names}
     placement, walls = [], []
     replies: dict[str, dict[str, list[int]]] = {label: {} for label in names}
@@ -298,7 +333,7 @@ def _call(w: Worker, req: Req, job: Job) -> Reply:
 
 
 def _alternate(workers, job: Job, reqs: list[Req], m: int, replies: dict):
-    order = round_order(labels(job.processes), m)
+    order = round_order(job.names, m)
     rows: dict[str, list[float]] = {label: [] for label in order}
     for req in reqs:
         for label in order:
@@ -309,8 +344,8 @@ def _alternate(workers, job: Job, reqs: list[Req], m: int, replies: dict):
 
 
 def _side_by_side(workers, job: Job, reqs: list[Req], m: int, replies: dict):
-    order = round_order(list(range(job.processes)), m)
-    rows: dict[str, list[float]] = {label: [] for label in labels(job.processes)}
+    order = round_order(job.indices, m)
+    rows: dict[str, list[float]] = {label: [] for label in job.names}
     with ThreadPoolExecutor(2) as pool:
         for req in reqs:
             for i in order:
