@@ -69,6 +69,12 @@ class GatesSection(BaseModel):
     reference_draft_len: int = Field(16, ge=1)    # lossless ngram drafting speeds references up
 
 
+class JudgesSection(BaseModel):
+    """How the judges run candidate code (see specpilot/judges/confine.py)."""
+    model_config = ConfigDict(extra="forbid")
+    confine: bool = True   # every worker under bubblewrap; false: candidates get your rights
+
+
 class Config(BaseModel):
     model_config = ConfigDict(extra="allow")
     schema_version: int = 1
@@ -77,6 +83,7 @@ class Config(BaseModel):
     requests: RequestsSection = Field(default_factory=RequestsSection)
     controller: ControllerSection = Field(default_factory=ControllerSection)
     gates: GatesSection = Field(default_factory=GatesSection)
+    judges: JudgesSection = Field(default_factory=JudgesSection)
 
 
 def find_root(start: Path | None = None) -> Path | None:

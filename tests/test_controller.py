@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from specpilot.errors import SpecPilotError
+from specpilot.judges import confine
 from specpilot.judges.controller import compare, labels, round_order
 from specpilot.judges.worker_main import compute_dtype, tree_hash
 from specpilot.gitstore import GitStore
@@ -70,7 +71,8 @@ def test_worker_proves_tree_and_options_and_refuses_a_wrong_claim(project, tmp_p
     try:
         ready = ok.start()
         assert ready["tree"] == co.tree and ready["options"]["repeat_work"] == 1
-        assert ready["stock_file"].startswith(str(co.path))
+        seen = confine.CHECKOUT if ready["confined"] == confine.CONFINED else co.path
+        assert ready["stock_file"].startswith(f"{seen}/")
         assert ready["dtype"] == "float32"  # stock computes in fp32 on CPU
         assert ok.run("x", 4, ids=[1, 2, 3]).tokens
     finally:

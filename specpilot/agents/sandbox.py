@@ -11,7 +11,6 @@ and the time limit, and `describe()` says "none: ..." so the run record shows it
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +18,8 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from specpilot.judges.confine import usable_bwrap
 
 # Only these variables reach an agent's command; everything else (API keys, tokens,
 # credentials, SPECPILOT_* knobs) is dropped.
@@ -54,12 +55,7 @@ def sealed_dirs() -> list[Path]:
 def bwrap_path() -> str | None:
     if os.environ.get("SPECPILOT_NO_SANDBOX") == "1":   # tests of the fallback path
         return None
-    path = shutil.which("bwrap")
-    if path is None:
-        return None
-    probe = subprocess.run([path, "--ro-bind", "/", "/", "--unshare-net", "--dev", "/dev",
-                            "true"], capture_output=True, timeout=30)
-    return path if probe.returncode == 0 else None
+    return usable_bwrap()   # the probe the judges' confinement uses
 
 
 def describe() -> str:

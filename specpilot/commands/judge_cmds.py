@@ -93,6 +93,7 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
                    f"{len(rep.requests)} requests = {est.pairs} pairs per process, "
                    f"{rep.warmup_rounds} warm-up round(s) excluded; measured rounds took "
                    f"{sum(rep.paired.round_wall_s):.1f} s")
+        click.echo(f"workers confined   A {rep.a.confined}; B {rep.b.confined}")
         click.echo(f"gain of B over A   {est.gain:+.2%}")
         click.echo(f"lower bound        {est.lower_bound:+.2%}  (one-sided {level}{family_note}, "
                    f"{method})")

@@ -33,6 +33,7 @@ candidate against candidate, in the same rounds) and the adoption decision come 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -60,6 +61,7 @@ class Side(BaseModel):
     options: dict          # asked
     effective: dict = {}   # reported by the worker
     drafter: str | None = None   # the drafter class the worker reports serving (None: AR)
+    confined: str = ""           # "bubblewrap", or "none: <why>" (the user opted out)
 
 
 class Paired(BaseModel):
@@ -161,7 +163,7 @@ def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path,
     tokenized there too, so every worker is sent the same ids. Returns the job with ids."""
     g = cfg.gates
     ref = Worker("stock", co_stock, cfg.system_paths, job.model, {}, device,
-                 log_dir / "stock-reference.log", None, job.max_context)
+                 log_dir / "stock-reference.log", None, job.max_context, cfg.judges.confine)
     expected: dict[str, Expected] = {}
     try:
         ref.start()
@@ -227,7 +229,7 @@ def _spawn(label: str, co: Checkout, options: dict, device: str, job: Job, cfg: 
     w = Worker(label, co, cfg.system_paths, job.model, dict(options), device,
                log_dir / f"{label}-{device.replace(':', '')}.log",
                None if job.drafter_of(label) == "ar" else job.drafter_of(label),
-               job.max_context)
+               job.max_context, cfg.judges.confine)
     try:
         w.start()
     except BaseException:
@@ -378,6 +380,8 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
     Both sides use the configured drafter unless `drafter_a` / `drafter_b` name others
     (e.g. `ngram` against `block`; `ar` for none). `source`: where the prompts come from
     (specpilot/judges/prompts.py); `seed` only for tests, a secret one otherwise."""
+    if sigma is not None and not (math.isfinite(sigma) and sigma >= 0):
+        raise SpecPilotError(f"σ must be finite and at least 0, got {sigma}", code=2)
     root = Path(root).resolve()
     cfg = load_config(root)
     cc = cfg.controller
@@ -412,9 +416,9 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
         decision = decision.model_copy(update=dict(adopted=False, verdict="not adopted"))
     report = Comparison(
         a=Side(rev=rev_a, commit=co_a.commit, tree=co_a.tree, options=opts_a, effective=eff_a,
-               drafter=ready_a.get("drafter")),
+               drafter=ready_a.get("drafter"), confined=ready_a.get("confined", "")),
         b=Side(rev=rev_b, commit=co_b.commit, tree=co_b.tree, options=opts_b, effective=eff_b,
-               drafter=ready_b.get("drafter")),
+               drafter=ready_b.get("drafter"), confined=ready_b.get("confined", "")),
         model=model, devices=job.devices,
         mode="alternate" if len(job.devices) == 1 else "side-by-side",
         requests=[r[0] for r in job.measured], source=source, max_new=job.max_new,

@@ -97,7 +97,7 @@ def run_gate(root: Path, check: str, opts: dict, default_gate: bool, exact: bool
 
     refs: list[Reference] = []
     stock = Worker("stock", co_base, cfg.system_paths, model, {}, device, logs / "stock.log",
-                   "ngram", ctx)
+                   "ngram", ctx, cfg.judges.confine)
     try:
         stock.start()
         for req in reqs:
@@ -116,7 +116,7 @@ def run_gate(root: Path, check: str, opts: dict, default_gate: bool, exact: bool
     finally:
         stock.stop()
     cand = Worker("candidate", co_cand, cfg.system_paths, model, dict(opts), device,
-                  logs / "candidate.log", "ngram", ctx)
+                  logs / "candidate.log", "ngram", ctx, cfg.judges.confine)
     try:
         cand.start()
         engine = WorkerEngine(cand)

@@ -3,8 +3,10 @@
 A checkout is exported from git objects (never from a live worktree) into
 `.specpilot/cache/checkouts/<system tree hash>/`, checked against that hash, and made
 read-only. A `Worker` runs `specpilot/judges/worker_main.py` with PYTHONPATH set to the
-checkout alone, an environment stripped of option variables, requests on its stdin and
-replies on a private pipe; it checks the worker's report of options and tree hash.
+checkout alone, requests on its stdin and replies on a private pipe; it checks the
+worker's report of options and tree hash. The worker runs confined (specpilot/judges/
+confine.py: bubblewrap, a read-only view of its checkout and model, private scratch, no
+network, no secrets) unless the user opted out; `ready["confined"]` says which.
 """
 
 from __future__ import annotations
@@ -14,13 +16,15 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specpilot.judges.worker_main import tree_hash
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
+from specpilot.judges import confine as confinement
+from specpilot.judges.worker_main import tree_hash
 
 WORKER = Path(__file__).with_name("worker_main.py")
 CHECKOUTS = Path(".specpilot") / "cache" / "checkouts"
@@ -112,6 +116,35 @@ def isolate_device(device: str, visible: str | None) -> tuple[str | None, str]:
     return (ours[index] if ours else str(index)), "cuda:0"
 
 
+def model_reads(model: str, options: dict) -> list[tuple[Path, Path]]:
+    """What a confined worker must read besides its checkout, as (host path, path it sees):
+    the model (resolved here, by the project's own stock: a GGUF is converted here once, and
+    the converted folder is shown where the worker's own cache lookup lands) and a
+    block-drafter weights folder given as an option."""
+    reads: list[tuple[Path, Path]] = []
+    if not model.startswith("random:"):
+        from stock.gguf_convert import cache_root
+        from stock.weights import resolve
+
+        folder = resolve(model)
+        if folder.resolve().parent == cache_root().resolve():
+            reads.append((folder.resolve(), confinement.MODEL_CACHE / folder.name))
+        else:
+            reads += _seen(folder)
+        if Path(model).expanduser().is_file():  # a GGUF: its path is the converted folder's key
+            reads += _seen(Path(model).expanduser())
+    weights = Path(str(options.get("block_weights") or "")).expanduser()
+    if str(weights) not in ("", ".") and weights.exists():
+        reads += _seen(weights)
+    return reads
+
+
+def _seen(path: Path) -> list[tuple[Path, Path]]:
+    """`path` shown read-only at its real place and, if it differs, where it was named."""
+    real = path.resolve()
+    return [(real, real)] + ([(real, path.absolute())] if path.absolute() != real else [])
+
+
 @dataclass
 class Worker:
     """One system on one device, served from a clean checkout by a separate process."""
@@ -125,29 +158,41 @@ class Worker:
     log_path: Path
     drafter: str | None = None
     max_context: int | None = None
+    confine: bool = True   # [judges] confine; SPECPILOT_UNCONFINED=1 also opts out
     ready: dict = field(default_factory=dict)
 
     def start(self, timeout: float = 600.0) -> dict:
-        env = {k: v for k, v in os.environ.items() if k not in SCRUB_ENV}
-        env.update(PYTHONPATH=str(self.checkout.path), PYTHONDONTWRITEBYTECODE="1",
-                   PYTHONNOUSERSITE="1")
-        visible, device = isolate_device(self.device, env.get("CUDA_VISIBLE_DEVICES"))
-        if visible is not None:
-            env["CUDA_VISIBLE_DEVICES"] = visible
+        mode = confinement.policy(self.confine)  # before anything is opened: it may refuse
+        visible, device = isolate_device(self.device, os.environ.get("CUDA_VISIBLE_DEVICES"))
         read_fd, write_fd = os.pipe()
+        argv = [sys.executable, "-P", "-B", "-s", str(WORKER), str(write_fd)]
+        if mode == confinement.CONFINED:
+            self._scratch = Path(tempfile.mkdtemp(prefix=f"specpilot-{self.label}-"))
+            argv = confinement.command(
+                argv, WORKER, self.checkout.path, self._scratch,
+                model_reads(self.model, self.options), self.device,
+                {"CUDA_VISIBLE_DEVICES": visible} if visible is not None else {})
+            env, self._inside = confinement.outer_env(), confinement.CHECKOUT
+        else:  # opted out: the candidate runs with the user's rights
+            env = {k: v for k, v in os.environ.items() if k not in SCRUB_ENV}
+            env.update(PYTHONPATH=str(self.checkout.path), PYTHONDONTWRITEBYTECODE="1",
+                       PYTHONNOUSERSITE="1")
+            if visible is not None:
+                env["CUDA_VISIBLE_DEVICES"] = visible
+            self._inside = self.checkout.path.resolve()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
-            [sys.executable, "-P", "-B", "-s", str(WORKER), str(write_fd)],
-            stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT,
+            argv, stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT,
             pass_fds=(write_fd,), cwd=self.checkout.path, env=env, text=True,
             start_new_session=True)
         os.close(write_fd)
         self._replies = os.fdopen(read_fd, "r")
-        self._send({"checkout": str(self.checkout.path), "system_paths": self.system_paths,
+        self._send({"checkout": str(self._inside), "system_paths": self.system_paths,
                     "model": self.model, "options": self.options, "device": device,
                     "drafter": self.drafter, "max_context": self.max_context})
         self.ready = self._receive("ready")
+        self.ready["confined"] = mode  # the parent's word, not the worker's
         self._check_ready()
         return self.ready
 
@@ -160,8 +205,7 @@ class Worker:
             if name not in effective or not _same(effective[name], value):
                 raise WorkerError(f"{self.label}: option {name} in effect is "
                                   f"{effective.get(name)!r}, asked for {value!r}")
-        if Path(self.ready.get("stock_file", "/")).resolve().parents[1] != \
-                self.checkout.path.resolve():
+        if Path(self.ready.get("stock_file", "/")).parents[1] != self._inside:
             raise WorkerError(f"{self.label}: stock ran from {self.ready.get('stock_file')}")
 
     def run(self, request_id: str, max_new: int, prompt: str | None = None,
@@ -206,10 +250,8 @@ class Worker:
 
     def stop(self) -> None:
         proc = getattr(self, "proc", None)
-        if proc is None:
-            return
         try:
-            if proc.poll() is None:
+            if proc is not None and proc.poll() is None:
                 self._send({"cmd": "quit"})
                 proc.stdin.close()
                 proc.wait(timeout=30)
@@ -217,6 +259,10 @@ class Worker:
             proc.kill()
             proc.wait()
         finally:
-            self._replies.close()
-            self._log.close()
-            self.proc = None
+            if proc is not None:
+                self._replies.close()
+                self._log.close()
+                self.proc = None
+            if getattr(self, "_scratch", None) is not None:
+                shutil.rmtree(self._scratch, ignore_errors=True)
+                self._scratch = None
