@@ -26,7 +26,7 @@ $G checkout -q -b w12 && git apply memory/w12-weights.patch && $G commit -qam w1
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 export PYTHONUNBUFFERED=1
 CMP="python3 -m specpilot compare main w12 --opt-b weights=w12 --model random:dense-27b \
-     --devices 0 --rounds 6 --requests 4 --max-new 32 --drafter-a ar $*"
+     --devices 0 --rounds ${ROUNDS:-6} --requests 4 --max-new 32 --drafter-a ar $*"
 echo "$CMP"
 # One H200 holds two 27B-class workers: the pairs run one session after another.
 printf '\n[controller]\nresident = 1\n' >> .specpilot/config.toml
@@ -38,6 +38,9 @@ fi
 tail -6 .specpilot/config.toml
 time $CMP --json > "$OUT/w12_27b_ar.json" 2> "$OUT/w12_27b_ar.err"; echo "rc=$?"
 tail -3 "$OUT/w12_27b_ar.err"
+tar czf "$OUT/logs.tgz" -C .specpilot runs
+grep -c . .specpilot/runs/compare-*/*.log | head -8
+grep -h "fell back\|Error\|error:" .specpilot/runs/compare-*/*.log | sort | uniq -c | head -12
 python3 - "$OUT"/w12_27b_ar*.json <<'PY'
 import json, sys
 for f in sys.argv[1:]:
