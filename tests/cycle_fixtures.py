@@ -47,7 +47,7 @@ controller_rounds = 2
 controller_requests = 2
 controller_max_new = 8
 validate_requests = 2
-validate_length = 16
+validate_length = 24
 analyze_max_new = 8
 command_timeout_s = 20
 """

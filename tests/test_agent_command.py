@@ -20,9 +20,9 @@ AGENT = ("cat > task.txt; env > env.txt; "
          "printf 'register(\"{option}\", bool, False, \"x\")\\n' >> stock/options.py")
 
 
-def ctx_for(project, template: str, timeout: float = 20.0) -> AgentContext:
+def ctx_for(project, script: str, timeout: float = 20.0) -> AgentContext:
     cfg = load_config(project)
-    ex = explore_settings(cfg).model_copy(update={"command": template,
+    ex = explore_settings(cfg).model_copy(update={"agent_command": ["/bin/bash", "-c", script],
                                                   "agent_timeout_s": timeout})
     d = Direction(id="ext", title="External", hypothesis="h", target_factor="tau",
                   evidence_plan="e", predicted_gain=0.1, option="ext_opt", backend="command")

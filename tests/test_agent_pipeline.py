@@ -6,7 +6,7 @@ import pytest
 from cycle_fixtures import ScriptedClient, head, project, reply, shared_cache, text, tool  # noqa: F401
 
 from specpilot.cycle import runner
-from specpilot.cycle.judges import _random_requests
+from specpilot.judges.gates import gate_requests
 from specpilot.cycle.state import Direction, DirectionState, System
 from specpilot.memory.store import Memory
 from specpilot.memory.verify import verify
@@ -93,8 +93,11 @@ def test_patch_whose_default_changes_stock_is_rejected_by_the_option_default_gat
     assert ds.verdict is None and ds.entry is None
 
 
-def test_overfit_patch_passes_dev_but_fails_sealed_validation(project):
-    dev_keys = sorted({tuple(ids[:4]) for _rid, ids in _random_requests(8, 0)})
+def test_patch_overfit_to_the_dev_prompts_is_caught_on_fresh_prompts(project):
+    """Right on the dev prompts only. It used to pass the dev gates and the controller and
+    fail only the sealed validation; the pre-screen now times fresh prompts and checks its
+    outputs against stock's, so it stops there, and nothing is recorded or validated."""
+    dev_keys = sorted({tuple(ids[:4]) for _rid, _p, ids in gate_requests("random:x", "dev", 8)})
     client = ScriptedClient([
         reply("tool_use", register("memo_fast"),
               tool("edit", path="stock/engine.py", old=LOOP,
@@ -117,11 +120,8 @@ def test_overfit_patch_passes_dev_but_fails_sealed_validation(project):
     ])
     state = run_cycle(project, client, direction("memo", "memo_fast"), "done")
     ds = state.directions[0]
-    assert ds.status == "adopted", ds.reasons          # dev gates and controller are fooled
-    assert state.best.options.get("memo_fast") == "true"
-    v = state.validation
-    assert v["passed"] is False
-    assert any("mismatch" in r for r in v["reasons"]), v["reasons"]
-    from specpilot.gitstore import GitStore
-
-    assert GitStore(project).resolve("refs/specpilot/best") is None
+    assert ds.status == "prescreen-rejected", ds.reasons
+    assert "outputs differ from stock's" in ds.reasons[-1]
+    assert ds.entry is None and not state.entries
+    assert "memo_fast" not in state.best.options
+    assert state.validation["entries"] == {}

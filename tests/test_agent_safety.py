@@ -132,7 +132,8 @@ def test_editing_gates_or_controller_in_the_worktree_changes_nothing(project, ws
     co = clean_checkout(GitStore(project), commit, cfg.system_paths, project)
     assert not (co.path / "specpilot").exists() and not (co.path / "tests").exists()
     gates = gates_for_cycle(cfg, explore_settings(cfg))
-    refs = judges.stock_references(project, cfg, gates, "dev", 1, 8)
+    refs = judges.stock_references(project, cfg, gates, head(project), "dev", 1, 8, "cpu",
+                                   ws.root.parent / "logs" / "stock.log")
     reports = judges.run_gates(project, cfg, gates, commit, {}, refs, "dev", True,
                                ws.root.parent / "logs")
     assert reports[0]["gate"] == "option-default" and reports[0]["passed"] is False

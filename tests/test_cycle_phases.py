@@ -130,7 +130,7 @@ def test_kernel_options_leave_out_those_idle_on_the_device():
     offered on cuda:N and not on the CPU; a declared option is always kept; the registry
     a worker reports carries each option's device types."""
     from specpilot.cycle.kernel_tuning import options_for
-    from specpilot.cycle.system_worker import registered_options
+    from specpilot.judges.worker_main import registry as registered_options
 
     registry = registered_options()
     assert registry["attention_kernel"]["devices"] == ["cuda"]

@@ -1,8 +1,12 @@
-"""The `command` backend: an external coding-agent command run in the worktree.
+"""The `command` backend: your own coding agent, run in the direction's worktree.
 
-`[explore] command` is a shell template ({option}, {title} are filled in); the task goes to
-its stdin; it runs sandboxed with the agent time limit; its changes to the system paths
-(committed or not) are the patch, switched on by the direction's option set to "true".
+`[explore] backend = "command"` with `[explore] agent_command = ["my-agent", "--flag", ...]`
+(an argv, no shell; `{option}`, `{title}` and `{direction}` in any argument are filled in).
+The task (direction, hypothesis, target factor, evidence plan, the option to register) goes
+to its stdin; it runs sandboxed (agents/sandbox.py) with `[explore] agent_timeout_s`; its
+changes to the system paths (committed or not) are the patch, switched on by the
+direction's option set to "true". Its exit status is recorded, not trusted: the gates and
+the controller judge what it left.
 """
 
 from __future__ import annotations
@@ -15,14 +19,23 @@ from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
 
 
+def argv_for(template: list[str], direction) -> list[str]:
+    fill = {"{option}": direction.option, "{title}": direction.title,
+            "{direction}": direction.id}
+    out = []
+    for arg in template:
+        for key, value in fill.items():
+            arg = arg.replace(key, value)
+        out.append(arg)
+    return out
+
+
 def produce(ctx: AgentContext) -> Candidate:
-    template = ctx.ex.command
-    if not template:
-        raise SpecPilotError("[explore] command is empty: no external agent configured")
+    if not ctx.ex.agent_command:
+        raise SpecPilotError("[explore] agent_command is empty: no external agent configured")
     d = ctx.direction
-    cmd = template.format(option=d.option, title=d.title.replace("'", ""))
-    res = sandbox.run(cmd, ctx.worktree, ctx.ex.agent_timeout_s, ctx.device_env,
-                      stdin=task_prompt(ctx))
+    res = sandbox.run(argv_for(ctx.ex.agent_command, d), ctx.worktree, ctx.ex.agent_timeout_s,
+                      ctx.device_env, stdin=task_prompt(ctx))
     (ctx.log_dir / "command.log").write_text(res.output)
     if res.timed_out:
         raise SpecPilotError(f"agent command killed after {ctx.ex.agent_timeout_s:g} s")

@@ -3,11 +3,13 @@
 - offline (default without a key): memory entries whose options the base does not
   register yet become `reuse` directions (not discoveries); an entry's applicability is
   free text, not matched here: the pre-screen, gates and controller judge it on this
-  deployment;
+  deployment; entries a cycle recorded but did not validate are never offered;
   tunable options of the current system become `tune` directions, ordered by the factor
-  they act on (largest factor first).
+  they act on (largest factor first); with a coding backend (`[explore] backend` command or
+  anthropic), one code-change direction per cost-model factor comes first.
 - anthropic: Claude gets the same context and must answer with a JSON list of directions;
   invalid output gets one repair retry, then the offline plan is used (and the record says so).
+  Its code-change directions run on the configured coding backend (`with_backend`).
 """
 
 from __future__ import annotations
@@ -29,13 +31,17 @@ FACTOR_OF_DRAFTER = {"ngram": ("draft_len", "ngram_max", "ngram_min"),
 
 
 def offline_plan(analysis: dict, memory_entries: list, drafter: str, max_directions: int,
-                 tune_values: int) -> list[Direction]:
+                 tune_values: int, coding: str | None = None) -> list[Direction]:
+    """`coding`: the backend that writes code changes ([explore] backend: command or
+    anthropic), or None. With one, a direction per cost-model factor (largest first) for it
+    comes before the reuse and tune directions: the user asked for their agent."""
     from stock.options import REGISTRY
 
     from specpilot.agents.tune import default_values
 
     factors = {k: v for k, v in ((analysis or {}).get("factors") or {}).items()
                if v is not None}   # a factor the cost model could not compute is null
+    code = code_directions(factors, coding) if coding else []
     dirs: list[Direction] = []
     for meta in memory_entries:
         names = [o.name for o in meta.options]
@@ -63,7 +69,43 @@ def offline_plan(analysis: dict, memory_entries: list, drafter: str, max_directi
             files=[], option=name, backend="tune", values=values))
     # reuse first (cheap, proven elsewhere), then by the factor the direction targets
     dirs.sort(key=lambda d: (d.backend != "reuse", -factors.get(d.target_factor, 1.0)))
-    return dirs[:max_directions]
+    return (code + dirs)[:max_directions]
+
+
+def code_directions(factors: dict, backend: str) -> list[Direction]:
+    """One code-change direction per factor of the cost model, largest first, for `backend`
+    (the command backend's agent, or Claude): the option guarding the patch is named after
+    the factor."""
+    from specpilot.judges.analyze import DIRECTIONS
+
+    out = []
+    for factor, value in sorted(factors.items(), key=lambda kv: -kv[1]):
+        if factor not in DIRECTIONS:
+            continue
+        out.append(Direction(
+            id=_slug(f"{backend}-{factor}"), title=f"Close the {factor} gap ({value:.2f}x)",
+            hypothesis=f"the cost model puts a {value:.2f}x factor on {factor}: "
+                       f"{DIRECTIONS[factor]}",
+            target_factor=factor,
+            evidence_plan="a patch behind a new option whose default is stock bit for bit; "
+                          "then pre-screen, option-default and forcing gates, controller",
+            predicted_gain=round(min(10.0, max(0.0, value - 1) / 2), 3),
+            files=["stock/"], option=f"{factor}_patch", backend=backend))
+    return out
+
+
+def with_backend(dirs: list[Direction], coding: str | None) -> tuple[list[Direction], list[str]]:
+    """A planner's code-change directions (anthropic or command) given the configured coding
+    backend, or dropped without one; reuse and tune directions as they are."""
+    kept, dropped = [], []
+    for d in dirs:
+        if d.backend in ("anthropic", "command"):
+            if coding is None:
+                dropped.append(d.id)
+                continue
+            d = d.model_copy(update={"backend": coding})
+        kept.append(d)
+    return kept, dropped
 
 
 def _factor_of(meta, factors: dict) -> str:

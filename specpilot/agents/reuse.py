@@ -46,6 +46,10 @@ def _resolve_additions(wt: GitStore, folder: Path) -> bool:
 def produce(ctx: AgentContext) -> Candidate:
     entry_id = ctx.direction.entry or ""
     patch, meta = entry_patch(ctx.root, entry_id)
+    if not meta.reusable:
+        v = meta.validation
+        raise SpecPilotError(f"entry {entry_id} is {v.status} (run {v.run}): not reusable "
+                             f"until a cycle's final validation passes it; {v.detail[:200]}")
     wt = GitStore(ctx.worktree)
     with tempfile.NamedTemporaryFile(suffix=".patch", delete=False) as fh:
         fh.write(patch)

@@ -3,9 +3,9 @@
 Successive halving over candidate configurations (option values): every configuration gets
 one short timed generation, paired with a timing of the base's own options on the same
 request; the better half gets another request; the best configuration wins. The timings
-run in one worker process on a clean checkout of the system being tuned
-(`cycle/system_worker.py` through `cycle/judges.py`), so a system with code changes (Phase
-3 tunes the integrated one) is timed with its own code. The estimated gain is the
+come from the judges' worker on a clean checkout of the system being tuned (its "timed"
+command, through `cycle/judges.tune_options`; the search runs in the judges' process), so a
+system with code changes (Phase 3 tunes the integrated one) is timed with its own code. The estimated gain is the
 pre-screen evidence; the gates and the controller then judge it on clean checkouts.
 """
 
@@ -73,8 +73,11 @@ def produce(ctx: AgentContext) -> Candidate:
 
     name = ctx.direction.option
     configs = [{name: v} for v in ctx.direction.values]
+    from specpilot.cycle.runner import slot_device
+
     res = judges.tune_options(ctx.root, ctx.cfg, ctx.base, configs, ctx.ex.prescreen_max_new,
-                              ctx.log_dir, ctx.device_env)
+                              ctx.log_dir, slot_device(ctx.device_env)
+                              if "CUDA_VISIBLE_DEVICES" in ctx.device_env else None)
     for s in res["scores"]:
         ctx.progress(f"{_label(s['config'])}: gain {s['gain']:+.1%} ({s['requests']} requests)")
     best, gain = res["config"][name], res["gain"]

@@ -46,10 +46,13 @@ def list_cmd(source, as_json):
     rows = [entries[n["id"]] for n in graph["nodes"]]
     data = [{"id": e.id, "title": e.meta.title, "deps": e.meta.deps, "base": e.meta.base,
              "provenance": e.meta.provenance.kind, "commit": e.commit,
-             "stale": any(r.stale for r in e.meta.results)} for e in rows]
+             "stale": any(r.stale for r in e.meta.results),
+             "validation": e.meta.validation.status if e.meta.validation else None}
+            for e in rows]
     text = "\n".join(
         f"{d['id']:<28} {d['base'][:10]}  {','.join(d['deps']) or '-':<20} "
-        f"{d['provenance']:<12} {'stale ' if d['stale'] else ''}{d['title']}" for d in data)
+        f"{d['provenance']:<12} {'stale ' if d['stale'] else ''}"
+        f"{d['validation'] + ' ' if d['validation'] else ''}{d['title']}" for d in data)
     _emit(as_json, data, text or "(no memory entries)")
 
 

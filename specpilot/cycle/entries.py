@@ -68,6 +68,7 @@ def record_adopted(cycle, ds) -> str:
                                     f"max_new {v.get('max_new')}",
                      "controller_run": f"{state.run_id}/{d.id}"}],
         "untested": ["sealed requests (Phase 4 validates the cycle's system)"],
+        "validation": provisional(state.run_id),
     }
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "meta.toml"
@@ -75,6 +76,49 @@ def record_adopted(cycle, ds) -> str:
         rec = record(memory, cand.commit, entry_id, list(ds.deps), path,
                      base=state.base.commit)
     return rec.id
+
+
+def provisional(run_id: str) -> dict:
+    """An entry recorded at adoption awaits the cycle's final validation: not reusable."""
+    return {"status": "provisional", "run": run_id,
+            "detail": "recorded at adoption (dev gates and controller); not reusable until "
+                      "the cycle's final validation on sealed requests passes"}
+
+
+def mark_validated(cycle, passed: bool, why: str) -> dict[str, str]:
+    """After Phase 4: the cycle's entries that make up its best system (the entry whose tree
+    is the system's and, transitively, its dependencies among this cycle's entries) become
+    `validated` when validation passed, `rejected` when it failed. The cycle's other entries
+    were never validated and stay provisional. Returns {entry: status} for every entry of
+    the cycle."""
+    from specpilot.memory.results import set_validation
+
+    state = cycle.state
+    if not state.entries:
+        return {}
+    memory = Memory(cycle.root)
+    known = memory.ref_entries()
+    tree = memory.store.system_tree(state.best.commit, memory.system_paths)
+    mine = [e for e in state.entries if e in known]
+    todo = [e for e in mine if known[e].meta.source_tree == tree]
+    part: set[str] = set()
+    while todo:
+        e = todo.pop()
+        if e not in part:
+            part.add(e)
+            todo += [d for d in known[e].meta.deps if d in mine]
+    status = "validated" if passed else "rejected"
+    out = {}
+    for e in mine:
+        if e in part:
+            set_validation(memory, e, status, state.run_id,
+                           f"part of the system {state.best.commit[:12]} "
+                           f"{state.best.options} whose final validation "
+                           f"{'passed' if passed else 'failed'}: {why}"[:500])
+            out[e] = status
+        else:
+            out[e] = known[e].meta.validation.status if known[e].meta.validation else "none"
+    return out
 
 
 def record_integration(cycle, stacked: list, stack, verdict: dict, resolved: list[str]) -> dict:
@@ -127,6 +171,7 @@ def record_integration(cycle, stacked: list, stack, verdict: dict, resolved: lis
                                     f"max_new {verdict.get('max_new')}",
                      "controller_run": f"{state.run_id}/integrate"}],
         "untested": ["sealed requests (Phase 4 validates the cycle's system)"],
+        "validation": provisional(state.run_id),
     }
     last_error = None
     with tempfile.TemporaryDirectory() as tmp:

@@ -79,10 +79,12 @@ def integrate(cycle) -> None:
                              cycle.ex.controller_requests, cycle.ex.controller_max_new,
                              progress=lambda m: cycle.progress("integrate", f"controller: {m}"))
     rec["verdict"] = verdict
-    if not verdict["adopted"]:
+    why = judges.implausible(verdict, cycle.analysis_of(state.base), cycle.ex.plausible_margin) \
+        if verdict["adopted"] else None
+    if not verdict["adopted"] or why:
         best = stacked[0].candidate
         state.best = System(commit=best.commit, options=best.options)
-        rec["result"] = (f"stack not adopted ({verdict['verdict']}); the best single "
+        rec["result"] = (f"stack not adopted ({why or verdict['verdict']}); the best single "
                          f"direction {stacked[0].direction.id} kept")
         return
     state.best = stack

@@ -2,157 +2,160 @@
 
 Every call the cycle makes into specpilot/judges/forcing.py, controller.py, worker_proc.py,
 stats.py and analyze.py goes through here, so a change of their API touches this file only.
-The judges always run the project's own code (this process's `specpilot`); systems are served
-from clean checkouts of their commits, never from an agent's worktree.
+The judges always run the project's own code (this process's `specpilot`); every system is
+served from a clean checkout of its commit (never from an agent's worktree) by the judges'
+one worker program (`specpilot/judges/worker_main.py`, started by `worker_proc.Worker`),
+which imports nothing of specpilot: gates, references, the controller, Phase 0's
+measurements and the tuner's timings alike. What is computed from the workers' replies
+(verdicts, factors, the tuner's search) is computed here, in the judges' process.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import random
-import subprocess
-import sys
-import tempfile
+import math
+import time
 from pathlib import Path
 
 import numpy as np
 
-import specpilot
-from specpilot.judges import controller, prompts, stats
+from specpilot.judges import controller, costmodel, prompts, stats
+from specpilot.judges import gates as judge_gates
 from specpilot.config import Config, GatesSection
 from specpilot.errors import SpecPilotError
-from specpilot.judges.forcing import ReferenceCache, compute_reference, references, stock_tree_of
 from specpilot.gitstore import GitStore
-from specpilot.judges.worker_proc import SCRUB_ENV, clean_checkout
+from specpilot.judges.worker_proc import Worker, WorkerError, clean_checkout
 
 from specpilot.cycle.state import System
 
-PACKAGE_ROOT = Path(specpilot.__file__).resolve().parents[1]
-GATE_WORKER = Path(__file__).with_name("gate_worker.py")
-SYSTEM_WORKER = Path(__file__).with_name("system_worker.py")
 
-
-def _system_job(root: Path, cfg: Config, system: System, task: str, job: dict, log: Path,
-                env_extra: dict | None = None, timeout_s: float = 3600) -> dict:
-    """Run `cycle/system_worker.py` on `system`'s clean checkout at its options."""
+@contextlib.contextmanager
+def _served(root: Path, cfg: Config, system: System, device: str | None, log: Path):
+    """`system` served by the judges' worker (the gates' and the controller's program) from a
+    clean checkout of its commit at its options."""
     co = clean_checkout(GitStore(root), system.commit, cfg.system_paths, root)
-    job = {"task": task, "checkout": str(co.path), "cache_root": str(root),
-           "model": cfg.model.path, "options": dict(system.options),
-           "drafter": cfg.controller.drafter,
-           "max_context": max(2048, 1024 + job.get("max_new", 0) + 64), **job}
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "out.json"
-        job_path.write_text(json.dumps(job))
-        env = {k: v for k, v in os.environ.items() if k not in SCRUB_ENV}
-        env.update(env_extra or {})
-        env.update(PYTHONPATH=f"{co.path}{os.pathsep}{PACKAGE_ROOT}", PYTHONNOUSERSITE="1")
-        with open(log, "wb") as fh:
-            proc = subprocess.run([sys.executable, "-P", "-B", "-s", str(SYSTEM_WORKER),
-                                   str(job_path), str(out_path)], cwd=co.path, env=env,
-                                  stdout=fh, stderr=subprocess.STDOUT, timeout=timeout_s)
-        if proc.returncode != 0 or not out_path.is_file():
-            tail = log.read_text(errors="replace")[-600:].strip()
-            raise SpecPilotError(f"{task} worker on {system.commit[:12]} exited "
-                                 f"{proc.returncode}: {tail}")
-        return json.loads(out_path.read_text())
+    worker = Worker("system", co, cfg.system_paths, cfg.model.path, dict(system.options),
+                    device or default_device(), log, judge_gates.worker_drafter(cfg),
+                    confine=cfg.judges.confine)
+    try:
+        worker.start()
+        yield worker
+    finally:
+        worker.stop()
+
+
+def _prompts(worker: Worker, requests: list[tuple]) -> list[tuple[str, list[int]]]:
+    """(id, token ids) of the controller's requests: a prompt is tokenized by the system's
+    own tokenizer and keeps its last 1024 tokens."""
+    return [(rid, ids if ids is not None else
+             worker.call("tokenize", rid, prompt=prompt)["ids"][-1024:])
+            for rid, prompt, ids in requests]
+
+
+def _finite(x):
+    """NaN and infinities as null: the report as the run record's JSON holds it (keys of
+    the τ curve as text), so a report read back equals the one kept in memory."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_finite(v) for v in x]
+    return x
 
 
 def analyze(root: Path, cfg: Config, system: System, requests: int, max_new: int,
-            log_dir: Path) -> dict:
-    """Phase 0: the judges' cost model (`specpilot analyze`, specpilot/judges/analyze.py) run on
-    `system`'s clean checkout at its options; the report as a dict."""
+            log_dir: Path, device: str | None = None) -> dict:
+    """Phase 0: the judges' cost model (`specpilot analyze`, specpilot/judges/analyze.py) of
+    `system` at its options: measured by the judges' worker on its clean checkout, the
+    factors computed here; the report as a dict."""
+    from specpilot.judges.analyze import report
+    from specpilot.judges.hardware import for_device
+
+    t0 = time.perf_counter()
     reqs = prompts.pick_requests(cfg.model.path, requests, "dev")
-    rep = _system_job(root, cfg, system, "analyze", {"requests": reqs, "max_new": max_new},
-                      log_dir / "analyze.log")
-    rep["source"] = "specpilot.judges.analyze (cost model) on a clean checkout of the base"
-    rep["system"] = system.model_dump()
-    return rep
+    device = device or default_device()
+    with _served(root, cfg, system, device, log_dir / "analyze.log") as worker:
+        asked = _prompts(worker, reqs)
+        measured = worker.call("measure", "measure", prompts=[ids for _, ids in asked],
+                               max_new=max_new)
+        registry = worker.call("registry", "registry")["registry"]
+    rep = report(measured, cfg.model.path, for_device(device, root), [r for r, _ in asked])
+    out = json.loads(json.dumps(_finite(rep.model_dump(mode="python")), default=str))
+    out["registered_options"] = registry
+    out["seconds"] = round(time.perf_counter() - t0, 1)
+    out["source"] = "specpilot.judges.analyze (cost model) on a clean checkout of the base"
+    out["system"] = system.model_dump()
+    return out
 
 
 def tune_options(root: Path, cfg: Config, system: System, configs: list[dict], max_new: int,
-                 log_dir: Path, env_extra: dict | None = None, requests: int = 4) -> dict:
+                 log_dir: Path, device: str | None = None, requests: int = 4) -> dict:
     """Successive halving (agents/tune.halving) of option `configs` over `system`, timed by
-    short generations in one worker on the system's clean checkout."""
+    short generations of the judges' worker on the system's clean checkout (one model load
+    for the whole search); the search itself runs here."""
+    from specpilot.agents.tune import halving
+
+    t0 = time.perf_counter()
     reqs = prompts.pick_requests(cfg.model.path, requests, "dev")
-    return _system_job(root, cfg, system, "tune", {"requests": reqs, "max_new": max_new,
-                                                   "configs": configs},
-                       log_dir / "tune.log", env_extra)
+    lines: list[str] = []
+    with _served(root, cfg, system, device, log_dir / "tune.log") as worker:
+        asked = _prompts(worker, reqs)
+        calls = [0]
+
+        def timed(options: dict, i: int) -> dict:
+            calls[0] += 1
+            return worker.call("timed", f"t{calls[0]}", options=options,
+                               ids=asked[i % len(asked)][1], max_new=max_new)
+        # warm-up, not counted: on CUDA every prompt once, so that no timed call pays the
+        # first compile of a T bucket (stock's `compile` option: seconds a T) for the others
+        if timed(system.options, 0)["uses_graphs"]:
+            for i in range(1, len(asked)):
+                timed(system.options, i)
+        res = halving(configs, dict(system.options), lambda o, i: timed(o, i)["decode_s"],
+                      lines.append)
+    res["log"] = lines
+    res["seconds"] = round(time.perf_counter() - t0, 1)
+    return res
 
 
-def _random_requests(count: int, seed: int) -> list[tuple[str, list[int]]]:
-    rng = random.Random(seed)
-    return [(f"{'rand' if seed == 0 else 'sealed-rand'}-{i}",
-             [rng.randrange(1, 256) for _ in range(16)]) for i in range(count)]
-
-
-def stock_references(root: Path, cfg: Config, gates: GatesSection, check: str, count: int,
-                     length: int) -> list:
-    """Stock's references (the project's own stock at defaults), cached by the judges."""
-    import torch
-    from stock.options import Options
-
-    model = cfg.model.path
-    tree = stock_tree_of(system_paths=cfg.system_paths)
-    cache = ReferenceCache(root)
-    if model.startswith("random:"):
-        from stock.config import PRESETS
-        from stock.engine import Engine
-        from stock.model import Transformer
-
-        engine = None
-        out = []
-        for rid, ids in _random_requests(count, 0 if check == "dev" else 1):
-            ref = cache.get(model, tree, rid, length)
-            if ref is None:
-                if engine is None:
-                    engine = Engine(Transformer.random(PRESETS[model[7:]]), Options(),
-                                    len(ids) + length + 64, set())
-                ref = compute_reference(engine, ids, rid, length, model, tree, gates)
-                cache.put(ref)
-            out.append(ref)
-        return out
-    from specpilot.judges.gates import check_requests
-    from stock.system import load_system
-
-    reqs = check_requests(check, count)
-    longest = max(len(r.prompt) for r in reqs)
-    system = load_system(model, Options(), "cpu" if not torch.cuda.is_available() else None,
-                         longest + length + 64)
-    return references(system, reqs, length, cache, model, tree, gates)
+def stock_references(root: Path, cfg: Config, gates: GatesSection, stock_commit: str,
+                     check: str, count: int, length: int, device: str,
+                     log_path: Path) -> list:
+    """Stock's references for a check: the judges' one reference computation (as for
+    `specpilot gate`), by stock at its defaults in a worker on a clean checkout of the stock
+    commit, cached by the judges."""
+    reqs = judge_gates.gate_requests(cfg.model.path, check, count)
+    return judge_gates.stock_references(root, cfg, gates, stock_commit, reqs, length, device,
+                                        log_path)
 
 
 def run_gates(root: Path, cfg: Config, gates: GatesSection, commit: str, options: dict,
               refs: list, check: str, default_gate: bool, log_dir: Path,
-              timeout_s: float = 3600, env_extra: dict | None = None) -> list[dict]:
-    """The option-default and/or token-forcing gate on `commit`'s clean checkout."""
-    co = clean_checkout(GitStore(root), commit, cfg.system_paths, root)
-    ctx = max(len(r.prompt_ids) + r.length for r in refs) + 64
-    job = {"checkout": str(co.path), "references": [r.model_dump(mode="json") for r in refs],
-           "gates": gates.model_dump(), "model": cfg.model.path, "max_context": ctx,
-           "options": options, "drafter": cfg.controller.drafter, "check": check,
-           "default_gate": default_gate, "forcing_gate": bool(options) or not default_gate}
+              device: str | None = None) -> list[dict]:
+    """The option-default and/or token-forcing gate on `commit`'s clean checkout: the one
+    gate path of `specpilot gate` (judges/gates.judge). Each report carries the candidate's
+    own definitions of the options it ran with (`option_specs`). A worker that dies (the
+    candidate crashed, ran out of context, ...) fails the gate with the reason."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "out.json"
-        job_path.write_text(json.dumps(job))
-        env = {k: v for k, v in os.environ.items() if k not in SCRUB_ENV}
-        env.update(env_extra or {})   # a cycle's slot: the one device this direction owns
-        env.update(PYTHONPATH=f"{co.path}{os.pathsep}{PACKAGE_ROOT}", PYTHONNOUSERSITE="1")
-        with open(log_dir / f"gates-{check}.log", "wb") as log:
-            proc = subprocess.run([sys.executable, "-P", "-B", "-s", str(GATE_WORKER),
-                                   str(job_path), str(out_path)], cwd=co.path, env=env,
-                                  stdout=log, stderr=subprocess.STDOUT, timeout=timeout_s)
-        if proc.returncode != 0 or not out_path.is_file():
-            tail = (log_dir / f"gates-{check}.log").read_text(errors="replace")[-600:]
-            return [{"gate": "gates", "check": check, "passed": False,
-                     "reasons": [f"gate worker exited {proc.returncode}: {tail.strip()}"]}]
-        return json.loads(out_path.read_text())
+    try:
+        run = judge_gates.judge(root, cfg, gates, commit, options, refs, check,
+                                device or default_device(), log_dir,
+                                default_gate=default_gate,
+                                forcing=bool(options) or not default_gate)
+    except WorkerError as exc:
+        return [{"gate": "gates", "check": check, "passed": False,
+                 "reasons": [f"gate worker: {exc}"]}]
+    out = [r.model_dump(mode="json") for r in run.reports]
+    for r in out:
+        r["option_specs"] = run.option_specs
+    return out
 
 
 def prescreen(root: Path, cfg: Config, base: System, cand: System, requests: int,
-              max_new: int, log_dir: Path, device: str | None = None) -> dict:
+              max_new: int, log_dir: Path, device: str | None = None,
+              stock: str = "HEAD") -> dict:
     """Cheapest timing evidence: one paired round (A then B per request) on fresh prompts,
     one worker process per side, no σ and no decision (a raw gain), after one warm-up round
     (uncounted): a first request pays CUDA-graph capture and kernel autotuning, which on the
@@ -161,8 +164,8 @@ def prescreen(root: Path, cfg: Config, base: System, cand: System, requests: int
     store = GitStore(root)
     co_a = clean_checkout(store, base.commit, cfg.system_paths, root)
     co_b = clean_checkout(store, cand.commit, cfg.system_paths, root)
-    co_stock = clean_checkout(store, "HEAD", cfg.system_paths, root)
-    device = device or ("cuda:0" if _cuda() else "cpu")
+    co_stock = clean_checkout(store, stock, cfg.system_paths, root)
+    device = device or default_device()
     job = controller.Job(prompts.draw(cfg.model.path, "fresh", 2, requests), max_new,
                          cfg.controller.drafter, [device], 1, 1, cfg.model.path, processes=1)
     job, expected = controller.stock_outputs(co_stock, job, cfg, log_dir, device)
@@ -197,6 +200,15 @@ def compare(root: Path, cfg: Config, base: System, cand: System, rounds: int, re
             "faults": rep.faults}
 
 
+def implausible(verdict: dict, analysis: dict | None, margin: float) -> str | None:
+    """Why an adopted verdict's gain is a measurement fault (above the cost model's ceiling
+    for the base it was measured against, times `margin`), or None; None too when there is
+    no report of that base or a factor of it is unknown."""
+    if not analysis:
+        return None
+    return costmodel.implausible(verdict["gain"], analysis.get("factors") or {}, margin)
+
+
 def gates_passed(reports: list[dict]) -> tuple[bool, list[str]]:
     reasons = [f"{r.get('gate')}/{r.get('check')}: {why}" for r in reports
                for why in r.get("reasons", [])]
@@ -207,6 +219,11 @@ def _cuda() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+def default_device() -> str:
+    """Where a judge runs when no slot names a device: the first GPU, else the CPU."""
+    return "cuda:0" if _cuda() else "cpu"
 
 
 def require(cond: bool, message: str) -> None:

@@ -10,8 +10,8 @@
    system's checkout (agents/tune.halving); a configuration whose estimated gain reaches
    the pre-screen bar goes through the dev forcing gate and the controller against the
    current best, and becomes the best if adopted.
-4. With an agent available (a Claude client), the worst category is handed to a sub-agent
-   for a code change, judged like any Phase 1 direction but starting from the integrated
+4. With a coding backend (`[explore] backend`: Claude with a key, or the command backend),
+   the worst category is handed to a sub-agent for a code change, judged like any Phase 1 direction but starting from the integrated
    system (its entry depends on the entries that system is made of).
 Everything tried and its outcome is in the run record's `kernel_tuning`.
 """
@@ -118,10 +118,14 @@ def tune_kernels(cycle) -> None:
             continue
         _autotune(cycle, entry, configs, log_dir)
         cycle.save()
-    if ranking and cycle.client is not None:
-        rec["agent"] = _agent(cycle, ranking[0])
+    from specpilot.cycle.planning import coding_backend
+
+    coding = coding_backend(ex, cycle.client)
+    if ranking and coding:
+        rec["agent"] = _agent(cycle, ranking[0], coding)
     elif ranking:
-        rec["agent"] = {"result": "skipped: code changes need an agent (ANTHROPIC_API_KEY)"}
+        rec["agent"] = {"result": "skipped: code changes need an agent (ANTHROPIC_API_KEY, "
+                                  "or [explore] backend = \"command\")"}
     worst = ", ".join(f"{r['category']} {r['over_bound']:.1f}x" for r in ranking) or "none"
     cycle.progress("tune-kernels", f"over bound: {worst}; best {state.best.options}")
 
@@ -152,7 +156,11 @@ def _autotune(cycle, entry: dict, configs: list[dict], log_dir) -> None:
                        progress=lambda m: cycle.progress("tune-kernels", f"controller: {m}"),
                        family=max(1, ex.kernel_categories))   # one verdict per category
     entry["verdict"] = v
-    if v["adopted"]:
+    why = judges.implausible(v, cycle.analysis_of(state.best), ex.plausible_margin) \
+        if v["adopted"] else None
+    if why:
+        entry["result"] = f"{why}; kept {state.best.options}"
+    elif v["adopted"]:
         state.best = cand
         entry["result"] = f"adopted {res['config']} (gain {v['gain']:+.1%}, lower bound " \
                           f"{v['lower_bound']:+.1%})"
@@ -160,7 +168,7 @@ def _autotune(cycle, entry: dict, configs: list[dict], log_dir) -> None:
         entry["result"] = f"controller: {v['verdict']} for {res['config']}"
 
 
-def _agent(cycle, row: dict) -> dict:
+def _agent(cycle, row: dict, backend: str) -> dict:
     """A code change for the worst category by a sub-agent, from the integrated system."""
     from specpilot.cycle.pipeline import run_direction
     from specpilot.cycle.runner import device_slots
@@ -175,7 +183,7 @@ def _agent(cycle, row: dict) -> dict:
                                 "and controller against the integrated system",
                   predicted_gain=round(min(1.0, max(0.0, 1 - 1 / row["over_bound"]) / 2), 3),
                   files=["stock/layers.py", "stock/model.py", "kernels/"],
-                  option=f"{cat}_kernel", backend="anthropic")
+                  option=f"{cat}_kernel_patch", backend=backend)
     ds = DirectionState(direction=d, base=cycle.state.best, deps=best_entries(cycle.state))
     run_direction(cycle, ds, device_slots(cycle.ex)[0])
     if ds.status == "adopted":

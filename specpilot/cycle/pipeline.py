@@ -1,4 +1,5 @@
-"""One direction through the judges: candidate -> pre-screen -> gates -> controller -> entry.
+"""One direction through the judges: candidate -> pre-screen -> gates -> controller ->
+plausibility (the gain against the cost model's ceiling) -> entry.
 
 Each step saves the run record before the next begins; on resume a direction restarts at
 its first unfinished step (a candidate commit, once made, is kept and never re-produced).
@@ -81,7 +82,8 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
             with timed(ds, "prescreen"):
                 ds.prescreen = judges.prescreen(root, cfg, base, cand_sys,
                                                 ex.prescreen_requests, ex.prescreen_max_new,
-                                                log_dir / "prescreen", device)
+                                                log_dir / "prescreen", device,
+                                                cycle.stock_commit())
             gain = ds.prescreen["gain"]
         ds.step = "prescreen"
         if ds.prescreen.get("faults"):
@@ -100,11 +102,10 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
             return
         say("gates: option-default and dev token forcing")
         with timed(ds, "references"):   # shared by all directions, computed once
-            refs = cycle.references("dev")
+            refs = cycle.references("dev", device)
         with timed(ds, "gates"):
             ds.gates = judges.run_gates(root, cfg, cycle.gates_cfg, cand.commit, cand.options,
-                                        refs, "dev", cand.code_changed, log_dir,
-                                        env_extra=device_env)
+                                        refs, "dev", cand.code_changed, log_dir, device)
         ok, reasons = judges.gates_passed(ds.gates)
         ds.step = "gates"
         if not ok:
@@ -136,9 +137,14 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
                               f"lower bound {ds.lower_bound:+.1%} <= threshold "
                               f"{ds.verdict['threshold']:.1%})")
             return
+        why = judges.implausible(ds.verdict, cycle.analysis_of(base), ex.plausible_margin)
+        if why:   # more than the cost model allows: a measurement fault, never adopted
+            ds.status = "implausible"
+            ds.reasons.append(why)
+            return
         cycle.save()
     if ds.step == "controller":
-        if ds.status == "rejected":
+        if ds.status in ("rejected", "implausible"):
             return
         if cand.code_changed:
             ds.entry = cycle.record_entry(ds)

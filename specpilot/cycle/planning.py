@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import json
 
-from specpilot.agents.planner import anthropic_plan, offline_plan
+from specpilot.agents.planner import anthropic_plan, offline_plan, with_backend
 from specpilot.cycle.state import list_runs
+from specpilot.errors import SpecPilotError
 from specpilot.memory.store import Memory
 
 
 def memory_metas(root) -> list:
+    """The entries a planner may reuse: all but those a cycle recorded and has not validated
+    (provisional) or whose validation failed (rejected)."""
     memory = Memory(root)
     metas = {e.id: e.meta for e in memory.file_entries().values()}
     metas.update({e.id: e.meta for e in memory.ref_entries().values()})
-    return [metas[k] for k in sorted(metas)]
+    return [metas[k] for k in sorted(metas) if metas[k].reusable]
 
 
 def past_cycles(root, current: str) -> list[dict]:
@@ -22,11 +25,30 @@ def past_cycles(root, current: str) -> list[dict]:
             for r in list_runs(root) if r.run_id != current][-5:]
 
 
+def coding_backend(ex, client) -> str | None:
+    """Who writes code changes this cycle ([explore] backend): the command backend (the
+    user's own coding agent, `agent_command`), Claude, or nobody (reuse and tuning only)."""
+    if ex.backend == "command":
+        return "command"
+    if ex.backend == "anthropic":
+        if client is None:
+            raise SpecPilotError('[explore] backend = "anthropic" needs ANTHROPIC_API_KEY',
+                                 code=2)
+        return "anthropic"
+    if ex.backend == "auto" and client is not None:
+        return "anthropic"
+    return None
+
+
 def plan(cycle) -> list:
     ex, state = cycle.ex, cycle.state
     metas = memory_metas(cycle.root)
+    coding = coding_backend(ex, cycle.client)
+    state.backend = {"command": f"command: {' '.join(ex.agent_command)}",
+                     "anthropic": f"anthropic ({ex.model})"}.get(
+        coding, "none (reuse and tuning only)")
     offline = lambda: offline_plan(state.analysis, metas, cycle.cfg.controller.drafter,  # noqa
-                                   ex.max_directions, ex.tune_values)
+                                   ex.max_directions, ex.tune_values, coding)
     use_claude = ex.planner == "anthropic" or (ex.planner == "auto" and cycle.client)
     if not use_claude or cycle.client is None:
         state.planner = "offline" + (" (no API key)" if ex.planner != "offline" else "")
@@ -43,4 +65,8 @@ def plan(cycle) -> list:
     if dirs is None:
         state.notes.append(how)
         return offline()
+    dirs, dropped = with_backend(dirs, coding)
+    if dropped:
+        state.notes.append(f"no coding backend ([explore] backend = {ex.backend!r}): "
+                           f"dropped {', '.join(dropped)}")
     return dirs

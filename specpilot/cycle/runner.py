@@ -35,6 +35,7 @@ class Cycle:
         self.cfg = self.cfg.model_copy(update={"controller": controller_for_cycle(self.cfg,
                                                                                    self.ex)})
         self.gates_cfg = gates_for_cycle(self.cfg, self.ex)
+        self.validate_length()   # a sealed length below 2 x dev is a config error, now
         self.state = state
         self.runs = RunStore(self.root, state.run_id)
         self.store = GitStore(self.root)
@@ -62,17 +63,33 @@ class Cycle:
                 fh.write(f"{time.strftime('%H:%M:%S')} [{who}] {msg}\n")
         self._progress(who, msg)
 
-    def references(self, check: str) -> list:
+    def stock_commit(self) -> str:
+        """Stock: HEAD when the cycle started (a record older than that field: HEAD now)."""
+        return self.state.stock or self.store.must_resolve("HEAD")
+
+    def references(self, check: str, device: str | None = None) -> list:
+        """Stock's references for the dev or the sealed check, computed once a cycle (on the
+        first asker's device) and cached by the judges."""
         with self._lock:
             if check not in self._refs:
                 n = self.ex.gate_requests if check == "dev" else self.ex.validate_requests
                 length = self.gates_cfg.dev_length if check == "dev" else self.validate_length()
-                self._refs[check] = judges.stock_references(self.root, self.cfg, self.gates_cfg,
-                                                            check, n, length)
+                self._refs[check] = judges.stock_references(
+                    self.root, self.cfg, self.gates_cfg, self.stock_commit(), check, n, length,
+                    device or judges.default_device(),
+                    self.runs.log_dir("references") / f"stock-{check}.log")
             return self._refs[check]
 
     def validate_length(self) -> int:
         return validate_length(self.cfg, self.ex)
+
+    def analysis_of(self, system: System) -> dict | None:
+        """The cost model's report of `system` made by this cycle (Phase 0 for the base,
+        Phase 3 for the integrated system), if any."""
+        if system == self.state.base:
+            return self.state.analysis
+        rep = (self.state.kernel_tuning or {}).get("analysis")
+        return rep if rep and rep.get("system") == system.model_dump() else None
 
     def agent_context(self, ds: DirectionState, device_env: dict):
         from specpilot.agents.context import AgentContext
@@ -215,7 +232,7 @@ def start(root: Path, progress=lambda who, msg: None, client=None) -> Cycle:
     head = store.must_resolve("HEAD")
     paths = load_config(root).system_paths
     dirty = store.run("status", "--porcelain", "--", *paths).strip()
-    if dirty:   # the dev and sealed references run the working tree's stock
+    if dirty:   # stock (HEAD) is the references' source: what runs must be what is committed
         raise SpecPilotError(f"uncommitted changes in the system paths ({', '.join(paths)}); "
                              f"commit or stash them before a cycle:\n{dirty}", code=2)
     base = System(commit=head)
@@ -226,7 +243,7 @@ def start(root: Path, progress=lambda who, msg: None, client=None) -> Cycle:
         base = System(commit=best, options=best_options(root))
     state = RunState(run_id=new_run_id(), created=time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                  time.gmtime()),
-                     base=base, best=base, sandbox=sandbox.describe())
+                     base=base, best=base, stock=head, sandbox=sandbox.describe())
     cycle = Cycle(root, state, progress, client)
     cycle.save()
     return cycle

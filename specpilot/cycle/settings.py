@@ -6,17 +6,27 @@ few dev requests, short generations, few controller rounds. On a GPU, raise them
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from specpilot.config import Config, ControllerSection, GatesSection
+from specpilot.errors import SpecPilotError
+
+BACKENDS = ("auto", "offline", "anthropic", "command")
+CPU_GATE_LENGTH = 32   # the dev forcing length on a CPU: small, so a cycle stays short
 
 
 class ExploreSection(BaseModel):
     model_config = ConfigDict(extra="forbid")
     planner: str = "auto"              # auto | offline | anthropic
-    backend: str = "auto"              # sub-agents: auto | offline | anthropic | command
+    # who writes code changes: auto (Claude with a key, else nobody), offline (nobody: reuse
+    # and tuning only), anthropic (Claude), command (agent_command, your own coding agent)
+    backend: Literal["auto", "offline", "anthropic", "command"] = "auto"
     model: str = "claude-sonnet-4-5"   # Anthropic model name
-    command: str = ""                  # external agent command template (task on stdin)
+    # the command backend's argv, run in the direction's worktree with the task on stdin;
+    # {option}, {title} and {direction} in any argument are filled in
+    agent_command: list[str] = Field(default_factory=list)
     max_directions: int = Field(3, ge=1)
     analyze_requests: int = Field(1, ge=1)   # Phase 0 profile
     analyze_max_new: int = Field(16, ge=1)
@@ -34,13 +44,19 @@ class ExploreSection(BaseModel):
     kernel_options: dict[str, list[str]] = Field(default_factory=dict)
     # gates (dev token forcing) and controller, scaled down for the CPU
     gate_requests: int = Field(2, ge=1)
-    gate_length: int = Field(32, ge=1)
+    gate_length: int = Field(0, ge=0)  # 0: [gates] dev_length on CUDA, CPU_GATE_LENGTH on CPU
     controller_rounds: int = Field(2, ge=2)
     controller_requests: int = Field(2, ge=1)
     controller_max_new: int = Field(16, ge=1)
     # final validation on sealed requests
     validate_requests: int = Field(2, ge=1)
-    validate_length: int = Field(0, ge=0)   # 0: [gates] sealed_length on CUDA, 64 on CPU
+    # 0: [gates] sealed_length on CUDA, 2 x the dev length on CPU; never below 2 x the dev
+    # length, so the sealed check reaches a fault the dev check cannot see
+    validate_length: int = Field(0, ge=0)
+    # a controller gain above the cost model's ceiling (the product of Phase 0's factors)
+    # times this margin is a measurement fault, not an optimization (below 1: stricter than
+    # the cost model itself)
+    plausible_margin: float = Field(1.5, gt=0)
     # agent limits
     agent_steps: int = Field(40, ge=1)
     agent_tokens: int = Field(400_000, ge=1000)
@@ -50,12 +66,49 @@ class ExploreSection(BaseModel):
     agent_timeout_s: float = Field(1800.0, gt=0)
 
 
+    @model_validator(mode="after")
+    def _command_needs_a_command(self) -> "ExploreSection":
+        if self.backend == "command" and not self.agent_command:
+            raise ValueError("backend = \"command\" needs agent_command = [argv of your "
+                             "coding agent]")
+        return self
+
+
 def explore_settings(cfg: Config) -> ExploreSection:
-    return ExploreSection.model_validate((cfg.model_extra or {}).get("explore", {}))
+    """The [explore] section; anything wrong in it is a one-line configuration error."""
+    raw = (cfg.model_extra or {}).get("explore", {})
+    if "command" in raw:
+        raise SpecPilotError("[explore] command is now agent_command, a list: "
+                             "agent_command = [\"my-agent\", \"--task-on-stdin\"]", code=2)
+    try:
+        return ExploreSection.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        if where == "backend":
+            msg = f"backend {err.get('input')!r} is not one of {', '.join(BACKENDS)}"
+        else:
+            msg = f"{where + ': ' if where else ''}{err['msg'].removeprefix('Value error, ')}"
+        raise SpecPilotError(f"[explore] {msg} (.specpilot/config.toml)", code=2) from None
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def dev_length(cfg: Config, ex: ExploreSection) -> int:
+    """Dev forcing length: as configured, else [gates] dev_length on CUDA and
+    CPU_GATE_LENGTH on a CPU (a small dev length, not a short sealed check, keeps a CPU
+    cycle short)."""
+    if ex.gate_length:
+        return ex.gate_length
+    return cfg.gates.dev_length if _cuda() else CPU_GATE_LENGTH
 
 
 def gates_for_cycle(cfg: Config, ex: ExploreSection) -> GatesSection:
-    return cfg.gates.model_copy(update={"dev_length": ex.gate_length,
+    return cfg.gates.model_copy(update={"dev_length": dev_length(cfg, ex),
                                         "dev_requests": ex.gate_requests})
 
 
@@ -67,9 +120,15 @@ def controller_for_cycle(cfg: Config, ex: ExploreSection) -> ControllerSection:
 
 
 def validate_length(cfg: Config, ex: ExploreSection) -> int:
-    """Sealed forcing length: as configured, else the full length on CUDA and 64 on CPU."""
+    """Sealed forcing length: at least twice the dev length on every device (the paper: dev
+    up to 2048, sealed up to 4096), so a fault after the dev length is caught. As
+    configured (an error below 2 x dev), else [gates] sealed_length on CUDA and 2 x dev on a
+    CPU, never below 2 x dev."""
+    dev = dev_length(cfg, ex)
     if ex.validate_length:
+        if ex.validate_length < 2 * dev:
+            raise SpecPilotError(f"[explore] validate_length {ex.validate_length} is below "
+                                 f"2 x the dev forcing length {dev}: the sealed check must "
+                                 f"reach past what the dev check saw", code=2)
         return ex.validate_length
-    import torch
-
-    return cfg.gates.sealed_length if torch.cuda.is_available() else 64
+    return max(cfg.gates.sealed_length if _cuda() else 0, 2 * dev)

@@ -23,10 +23,12 @@ RUNS_DIR = Path(".specpilot") / "runs"
 Phase = Literal["analyze", "plan", "explore", "integrate", "tune-kernels", "validate", "done"]
 PHASES: tuple[str, ...] = ("analyze", "plan", "explore", "integrate", "tune-kernels",
                            "validate", "done")
+# implausible: adopted by the controller with a gain above the cost model's ceiling (a
+# measurement fault), so rejected
 Status = Literal["pending", "running", "prescreen-rejected", "gate-failed", "rejected",
-                 "adopted", "error", "skipped"]
-FINAL: tuple[str, ...] = ("prescreen-rejected", "gate-failed", "rejected", "adopted", "error",
-                          "skipped")
+                 "implausible", "adopted", "error", "skipped"]
+FINAL: tuple[str, ...] = ("prescreen-rejected", "gate-failed", "rejected", "implausible",
+                          "adopted", "error", "skipped")
 
 
 class Direction(BaseModel):
@@ -96,6 +98,8 @@ class RunState(BaseModel):
     created: str
     phase: Phase = "analyze"
     base: System                      # where this cycle starts (previous best or stock)
+    stock: str | None = None          # stock's commit (HEAD at the start): the source of
+                                      # the references and what validation measures against
     best: System                      # the best system so far in this cycle
     planner: str = ""
     backend: str = ""

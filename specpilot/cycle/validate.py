@@ -3,6 +3,8 @@
 Token forcing of the best system against stock's references on sealed requests, and the
 controller against stock on sealed requests (skipped when the best system is stock itself).
 Only a pass moves refs/specpilot/best; a failure rejects the cycle's system and says why.
+Either way the cycle's entries that make up its system leave their provisional status:
+validated on a pass (reusable from then on), rejected on a failure (never reused).
 The sealed requests are read here, by the judges, and never reach an agent.
 """
 
@@ -28,12 +30,13 @@ def best_options(root) -> dict:
 def validate(cycle) -> dict:
     state = cycle.state
     best = state.best
-    stock = System(commit=cycle.store.must_resolve("HEAD"))
+    stock = System(commit=cycle.stock_commit())
     rec: dict = {"system": best.model_dump(), "length": cycle.validate_length(),
                  "requests": cycle.ex.validate_requests, "reasons": []}
     if cycle.validate_length() < cycle.cfg.gates.sealed_length:
         rec["note"] = (f"sealed forcing length {cycle.validate_length()} < "
-                       f"{cycle.cfg.gates.sealed_length} ([explore] validate_length; CPU budget)")
+                       f"{cycle.cfg.gates.sealed_length} ([explore] validate_length; CPU budget),"
+                       f" twice the dev length {cycle.gates_cfg.dev_length} or more")
     refs = cycle.references("sealed")
     code_changed = cycle.store.system_tree(best.commit, cycle.cfg.system_paths) != \
         cycle.store.system_tree(stock.commit, cycle.cfg.system_paths)
@@ -68,5 +71,8 @@ def validate(cycle) -> dict:
         rec["reasons"].append(f"passed: {BEST_REF} -> {best.commit[:12]} {best.options}")
     else:
         rec["reasons"].insert(0, "failed: the cycle's system is rejected")
+    from specpilot.cycle.entries import mark_validated
+
+    rec["entries"] = mark_validated(cycle, ok, "; ".join(rec["reasons"][:3]))
     state.validation = rec
     return rec

@@ -1,8 +1,10 @@
 """`specpilot analyze`: run dev requests, record lattices and a profile, report the factors.
 
-Two passes over the same requests: one unprofiled (actual step times, lattices, tokens per
-step, context lengths) and one under the profiler (time per kernel category). Bounds come
-from specpilot/judges/costmodel.py with the hardware's peaks (specpilot/judges/hardware.py).
+Two passes over the same requests (`worker_main.measure`, in the system's process): one
+unprofiled (actual step times, lattices, tokens per step, context lengths) and one under the
+profiler (time per kernel category). The factors are computed from those measurements here
+(`report`); bounds come from specpilot/judges/costmodel.py with the hardware's peaks
+(specpilot/judges/hardware.py).
 """
 
 from __future__ import annotations
@@ -53,57 +55,51 @@ def analyze(root: Path | None, model: str, device: str | None, n_requests: int, 
             drafter: str = "ngram", system=None, requests=None,
             hardware: Hardware | None = None,
             prompts: list[tuple[str, list[int]]] | None = None) -> Analysis:
-    """`prompts` (id, token ids) replace `requests` where the system has no tokenizer
-    (random test models); `system` may carry non-default options (the cycle's base)."""
-    import torch
-
-    from stock.lattice_log import LatticeRecorder
-    from stock.profile import CATEGORIES, Profiler
+    """`specpilot analyze` in this process. `prompts` (id, token ids) replace `requests`
+    where the system has no tokenizer (random test models); `system` may carry non-default
+    options. The cycle measures in a worker instead (cycle/judges.analyze) and computes the
+    same report with `report()`."""
+    from specpilot.judges.worker_main import measure
     from specpilot.requests import load_dev, select
     from stock.system import load_system
 
     system = system or load_system(model, None, device)
-    dev = str(system.device)
-    hw = hardware or for_device(dev, root)
-    dtype = "fp32" if system.engine.model.dtype == torch.float32 else "bf16"
-    elt = 4 if dtype == "fp32" else 2
-    peak = hw.peak_flops(dtype)
     if prompts is None:
         reqs = requests or select(load_dev(), None, max(1, -(-n_requests // 5)))[:n_requests]
         prompts = [(r.id, system.tokenizer.chat(r.prompt)) for r in reqs]
-    engine = system.engine
-    cfg = engine.model.cfg
-    recorder = LatticeRecorder(engine.options["lattice_topk"])
-    steps_t, decode_s, contexts, tokens_verified = 0, 0.0, [], []
-    request_ids = [rid for rid, _ in prompts]
-    prompts = [ids for _, ids in prompts]
-    # Untimed first. Where steps replay CUDA graphs, a step's first use of a (T, KV) shape
-    # captures a graph and, with stock's `compile` option, its first use of a T compiles the
-    # layers (7-18 s a T on the 27B-class target, bench/NOTES.md): there every prompt runs
-    # once at full length, so that the timed runs below meet no new shape. Elsewhere a short
-    # run is enough.
-    if engine.uses_graphs:
-        for ids in prompts:
-            engine.generate(ids, max_new, system.drafter(drafter))
-    else:
-        engine.generate(prompts[0], 4, system.drafter(drafter))
-    for ids in prompts:
-        first = len(recorder.steps)
-        res = engine.generate(ids, max_new, system.drafter(drafter), recorder=recorder)
-        decode_s += res.decode_s
-        steps_t += res.steps
-        ctx = len(ids)
-        for step in recorder.steps[first:]:
+    measured = measure(system.engine, system.drafter(drafter), [ids for _, ids in prompts],
+                       max_new)
+    hw = hardware or for_device(str(system.device), root)
+    return report(measured, model, hw, [rid for rid, _ in prompts])
+
+
+def report(measured: dict, model: str, hw: Hardware, request_ids: list[str]) -> Analysis:
+    """The cost model's factors from a system's measurements (worker_main.measure): its
+    lattices, step times and profile, its model's shapes and the hardware's ceilings."""
+    from types import SimpleNamespace
+
+    cfg = SimpleNamespace(**measured["model_cfg"])
+    dtype = measured["dtype"]
+    elt = 4 if dtype == "fp32" else 2
+    peak = hw.peak_flops(dtype)
+    topk = measured["topk"]
+    steps_t, decode_s, contexts, tokens_verified, lattice_steps = 0, 0.0, [], [], []
+    accepted = []
+    for run in measured["runs"]:
+        decode_s += run["decode_s"]
+        steps_t += run["steps"]
+        ctx = run["prompt_len"]
+        for step in run["lattices"]:
             contexts.append(ctx)
-            tokens_verified.append(len(step.lattice) + 1)
-            ctx += step.accepted + 1
+            tokens_verified.append(len(step["ids"]) + 1)
+            ctx += step["accepted"] + 1
+            accepted.append(step["accepted"] + 1)
+            lattice_steps.append((np.array(step["ids"], dtype=np.int64).reshape(-1, topk),
+                                  np.array(step["logprobs"], dtype=np.float32).reshape(-1, topk),
+                                  step["target"]))
     if steps_t == 0:
         raise ValueError("no decode steps were run (max_new too small?)")
-    profiler = Profiler(system.device)
-    for ids in prompts:
-        engine.generate(ids, max_new, system.drafter(drafter), profiler=profiler)
-    report = profiler.report()
-    per_step = report["per_step_ms"]
+    per_step = measured["profile"]["per_step_ms"]
     mean_ctx = float(np.mean(contexts))
     mean_tokens = float(np.mean(tokens_verified))
 
@@ -121,9 +117,7 @@ def analyze(root: Path | None, model: str, device: str | None, n_requests: int, 
         return sum(costmodel.step_bound(cfg, tokens, round(mean_ctx), elt, peak,
                                         hw.bandwidth).values())
 
-    lattice_steps = [(s.lattice.ids.numpy(), s.lattice.logprobs.numpy(), s.target)
-                     for s in recorder.steps]
-    current_tau = float(np.mean([s.accepted + 1 for s in recorder.steps]))
+    current_tau = float(np.mean(accepted))
     tau = costmodel.tau_factor(lattice_steps, current_tau, mean_tokens, bound_of)
     factors = {"tau": tau.factor, "kernel": kernel, "overhead": overhead}
     best = max(factors, key=lambda k: factors[k] if np.isfinite(factors[k]) else -1)
@@ -131,8 +125,8 @@ def analyze(root: Path | None, model: str, device: str | None, n_requests: int, 
                         bound_ms=bounds_ms.get(c),
                         ratio=(per_step.get(c, 0.0) / bounds_ms[c]
                                if bounds_ms.get(c) else None))
-            for c in CATEGORIES if c != "prefill"]
-    return Analysis(model=model, device=dev, hardware=hw, dtype=dtype,
+            for c in per_step]   # the profiler's categories in its order, prefill left out
+    return Analysis(model=model, device=measured["device"], hardware=hw, dtype=dtype,
                     requests=request_ids, steps=steps_t, tokens_per_step=mean_tokens,
                     mean_context=mean_ctx, actual_step_ms=actual_ms, profiled_kernel_ms=kernel_ms,
                     factors=factors, tau_best_budget=tau.best_budget, tau_curve=tau.curve,

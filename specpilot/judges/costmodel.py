@@ -145,3 +145,31 @@ def kernel_factor(measured: dict[str, float], bounds: dict[str, float]) -> float
     m = sum(measured.get(c, 0.0) for c in KERNELS)
     b = sum(bounds.get(c, 0.0) for c in KERNELS)
     return m / b if b > 0 else float("nan")
+
+
+FACTORS = ("tau", "kernel", "overhead")
+
+
+def ceiling(factors: dict) -> float | None:
+    """The largest speedup the cost model allows over the system it analysed: the product of
+    its factors (each at least 1: a factor below 1 is noise, not a slowdown to make up).
+    None when a factor is unknown (null, NaN or missing): then there is no ceiling."""
+    product = 1.0
+    for name in FACTORS:
+        f = (factors or {}).get(name)
+        if f is None or not math.isfinite(f) or f <= 0:
+            return None
+        product *= max(1.0, f)
+    return product
+
+
+def implausible(gain: float, factors: dict, margin: float) -> str | None:
+    """Why a measured gain (t_A / t_B - 1) cannot be a real speedup, or None: above the
+    cost model's ceiling times `margin` it is a measurement fault (a cache of outputs, a
+    timer that misses work, a wrong system measured), whatever the statistics say."""
+    top = ceiling(factors)
+    if top is None or 1.0 + gain <= top * margin:
+        return None
+    return (f"implausible: gain ×{1.0 + gain:.3g} exceeds the cost model's ceiling "
+            f"×{top:.3g} (τ {factors['tau']:.2f} × kernel {factors['kernel']:.2f} × overhead "
+            f"{factors['overhead']:.2f}, margin {margin:g}); rejected as a measurement fault")

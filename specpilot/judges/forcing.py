@@ -5,7 +5,8 @@ with stock's lossless speculative decoding (ngram drafter; greedy speculative ou
 greedy autoregressive output), then one forced pass of stock over it recording, per
 position, stock's argmax, its top-1 minus top-2 margin and a hash of its logits. Cached
 under .specpilot/cache/references/ keyed by model, stock tree hash, request id and length;
-a longer entry (or one that stopped early) serves any shorter length.
+a longer entry (or one that stopped early) serves a shorter length whose forced pass ends on
+a chunk boundary of its own (`Reference.cuts_exactly`).
 
 Gates (each returns a GateReport; `passed` is the verdict):
 - option-default: a candidate with every option at its default must give stock's logits bit
@@ -47,6 +48,14 @@ class Reference(BaseModel):
     argmax: list[int]           # stock's own choice at each forced position
     margins: list[float]        # stock's top-1 minus top-2 logit at each position
     digests: list[str]          # hash of stock's fp32 logits at each position
+
+    def cuts_exactly(self, length: int) -> bool:
+        """Is the prefix for `length` what a forced pass of that length computes, bit for bit?
+        Only if it ends on a chunk boundary of the forced pass (or takes every token): a
+        partial last chunk is a forward of another shape, whose logits differ in the last
+        bits (on the tiny test model at the first position of the cut chunk)."""
+        n = min(length, len(self.tokens))
+        return n == len(self.tokens) or n % self.chunk == 0
 
     def cut(self, length: int) -> "Reference":
         """The same reference for a smaller budget (a prefix of it)."""
@@ -104,7 +113,7 @@ class ReferenceCache:
                 continue
             if ref.schema_version != SCHEMA_VERSION or ref.request_id != request_id:
                 continue
-            if ref.length >= length or ref.stop_reason == "stop":
+            if (ref.length >= length or ref.stop_reason == "stop") and ref.cuts_exactly(length):
                 return ref.cut(length)
         return None
 
@@ -117,35 +126,20 @@ class ReferenceCache:
         tmp.replace(path)
 
 
-def stock_tree_of(package_root: Path | None = None, system_paths=("stock", "kernels")) -> str:
-    """Tree hash of the stock code this process runs (the reference's provenance)."""
-    import stock
-
-    from specpilot.judges.worker_main import tree_hash
-
-    root = package_root or Path(stock.__file__).resolve().parents[1]
-    return tree_hash(root, list(system_paths))
-
-
 def compute_reference(stock_engine, prompt_ids: list[int], request_id: str, length: int,
                       model: str, stock_tree: str, cfg: GatesSection) -> Reference:
-    """Stock's greedy output (lossless ngram speculation) and stock's forced pass over it."""
-    from stock.engine import Engine
-    from stock.options import Options
-    from stock.system import make_drafter
+    """Stock's reference in this process (tests, fault injection): the same computation as
+    the judges' stock worker (`worker_main.reference_pass`)."""
+    from specpilot.judges.worker_main import reference_pass
 
     base = stock_engine.options.non_default()
     if base:
         raise SpecPilotError(f"the reference engine must be stock at defaults, has {base}")
-    engine = Engine(stock_engine.model, Options({"draft_len": cfg.reference_draft_len}),
-                    stock_engine.max_context, stock_engine.stop_ids)
-    engine.cache = stock_engine.cache  # share the buffer: one cache's memory, not two
-    gen = engine.generate(prompt_ids, length, make_drafter("ngram", engine))
-    forced = stock_engine.force(prompt_ids, gen.tokens, chunk=cfg.chunk, digests=True)
+    rep = reference_pass(stock_engine, prompt_ids, length, cfg.reference_draft_len, cfg.chunk)
     return Reference(model=model, stock_tree=stock_tree, request_id=request_id, length=length,
-                     prompt_ids=list(prompt_ids), tokens=gen.tokens, stop_reason=gen.stop_reason,
-                     chunk=cfg.chunk, argmax=forced.argmax, margins=forced.margin,
-                     digests=forced.digests)
+                     prompt_ids=list(prompt_ids), tokens=rep["tokens"],
+                     stop_reason=rep["stop_reason"], chunk=cfg.chunk, argmax=rep["argmax"],
+                     margins=rep["margin"], digests=rep["digests"])
 
 
 def references(stock_system, requests, length: int, cache: ReferenceCache, model: str,
@@ -248,8 +242,10 @@ def option_default_gate(candidate_engine, refs: list[Reference], cfg: GatesSecti
         n = min(cfg.default_tokens, len(ref.tokens))
         if n == 0:
             continue
-        got = candidate_engine.generate(ref.prompt_ids, n,
-                                        make_drafter(drafter, candidate_engine)).tokens
+        # an engine served by a worker (gates.WorkerEngine) generates with its own drafter
+        own = None if getattr(candidate_engine, "remote", False) else \
+            make_drafter(drafter, candidate_engine)
+        got = candidate_engine.generate(ref.prompt_ids, n, own).tokens
         if got != ref.tokens[:n]:
             at = next((i for i, (a, b) in enumerate(zip(got, ref.tokens)) if a != b),
                       min(len(got), n))

@@ -1,20 +1,29 @@
-"""Run a correctness gate: stock's references from a clean checkout of the base commit, the
-candidate forced in its own worker from a clean checkout of its commit (worker_proc.py)."""
+"""The one gate path (`specpilot gate`, the cycle's gates and its final validation): stock's
+references from a clean checkout of the stock commit, the candidate forced in its own worker
+from a clean checkout of its commit. Both run `worker_main.py` through `worker_proc.Worker`,
+the program the controller runs too; the verdicts (forcing.py) are computed here, in the
+judges' process, from what the workers reply.
+"""
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specpilot.config import load_config
+from specpilot.config import Config, GatesSection, load_config
 from specpilot.errors import SpecPilotError
 from specpilot.judges.forcing import (GateReport, Reference, ReferenceCache, forcing_gate,
-                               option_default_gate)
+                                      option_default_gate)
 from specpilot.gitstore import GitStore
+from specpilot.judges.worker_main import DEFAULT_CONTEXT
 from specpilot.judges.worker_proc import Worker, clean_checkout
 
 RUNS_DIR = Path(".specpilot") / "runs"
+
+
+Request = tuple[str, "str | None", "list[int] | None"]   # (id, prompt, token ids)
 
 
 def check_requests(check: str, count: int):
@@ -23,6 +32,33 @@ def check_requests(check: str, count: int):
 
     reqs = load_dev() if check == "dev" else load_jsonl(ensure_sealed())
     return spread(reqs, count)
+
+
+def gate_requests(model: str, check: str, count: int) -> list[Request]:
+    """The requests a check forces, from the judges' own copies of the request sets. A random
+    test model has no tokenizer: its requests are 16 random token ids each (seed 0 for dev,
+    the controller's dev requests; seed 1 for sealed)."""
+    if model.startswith("random:"):
+        rng = random.Random(0 if check == "dev" else 1)
+        prefix = "rand" if check == "dev" else "sealed-rand"
+        return [(f"{prefix}-{i}", None, [rng.randrange(1, 256) for _ in range(16)])
+                for i in range(count)]
+    return [(r.id, r.prompt, None) for r in check_requests(check, count)]
+
+
+def worker_context(model: str, prompt_ids: list[list[int]], length: int) -> int | None:
+    """The context a gate's workers get: none named, as for the controller's workers (the
+    model's own context; a random model's DEFAULT_CONTEXT), unless a random model's check
+    needs more. The same setup as the controller's, so the context is no tell either."""
+    if not model.startswith("random:"):
+        return None
+    need = max((len(ids) for ids in prompt_ids), default=0) + length + 64
+    return None if need <= DEFAULT_CONTEXT else need
+
+
+def worker_drafter(cfg: Config) -> str | None:
+    """The drafter a judge's worker serves: the controller's (None for autoregressive)."""
+    return None if cfg.controller.drafter == "ar" else cfg.controller.drafter
 
 
 @dataclass
@@ -56,6 +92,8 @@ class _Gen:
 class WorkerEngine:
     """The slice of Engine the gates use, served by a worker process."""
 
+    remote = True   # generates with the drafter its worker was started with
+
     def __init__(self, worker: Worker):
         self.worker = worker
         self.options = _Opts(worker.ready["options"], worker.ready.get("non_default", {}))
@@ -74,57 +112,99 @@ class WorkerEngine:
         return _Gen(self.worker.run(self._id(), max_new, ids=list(prompt)).tokens)
 
 
+def stock_references(root: Path, cfg: Config, gates: GatesSection, stock_rev: str,
+                     requests: list[Request], length: int, device: str,
+                     log_path: Path) -> list[Reference]:
+    """Stock's reference of each request for `length` new tokens: from the cache (keyed by
+    model, the stock commit's system tree, request and length; a longer entry serves a
+    shorter length) or computed by stock at its defaults in a worker on a clean checkout of
+    `stock_rev`."""
+    co = clean_checkout(GitStore(root), stock_rev, cfg.system_paths, root)
+    model = cfg.model.path
+    cache = ReferenceCache(root)
+    found = {rid: cache.get(model, co.tree, rid, length) for rid, _, _ in requests}
+    missing = [r for r in requests if found[r[0]] is None]
+    if missing:
+        ctx = worker_context(model, [ids for _, _, ids in requests if ids], length)
+        stock = Worker("stock", co, cfg.system_paths, model, {}, device, log_path,
+                       worker_drafter(cfg), ctx, confine=cfg.judges.confine)
+        try:
+            stock.start()
+            for rid, prompt, ids in missing:
+                if ids is None:
+                    ids = stock.call("tokenize", rid, prompt=prompt)["ids"]
+                rep = stock.call("reference", rid, ids=ids, length=length,
+                                 draft_len=gates.reference_draft_len, chunk=gates.chunk)
+                ref = Reference(model=model, stock_tree=co.tree, request_id=rid, length=length,
+                                prompt_ids=ids, tokens=rep["tokens"],
+                                stop_reason=rep["stop_reason"], chunk=gates.chunk,
+                                argmax=rep["argmax"], margins=rep["margin"],
+                                digests=rep["digests"])
+                cache.put(ref)
+                found[rid] = ref
+        finally:
+            stock.stop()
+    return [found[rid] for rid, _, _ in requests]
+
+
+@dataclass
+class GateRun:
+    reports: list[GateReport]
+    option_specs: dict   # the candidate's own definitions of the options it was forced with
+
+
+def judge(root: Path, cfg: Config, gates: GatesSection, candidate_rev: str, options: dict,
+          refs: list[Reference], check: str, device: str, log_dir: Path, *,
+          default_gate: bool, forcing: bool, exact: bool = False) -> GateRun:
+    """The option-default gate (every option at its default) and/or the token-forcing gate
+    (at `options`) of `candidate_rev` against `refs`: each in its own worker on a clean
+    checkout of the candidate's commit; the verdicts are computed here."""
+    if not refs:
+        raise SpecPilotError("no references to check against")
+    co = clean_checkout(GitStore(root), candidate_rev, cfg.system_paths, root)
+    model = cfg.model.path
+    ctx = worker_context(model, [r.prompt_ids for r in refs], max(r.length for r in refs))
+    runs = ([("default", {})] if default_gate else []) + ([("forcing", dict(options))]
+                                                          if forcing else [])
+    reports: list[GateReport] = []
+    specs: dict = {}
+    for name, opts in runs:
+        worker = Worker(f"candidate ({name} gate)", co, cfg.system_paths, model, opts, device,
+                        log_dir / f"gate-{check}-{name}.log", worker_drafter(cfg), ctx,
+                        confine=cfg.judges.confine)
+        try:
+            worker.start()
+            engine = WorkerEngine(worker)
+            if name == "default":
+                reports.append(option_default_gate(engine, refs, gates, check=check))
+            else:
+                reports.append(forcing_gate(engine, refs, gates, exact=exact, check=check))
+                known = worker.call("registry", "registry")["registry"]
+                specs = {n: known[n] for n in opts if n in known}
+        finally:
+            worker.stop()
+    return GateRun(reports, specs)
+
+
 def run_gate(root: Path, check: str, opts: dict, default_gate: bool, exact: bool,
              n_requests: int | None, length: int | None, candidate: str = "HEAD",
              base: str = "HEAD", device: str | None = None) -> GateReport:
+    """`specpilot gate`: one gate of `candidate` against the references of `base`'s stock."""
     cfg = load_config(root)
     gates = cfg.gates
     if default_gate and opts:
         raise SpecPilotError("the option-default gate takes no --opt", code=2)
     length = length or (gates.dev_length if check == "dev" else gates.sealed_length)
     count = n_requests or (gates.dev_requests if check == "dev" else gates.sealed_requests)
-    reqs = check_requests(check, count)
+    reqs = gate_requests(cfg.model.path, check, count)
     if not reqs:
         raise SpecPilotError("no requests to check")
     device = device or _default_device()
-    store = GitStore(root)
-    co_base = clean_checkout(store, base, cfg.system_paths, root)
-    co_cand = clean_checkout(store, candidate, cfg.system_paths, root)
-    ctx = max(len(r.prompt) for r in reqs) + length + 64  # characters bound tokens
     logs = root / RUNS_DIR / time.strftime("gate-%Y%m%d-%H%M%S")
-    cache = ReferenceCache(root)
-    model = cfg.model.path
-
-    refs: list[Reference] = []
-    stock = Worker("stock", co_base, cfg.system_paths, model, {}, device, logs / "stock.log",
-                   "ngram", ctx, cfg.judges.confine)
-    try:
-        stock.start()
-        for req in reqs:
-            ref = cache.get(model, co_base.tree, req.id, length)
-            if ref is None:
-                ids = stock.call("tokenize", req.id, prompt=req.prompt)["ids"]
-                rep = stock.call("reference", req.id, ids=ids, length=length,
-                                 draft_len=gates.reference_draft_len, chunk=gates.chunk)
-                ref = Reference(model=model, stock_tree=co_base.tree, request_id=req.id,
-                                length=length, prompt_ids=ids, tokens=rep["tokens"],
-                                stop_reason=rep["stop_reason"], chunk=gates.chunk,
-                                argmax=rep["argmax"], margins=rep["margin"],
-                                digests=rep["digests"])
-                cache.put(ref)
-            refs.append(ref)
-    finally:
-        stock.stop()
-    cand = Worker("candidate", co_cand, cfg.system_paths, model, dict(opts), device,
-                  logs / "candidate.log", "ngram", ctx, cfg.judges.confine)
-    try:
-        cand.start()
-        engine = WorkerEngine(cand)
-        if default_gate:
-            return option_default_gate(engine, refs, gates, check=check)
-        return forcing_gate(engine, refs, gates, exact=exact, check=check)
-    finally:
-        cand.stop()
+    refs = stock_references(root, cfg, gates, base, reqs, length, device, logs / "stock.log")
+    run = judge(root, cfg, gates, candidate, opts, refs, check, device, logs,
+                default_gate=default_gate, forcing=not default_gate, exact=exact)
+    return run.reports[0]
 
 
 def _default_device() -> str:

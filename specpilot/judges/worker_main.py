@@ -1,12 +1,16 @@
-"""The controller's worker: serves one system from one clean checkout, in its own process.
+"""The judges' one worker program: serves one system from one clean checkout, in its own
+process.
 
-Run by the controller as `python -P -B -s worker_main.py RESULT_FD` with
-PYTHONPATH=<checkout>, so `import stock` is that checkout's code and nothing else. Standard
-library and torch only: it must not import specpilot (the checkout has none).
+Run by every judge (worker_proc.Worker, through worker_proc.launch) as
+`python -P -B -s worker_main.py` with PYTHONPATH=<checkout>, so `import stock` is that
+checkout's code and nothing else. Standard library and torch only: it must not import
+specpilot (the checkout has none), and its command line and environment are the same
+whichever judge started it (gates, references, controller, the cycle's measurements).
 
-Channel: requests arrive as JSON lines on stdin; replies go to the private pipe RESULT_FD,
-never to stdout (which, with stderr, goes to a log), so nothing the candidate prints can
-forge or corrupt a reply. The controller times each request itself around the pipe.
+Channel: requests arrive as JSON lines on stdin; replies go to the pipe the judge gave as
+stdout, which the worker moves to a private descriptor first thing; its stdout then goes to
+the log with stderr, so nothing the candidate prints can forge or corrupt a reply. The
+controller times each request itself around the pipe.
 
 First message: setup {checkout, system_paths, model, options, device, max_context,
 drafter}. The worker hashes the checkout's system paths as git would (before importing any
@@ -14,7 +18,10 @@ of it), loads the system, and replies `ready` with the options in effect, the tr
 where `stock` was imported from; the controller checks all three against what it asked.
 Then: {"cmd": "run", "id", "prompt" | "ids", "max_new"} -> {"event": "done", tokens, ...};
 "force" {ids, forced, chunk, digests} and "reference" {ids, length, draft_len, chunk} serve
-the correctness gates; "tokenize" {prompt}; {"cmd": "quit"} or end of input ends it.
+the correctness gates; "tokenize" {prompt}; "registry" -> the system's option definitions;
+"measure" {prompts, max_new} -> the cost model's raw measurements (judges/analyze.py);
+"timed" {options, ids, max_new} -> one generation's decode time under other option values
+(the tuner); {"cmd": "quit"} or end of input ends it.
 """
 
 from __future__ import annotations
@@ -109,6 +116,79 @@ def _hardware(device: str) -> str:
     return "cpu"
 
 
+DEFAULT_CONTEXT = 1024   # a random test model's context when the setup names none
+
+
+def reference_pass(engine, ids: list[int], length: int, draft_len: int,
+                   chunk: int | None) -> dict:
+    """Stock's reference for one prompt (the one computation behind every gate's
+    references): its greedy output by lossless ngram speculation (greedy speculative output
+    equals greedy autoregressive output), then `engine`'s forced pass over it recording, per
+    position, the argmax, the top-1 minus top-2 margin and a hash of the logits."""
+    from stock.engine import Engine
+    from stock.options import Options
+    from stock.system import make_drafter
+
+    eng = Engine(engine.model, Options({"draft_len": int(draft_len)}), engine.max_context,
+                 engine.stop_ids)
+    eng.cache = engine.cache   # share the buffer: one cache's memory, not two
+    gen = eng.generate(list(ids), int(length), make_drafter("ngram", eng))
+    fr = engine.force(list(ids), gen.tokens, chunk=chunk, digests=True)
+    return {"tokens": gen.tokens, "stop_reason": gen.stop_reason, "argmax": fr.argmax,
+            "margin": fr.margin, "digests": fr.digests}
+
+
+def registry() -> dict:
+    """The imported system's option registry: names, types, defaults, choices, help, and the
+    device types an option acts on (None for all; a system older than that field has none)."""
+    from stock.options import REGISTRY
+
+    return {n: {"type": o.type.__name__, "default": o.default, "help": o.help,
+                "choices": list(o.choices) if getattr(o, "choices", None) else None,
+                "devices": list(o.devices) if getattr(o, "devices", None) else None}
+            for n, o in REGISTRY.items()}
+
+
+def measure(engine, drafter, prompts: list[list[int]], max_new: int) -> dict:
+    """What the cost model needs of a system, measured: two passes over the same prompts,
+    one unprofiled (step times; per step the draft lattice, the accepted count and the
+    target's tokens) and one under stock's profiler (time per kernel category), plus the
+    model's shapes. The judges' analyze.py turns it into the factors."""
+    import dataclasses
+
+    import torch
+    from stock.lattice_log import LatticeRecorder
+    from stock.profile import Profiler
+
+    # Untimed first. Where steps replay CUDA graphs, a step's first use of a (T, KV) shape
+    # captures a graph and, with stock's `compile` option, its first use of a T compiles the
+    # layers (7-18 s a T on the 27B-class target, bench/NOTES.md): there every prompt runs
+    # once at full length, so that the timed runs below meet no new shape. Elsewhere a short
+    # run is enough.
+    if engine.uses_graphs:
+        for ids in prompts:
+            engine.generate(ids, max_new, drafter)
+    else:
+        engine.generate(prompts[0], 4, drafter)
+    recorder = LatticeRecorder(engine.options["lattice_topk"])
+    runs = []
+    for ids in prompts:
+        first = len(recorder.steps)
+        res = engine.generate(ids, max_new, drafter, recorder=recorder)
+        runs.append({"prompt_len": len(ids), "decode_s": res.decode_s, "steps": res.steps,
+                     "lattices": [{"ids": s.lattice.ids.tolist(),
+                                   "logprobs": s.lattice.logprobs.tolist(),
+                                   "target": list(s.target), "accepted": s.accepted}
+                                  for s in recorder.steps[first:]]})
+    profiler = Profiler(engine.model.device)
+    for ids in prompts:
+        engine.generate(ids, max_new, drafter, profiler=profiler)
+    return {"runs": runs, "profile": profiler.report(), "topk": recorder.topk,
+            "device": str(engine.model.device),
+            "dtype": "fp32" if engine.model.dtype == torch.float32 else "bf16",
+            "model_cfg": dataclasses.asdict(engine.model.cfg)}
+
+
 class Server:
     def __init__(self, setup: dict):
         checkout = Path(setup["checkout"]).resolve()
@@ -134,7 +214,8 @@ class Server:
 
             net = Transformer.random(PRESETS[model[7:]], torch.device(device),
                                      compute_dtype(device))
-            self.engine = Engine(net, options, setup.get("max_context") or 1024, set())
+            self.engine = Engine(net, options, setup.get("max_context") or DEFAULT_CONTEXT,
+                                 set())
             self.tokenizer = None
             self.drafter = make_drafter(setup.get("drafter"), self.engine)
         else:
@@ -143,6 +224,7 @@ class Server:
             system = load_system(model, options, device, setup.get("max_context"))
             self.engine, self.tokenizer = system.engine, system.tokenizer
             self.drafter = system.drafter(setup.get("drafter"))
+        self.drafter_name = setup.get("drafter")
         self.hardware = _hardware(device)
 
     def ready(self) -> dict:
@@ -163,18 +245,37 @@ class Server:
 
     def reference(self, msg: dict) -> dict:
         """Greedy output by lossless ngram speculation, then this engine's forced pass."""
+        return {"event": "done", "id": msg.get("id"),
+                **reference_pass(self.engine, msg["ids"], msg["length"], msg["draft_len"],
+                                 msg.get("chunk"))}
+
+    def measure(self, msg: dict) -> dict:
+        """The cost model's raw measurements of this system (judges/analyze.py computes the
+        factors from them in the judges' process)."""
+        return {"event": "done", "id": msg.get("id"),
+                **measure(self.engine, self.drafter, [list(ids) for ids in msg["prompts"]],
+                          int(msg["max_new"]))}
+
+    def timed(self, msg: dict) -> dict:
+        """One generation of this system's model under other option values (the tuner's
+        evidence: its search is the pre-screen; gates and controller judge its pick in
+        workers started at that pick): a fresh engine, and a drafter built for it, so that
+        drafter options (ngram_max, ...) take effect."""
         from stock.engine import Engine
         from stock.options import Options
         from stock.system import make_drafter
 
-        eng = Engine(self.engine.model, Options({"draft_len": int(msg["draft_len"])}),
+        eng = Engine(self.engine.model, Options(msg.get("options") or {}),
                      self.engine.max_context, self.engine.stop_ids)
-        eng.cache = self.engine.cache
-        gen = eng.generate(list(msg["ids"]), int(msg["length"]), make_drafter("ngram", eng))
-        fr = self.engine.force(list(msg["ids"]), gen.tokens, chunk=msg.get("chunk"), digests=True)
-        return {"event": "done", "id": msg.get("id"), "tokens": gen.tokens,
-                "stop_reason": gen.stop_reason, "argmax": fr.argmax, "margin": fr.margin,
-                "digests": fr.digests}
+        res = eng.generate(list(msg["ids"]), int(msg["max_new"]),
+                           make_drafter(self.drafter_name, eng))
+        return {"event": "done", "id": msg.get("id"), "decode_s": res.decode_s,
+                "tokens": res.tokens, "uses_graphs": eng.uses_graphs}
+
+    def registry(self, msg: dict) -> dict:
+        """The system's own option definitions (entries record them as the code defines
+        them; Phase 3 picks the options that act on a kernel category from them)."""
+        return {"event": "done", "id": msg.get("id"), "registry": registry()}
 
     def tokenize(self, msg: dict) -> dict:
         return {"event": "done", "id": msg.get("id"), "ids": self.tokenizer.chat(msg["prompt"])}
@@ -192,7 +293,11 @@ class Server:
 
 
 def main(argv: list[str]) -> int:
-    out = os.fdopen(int(argv[1]), "w", buffering=1)
+    # Replies go out on the pipe the judge gave as stdout, moved to a private descriptor
+    # before anything of the system runs; stdout itself then goes where stderr goes (the
+    # log), so nothing the system prints can forge or corrupt a reply.
+    out = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
 
     def reply(obj: dict) -> None:
         out.write(json.dumps(obj) + "\n")
@@ -209,7 +314,8 @@ def main(argv: list[str]) -> int:
                 reply(server.ready())
             elif msg.get("cmd") == "quit":
                 break
-            elif msg.get("cmd") in ("run", "force", "reference", "tokenize"):
+            elif msg.get("cmd") in ("run", "force", "reference", "tokenize", "registry",
+                                    "measure", "timed"):
                 t0 = time.perf_counter()
                 result = getattr(server, msg["cmd"])(msg)
                 result["worker_s"] = time.perf_counter() - t0

@@ -145,6 +145,31 @@ def _seen(path: Path) -> list[tuple[Path, Path]]:
     return [(real, real)] + ([(real, path.absolute())] if path.absolute() != real else [])
 
 
+def launch(checkout: Checkout, device: str, model: str, options: dict,
+           mode: str) -> tuple[list[str], dict, str, Path, Path | None]:
+    """The command line, environment, device name, checkout path as the worker sees it and
+    private scratch folder (None unconfined) of every process that runs a system: gates,
+    references, the controller and the cycle's measurements all start `worker_main.py`
+    through here, so a candidate cannot tell which judge started it from its argv, its
+    environment or its parent's command line (nothing in them names the judge; the scratch
+    folder's name is random; nothing of specpilot is on its path)."""
+    visible, name = isolate_device(device, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    argv = [sys.executable, "-P", "-B", "-s", str(WORKER)]
+    if mode == confinement.CONFINED:
+        scratch = Path(tempfile.mkdtemp(prefix="specpilot-worker-"))
+        argv = confinement.command(
+            argv, WORKER, checkout.path, scratch, model_reads(model, options), device,
+            {"CUDA_VISIBLE_DEVICES": visible} if visible is not None else {})
+        return argv, confinement.outer_env(), name, confinement.CHECKOUT, scratch
+    # opted out: the candidate runs with the user's rights
+    env = {k: v for k, v in os.environ.items() if k not in SCRUB_ENV}
+    env.update(PYTHONPATH=str(checkout.path), PYTHONDONTWRITEBYTECODE="1",
+               PYTHONNOUSERSITE="1")
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    return argv, env, name, checkout.path.resolve(), None
+
+
 @dataclass
 class Worker:
     """One system on one device, served from a clean checkout by a separate process."""
@@ -163,29 +188,16 @@ class Worker:
 
     def start(self, timeout: float = 600.0) -> dict:
         mode = confinement.policy(self.confine)  # before anything is opened: it may refuse
-        visible, device = isolate_device(self.device, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        argv, env, device, self._inside, self._scratch = launch(
+            self.checkout, self.device, self.model, self.options, mode)
         read_fd, write_fd = os.pipe()
-        argv = [sys.executable, "-P", "-B", "-s", str(WORKER), str(write_fd)]
-        if mode == confinement.CONFINED:
-            self._scratch = Path(tempfile.mkdtemp(prefix=f"specpilot-{self.label}-"))
-            argv = confinement.command(
-                argv, WORKER, self.checkout.path, self._scratch,
-                model_reads(self.model, self.options), self.device,
-                {"CUDA_VISIBLE_DEVICES": visible} if visible is not None else {})
-            env, self._inside = confinement.outer_env(), confinement.CHECKOUT
-        else:  # opted out: the candidate runs with the user's rights
-            env = {k: v for k, v in os.environ.items() if k not in SCRUB_ENV}
-            env.update(PYTHONPATH=str(self.checkout.path), PYTHONDONTWRITEBYTECODE="1",
-                       PYTHONNOUSERSITE="1")
-            if visible is not None:
-                env["CUDA_VISIBLE_DEVICES"] = visible
-            self._inside = self.checkout.path.resolve()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=self._log, stderr=subprocess.STDOUT,
-            pass_fds=(write_fd,), cwd=self.checkout.path, env=env, text=True,
-            start_new_session=True)
+        # replies: the child's stdout, which the worker moves to a private descriptor
+        # before anything of the system is imported (its own stdout then goes to the log)
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=write_fd,
+                                     stderr=self._log, cwd=self.checkout.path, env=env,
+                                     text=True, start_new_session=True)
         os.close(write_fd)
         self._replies = os.fdopen(read_fd, "r")
         self._send({"checkout": str(self._inside), "system_paths": self.system_paths,

@@ -71,6 +71,20 @@ class Provenance(_Strict):
     detail: str = ""
 
 
+class Validation(_Strict):
+    """Where an entry a cycle recorded stands with that cycle's final validation.
+
+    A cycle records an entry when the controller adopts it (dev gates and controller passed)
+    as `provisional`; the cycle's Phase 4 (sealed requests, at least twice the dev length)
+    marks the entries its system is made of `validated` or `rejected`. Only a validated
+    entry, or one no cycle recorded (no `validation`: hand-written, imported), is reused."""
+
+    status: Literal["provisional", "validated", "rejected"]
+    run: str = ""              # the cycle run that last set the status
+    detail: str = ""
+    date: datetime | None = None
+
+
 class Rebased(_Strict):
     """One move of the entry onto a new stock."""
 
@@ -97,6 +111,12 @@ class EntryMeta(_Strict):
     applicability: list[str] = Field(default_factory=list)
     untested: list[str] = Field(default_factory=list)
     rebased: list[Rebased] = Field(default_factory=list)
+    validation: Validation | None = None   # None: not recorded by a cycle
+
+    @property
+    def reusable(self) -> bool:
+        """May a planner reuse it: not awaiting or failed a cycle's final validation."""
+        return self.validation is None or self.validation.status == "validated"
 
     @field_validator("id")
     @classmethod

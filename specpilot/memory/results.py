@@ -6,7 +6,9 @@ changes neither the entry commit nor what replay reproduces. A controller compar
 JSON of `specpilot compare --json`) becomes a `controller_gain` result: the gain, its
 one-sided lower bound, the verdict, the hardware, model and requests it was measured on.
 `describe` rewrites the entry's prose (summary, applicability limits, what is untested) when
-measurements overtake it; like a result, it changes only the note.
+measurements overtake it; `set_validation` records where a cycle's entry stands with the
+cycle's final validation (provisional, validated, rejected); like a result, each changes
+only the note.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import ENTRY_PREFIX
-from specpilot.memory.entry import Result
+from specpilot.memory.entry import Result, Validation
 from specpilot.memory.store import Memory, write_file_entry
 
 
@@ -77,6 +79,15 @@ def describe(memory: Memory, entry_id: str, summary: str | None = None,
     return _update_note(memory, entry_id, lambda meta: update, write_files)
 
 
+def set_validation(memory: Memory, entry_id: str, status: str, run: str, detail: str,
+                   write_files: bool = True):
+    """Mark a cycle's entry provisional, validated or rejected (its note and
+    memory/<id>.toml; never its tree); returns the new meta."""
+    stamp = Validation(status=status, run=run, detail=detail,
+                       date=datetime.now(timezone.utc).replace(microsecond=0))
+    return _update_note(memory, entry_id, lambda meta: {"validation": stamp}, write_files)
+
+
 def _update_note(memory: Memory, entry_id: str, change, write_files: bool):
     store = memory.store
     with store.writer_lock():
@@ -95,4 +106,5 @@ def _update_note(memory: Memory, entry_id: str, change, write_files: bool):
     return meta
 
 
-__all__ = ["ENTRY_PREFIX", "add_result", "describe", "from_comparison", "typed_in"]
+__all__ = ["ENTRY_PREFIX", "add_result", "describe", "from_comparison", "set_validation",
+           "typed_in"]
