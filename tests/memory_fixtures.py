@@ -199,4 +199,12 @@ def snapshot(root: Path) -> dict[str, str]:
     # --no-optional-locks: status must not refresh (rewrite) the index it is checking.
     state["<status>"] = subprocess.run(["git", "--no-optional-locks", "status", "--porcelain"],
                                        cwd=root, capture_output=True, text=True).stdout
+    # Every ref (branches, tags, refs/specpilot/*, refs/notes/*) with its object, and every
+    # file git keeps outside its object store (a stray *.lock, config, hooks, worktrees).
+    state["<refs>"] = subprocess.run(["git", "for-each-ref", "--format=%(refname) %(objectname)"],
+                                     cwd=root, capture_output=True, text=True).stdout
+    for path in sorted(git_dir.rglob("*")):
+        rel = path.relative_to(git_dir)
+        if path.is_file() and rel.parts[0] not in ("objects", "logs") and rel.name != "index":
+            state[f"<git>/{rel}"] = hashlib.sha256(path.read_bytes()).hexdigest()
     return state
