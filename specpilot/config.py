@@ -67,6 +67,9 @@ class GatesSection(BaseModel):
     chunk: int = Field(9, ge=1)                   # tokens per forced step (stock: draft_len + 1)
     default_tokens: int = Field(64, ge=1)         # generated tokens the option-default gate compares
     reference_draft_len: int = Field(16, ge=1)    # lossless ngram drafting speeds references up
+    # bf16/fp16 stock: near_tie_epsilon and the rates widen to this many times stock's own
+    # measured noise (judges/outputs.py, `tolerance`); 0 keeps them as configured
+    noise_factor: float = Field(2.0, ge=0)
 
 
 class JudgesSection(BaseModel):

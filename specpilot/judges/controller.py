@@ -46,7 +46,8 @@ from specpilot.config import Config, load_config
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
 from specpilot.judges import prompts, stats
-from specpilot.judges.outputs import Expected, OutputCheck, check_request, near_tie_budget
+from specpilot.judges.outputs import (Expected, OutputCheck, Tolerance, check_request,
+                                      near_tie_budget, tolerance)
 from specpilot.judges.prompts import Req
 from specpilot.judges.worker_proc import Checkout, Reply, Worker, clean_checkout
 
@@ -101,6 +102,7 @@ class Comparison(BaseModel):
     decision: stats.Decision
     outputs: dict[str, OutputCheck] = {}   # per side: the timed outputs against stock's
     faults: list[str] = []                 # why the outputs reject, one line each
+    tolerance: Tolerance | None = None     # the near-tie in force (outputs.tolerance)
 
 
 @dataclass
@@ -178,30 +180,39 @@ def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path,
                            draft_len=g.reference_draft_len, chunk=g.chunk)
             expected[rid] = Expected(request_id=rid, prompt_ids=ids, max_new=job.max_new,
                                      tokens=rep["tokens"], margins=rep["margin"],
-                                     stop_reason=rep["stop_reason"])
+                                     stop_reason=rep["stop_reason"],
+                                     noise=rep.get("noise") or [],
+                                     noise_flips=rep.get("noise_flips") or [])
     finally:
         ref.stop()
     return job, expected
 
 
+def near_tie(expected: dict[str, Expected], cfg: Config) -> Tolerance:
+    """The comparison's near-tie: configured, widened by stock's own measured noise."""
+    return tolerance(expected.values(), cfg.gates.near_tie_epsilon, cfg.controller.near_tie_rate,
+                     cfg.gates.noise_factor)
+
+
 def check_outputs(workers: dict, job: Job, replies: dict, expected: dict[str, Expected],
                   cfg: Config, checks: dict[str, OutputCheck] | None = None
-                  ) -> tuple[dict[str, OutputCheck], dict[str, dict[str, float]]]:
+                  ) -> tuple[dict[str, OutputCheck], dict[str, dict[str, tuple[float, float]]]]:
     """Each side's timed outputs against stock's, every process's (`replies` is keyed by
     label); continuations past a tolerated near-tie run in the worker that gave the output
     (as ordinary requests) after the timed rounds. The near-tie budget counts the tokens
     a side's processes returned (P copies of each reference). Returns the checks (one per
-    side, its `continuation_s` summed over the side's processes) and each label's own
-    continuation seconds per request, to charge to that label's timed runs. `checks` from an
-    earlier session of the same run are continued (one budget for the whole run)."""
+    side) and, per label and request, what to charge its timed run (outputs.check_request:
+    the share of its time, the continuations' seconds). `checks` from an earlier session of
+    the same run are continued (one budget for the whole run)."""
+    tol = near_tie(expected, cfg)
     budget = near_tie_budget(job.processes * sum(len(e.tokens) for e in expected.values()),
-                             cfg.controller.near_tie_rate)
-    checks, extra = dict(checks or {}), {}
+                             tol.rate)
+    checks, charges = dict(checks or {}), {}
     for side in ("A", "B"):
         check = checks.get(side) or OutputCheck(side=side)
         for label in (lab for lab in job.names if lab.startswith(side)):
             w = workers[label]
-            before = dict(check.continuation_s)
+            charges[label] = {}
             for rid, got in replies[label].items():
                 def rerun(ids, k, w=w, rid=rid):
                     # twice: the first pays any compilation for the new prompt length; the
@@ -209,19 +220,19 @@ def check_outputs(workers: dict, job: Job, replies: dict, expected: dict[str, Ex
                     one, two = (w.run(f"{rid}+{len(ids)}.{n}", k, ids=ids) for n in (1, 2))
                     same = one.tokens == two.tokens
                     return (one.tokens if same else None), min(one.seconds, two.seconds)
-                check_request(check, expected[rid], got, rerun, cfg.gates.near_tie_epsilon,
-                              budget)
-            extra[label] = {rid: s - before.get(rid, 0.0)
-                            for rid, s in check.continuation_s.items()}
+                charges[label][rid] = check_request(check, expected[rid], got, rerun,
+                                                    tol.epsilon, budget)
         checks[side] = check
-    return checks, extra
+    return checks, charges
 
 
-def _charge(times: list[list[float]], rows: list[list[Req]], extra: dict[str, float]) -> None:
-    """Add each request's continuation time to its timed run (in place)."""
+def _charge(times: list[list[float]], rows: list[list[Req]],
+            charges: dict[str, tuple[float, float]]) -> None:
+    """Charge each request its kept share of the timed run plus its continuations (in place)."""
     for r, row in enumerate(rows):
         for i, req in enumerate(row):
-            times[r][i] += extra.get(req[0], 0.0)
+            share, extra = charges.get(req[0], (1.0, 0.0))
+            times[r][i] = times[r][i] * share + extra
 
 
 def _spawn(label: str, co: Checkout, options: dict, device: str, job: Job, cfg: Config,
@@ -278,10 +289,10 @@ def _session(co_a, opts_a, co_b, opts_b, job: Job, cfg: Config, log_dir: Path, p
         paired, replies = measure(workers, job, progress)
         if expected is not None:
             progress("outputs against stock's reference")
-            checks, extra = check_outputs(workers, job, replies, expected, cfg, checks)
+            checks, charges = check_outputs(workers, job, replies, expected, cfg, checks)
             rows = job.round_requests[job.warmup_rounds:]
             for label, times in paired.times.items():
-                _charge(times, rows, extra[label])
+                _charge(times, rows, charges[label])
         return paired, checks, {label: w.ready for label, w in workers.items()}
     finally:
         for w in workers.values():
@@ -425,7 +436,8 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
         drafter=job.drafter, drafter_b=job.drafter_b,
         rounds=job.rounds, warmup_rounds=job.warmup_rounds, paired=paired,
         processes=job.processes, family=family, estimate=est, sigma=decision.sigma,
-        sigma_source=decision.sigma_source, decision=decision, outputs=checks, faults=faults)
+        sigma_source=decision.sigma_source, decision=decision, outputs=checks, faults=faults,
+        tolerance=near_tie(expected, cfg))
     log_dir.mkdir(parents=True, exist_ok=True)
     (log_dir / "comparison.json").write_text(report.model_dump_json(indent=1))
     return report

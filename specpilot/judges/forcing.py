@@ -14,6 +14,7 @@ Gates (each returns a GateReport; `passed` is the verdict):
 - token forcing: the candidate runs with the reference tokens forced; every position where
   its own choice differs is a mismatch, reported with the reference margin. Mismatches at
   near-ties (margin <= epsilon) are tolerated up to a rate; any other mismatch fails.
+  In bf16 epsilon and the rate widen to stock's own measured noise (outputs.tolerance).
   `exact` demands bit-identical logits instead.
 Development checks force up to gates.dev_length new tokens, the sealed check sealed_length.
 """
@@ -29,9 +30,10 @@ from pydantic import BaseModel
 
 from specpilot.config import GatesSection
 from specpilot.errors import SpecPilotError
-from specpilot.judges.outputs import Expected, OutputCheck, check_request, near_tie_budget
+from specpilot.judges.outputs import (Expected, OutputCheck, Tolerance, check_request,
+                                      near_tie_budget, tolerance)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2   # 2: stock's noise pass (noise, noise_flips)
 REFS_DIR = Path(".specpilot") / "cache" / "references"
 
 
@@ -48,6 +50,8 @@ class Reference(BaseModel):
     argmax: list[int]           # stock's own choice at each forced position
     margins: list[float]        # stock's top-1 minus top-2 logit at each position
     digests: list[str]          # hash of stock's fp32 logits at each position
+    noise: list[float] = []     # how far stock's own step shapes move each margin (bf16)
+    noise_flips: list[int] = [] # positions whose argmax that alone flipped
 
     def cuts_exactly(self, length: int) -> bool:
         """Is the prefix for `length` what a forced pass of that length computes, bit for bit?
@@ -65,7 +69,8 @@ class Reference(BaseModel):
         stop = "length" if n < len(self.tokens) or self.stop_reason == "length" else self.stop_reason
         return self.model_copy(update=dict(
             length=length, tokens=self.tokens[:n], argmax=self.argmax[:n],
-            margins=self.margins[:n], digests=self.digests[:n], stop_reason=stop))
+            margins=self.margins[:n], digests=self.digests[:n], noise=self.noise[:n],
+            noise_flips=[i for i in self.noise_flips if i < n], stop_reason=stop))
 
 
 class Mismatch(BaseModel):
@@ -139,7 +144,8 @@ def compute_reference(stock_engine, prompt_ids: list[int], request_id: str, leng
     return Reference(model=model, stock_tree=stock_tree, request_id=request_id, length=length,
                      prompt_ids=list(prompt_ids), tokens=rep["tokens"],
                      stop_reason=rep["stop_reason"], chunk=cfg.chunk, argmax=rep["argmax"],
-                     margins=rep["margin"], digests=rep["digests"])
+                     margins=rep["margin"], digests=rep["digests"], noise=rep["noise"],
+                     noise_flips=rep["noise_flips"])
 
 
 def references(stock_system, requests, length: int, cache: ReferenceCache, model: str,
@@ -163,6 +169,7 @@ def forcing_gate(candidate_engine, refs: list[Reference], cfg: GatesSection,
     mismatches: list[Mismatch] = []
     differ: dict[str, int] = {}
     tokens = 0
+    tol = gate_tolerance(refs, cfg)
     for ref in refs:
         if not ref.tokens:
             continue
@@ -180,13 +187,13 @@ def forcing_gate(candidate_engine, refs: list[Reference], cfg: GatesSection,
             mismatches.append(Mismatch(request_id=ref.request_id, position=i,
                                        candidate_token=got, reference_token=want,
                                        reference_margin=margin,
-                                       near_tie=margin <= cfg.near_tie_epsilon))
+                                       near_tie=margin <= tol.epsilon))
         if exact:
             first = next((i for i, (a, b) in enumerate(zip(fr.digests, ref.digests)) if a != b),
                          None)
             if first is not None:
                 differ[ref.request_id] = first
-    allowed = math.floor(cfg.near_tie_rate * tokens)
+    allowed = math.floor(tol.rate * tokens)
     generation = generation_check(candidate_engine, refs, cfg)
     reasons = list(generation.faults)
     hard = [m for m in mismatches if not m.near_tie]
@@ -201,7 +208,7 @@ def forcing_gate(candidate_engine, refs: list[Reference], cfg: GatesSection,
     ties = len(mismatches) - len(hard)
     if not exact and ties > allowed:
         reasons.append(f"{ties} near-tie mismatches exceed the {allowed} allowed "
-                       f"({cfg.near_tie_rate:g} of {tokens} tokens)")
+                       f"({tol.rate:g} of {tokens} tokens)")
     return GateReport(gate="forcing", check=check, length=max((r.length for r in refs), default=0),
                       exact=exact, requests=[r.request_id for r in refs], tokens_checked=tokens,
                       mismatches=mismatches, near_ties_allowed=allowed, logit_differences=differ,
@@ -213,18 +220,25 @@ def generation_check(candidate_engine, refs: list[Reference], cfg: GatesSection)
     reference: force() reports what the candidate says it would choose, generate() is what
     it does. Near-ties are tolerated as in the controller (specpilot/judges/outputs.py)."""
     check = OutputCheck(side="candidate")
-    budget = near_tie_budget(sum(len(r.tokens) for r in refs), cfg.near_tie_rate)
+    tol = gate_tolerance(refs, cfg)
+    budget = near_tie_budget(sum(len(r.tokens) for r in refs), tol.rate)
     for ref in refs:
         if not ref.tokens:
             continue
         exp = Expected(request_id=ref.request_id, prompt_ids=ref.prompt_ids,
                        max_new=ref.length, tokens=ref.tokens, margins=ref.margins,
-                       stop_reason=ref.stop_reason)
+                       stop_reason=ref.stop_reason, noise=ref.noise,
+                       noise_flips=ref.noise_flips)
         got = candidate_engine.generate(ref.prompt_ids, ref.length).tokens
         check_request(check, exp, got,
                       lambda ids, n: (candidate_engine.generate(ids, n).tokens, 0.0),
-                      cfg.near_tie_epsilon, budget)
+                      tol.epsilon, budget)
     return check
+
+
+def gate_tolerance(refs: list[Reference], cfg: GatesSection) -> Tolerance:
+    """The gates' near-tie: configured, widened by stock's own noise (outputs.tolerance)."""
+    return tolerance(refs, cfg.near_tie_epsilon, cfg.near_tie_rate, cfg.noise_factor)
 
 
 def option_default_gate(candidate_engine, refs: list[Reference], cfg: GatesSection,

@@ -139,7 +139,8 @@ def stock_references(root: Path, cfg: Config, gates: GatesSection, stock_rev: st
                                 prompt_ids=ids, tokens=rep["tokens"],
                                 stop_reason=rep["stop_reason"], chunk=gates.chunk,
                                 argmax=rep["argmax"], margins=rep["margin"],
-                                digests=rep["digests"])
+                                digests=rep["digests"], noise=rep.get("noise") or [],
+                                noise_flips=rep.get("noise_flips") or [])
                 cache.put(ref)
                 found[rid] = ref
         finally:

@@ -10,10 +10,21 @@ A divergence is tolerated only where the *reference's* margin (stock's top-1 min
 logit at that position) is a near-tie (<= epsilon), and only `budget` times in one
 comparison. After a tolerated divergence the check goes on through the same timed path: the
 candidate generates again from the reference's prefix past the divergence (an ordinary
-`run` request, indistinguishable from a timed one), and its output is checked from there;
-the controller adds each continuation's time to the request's, so a candidate that serves
-garbage after a near-tie saves nothing. Any other difference (another token where stock was sure, fewer tokens, tokens past stock's
-end) is a fault, whatever the speed.
+`run` request, indistinguishable from a timed one), and its output is checked from there.
+The request is charged, of each run, the share of its tokens that the check kept (up to and
+including the divergent one): the timed run's share of its time plus the continuations',
+so the time is always that of stock's text, and a candidate that steers a near-tie towards
+text it serves faster, or serves garbage after one, saves nothing. Any other difference
+(another token where stock was sure, fewer tokens, tokens past stock's end) is a fault,
+whatever the speed.
+
+The near-tie's width comes from stock itself where its arithmetic is coarse (`tolerance`):
+in bf16 stock's own kernels move margins by a few units in the last place of the logits
+when only the shape of a step changes (the reference's `noise` pass), and a candidate's
+honest rewrite of a kernel moves them by as much; `noise_factor` times the largest such
+move, and that factor times the share of positions whose argmax it flipped, widen epsilon
+and the rate. Stock's reference worker measures it from a clean checkout before any
+candidate runs: no candidate can widen it.
 """
 
 from __future__ import annotations
@@ -33,6 +44,36 @@ class Expected(BaseModel):
     tokens: list[int]
     margins: list[float]
     stop_reason: str
+    noise: list[float] = []        # per position: how far stock's own step shapes moved the margin
+    noise_flips: list[int] = []    # positions whose argmax that alone flipped
+
+
+class Tolerance(BaseModel):
+    """The near-tie in force for one comparison: configured, or widened by stock's noise."""
+    epsilon: float
+    rate: float
+    noise_max: float = 0.0         # largest margin move of stock's own (0: not measured)
+    noise_flip_rate: float = 0.0   # stock's own flips per position
+    widened: bool = False
+
+    def describe(self) -> str:
+        why = (f" (stock's own noise: margins moved up to {self.noise_max:.3f}, "
+               f"{self.noise_flip_rate:.1%} of argmaxes flipped)" if self.widened else "")
+        return f"near-tie epsilon {self.epsilon:.3g}, rate {self.rate:.3g}{why}"
+
+
+def tolerance(refs, epsilon: float, rate: float, factor: float) -> Tolerance:
+    """The near-tie for references `refs` (each with `noise` and `noise_flips`, as
+    `Expected`): the configured
+    epsilon and rate, each widened to `factor` times stock's own noise where that is larger."""
+    noise = [x for r in refs for x in (r.noise or [])]
+    positions = sum(len(r.noise or []) for r in refs)
+    if not noise or factor <= 0:
+        return Tolerance(epsilon=epsilon, rate=rate)
+    top, flips = max(noise), sum(len(r.noise_flips) for r in refs) / positions
+    eps, rt = max(epsilon, factor * top), min(1.0, max(rate, factor * flips))
+    return Tolerance(epsilon=eps, rate=rt, noise_max=top, noise_flip_rate=flips,
+                     widened=eps > epsilon or rt > rate)
 
 
 class NearTie(BaseModel):
@@ -70,49 +111,61 @@ def first_difference(got: list[int], want: list[int]) -> int | None:
 def check_request(check: OutputCheck, exp: Expected, got: list[int],
                   rerun: Callable[[list[int], int], tuple[list[int] | None, float]],
                   epsilon: float,
-                  budget: int) -> None:
+                  budget: int) -> tuple[float, float]:
     """Judge one timed output `got` against `exp`; `rerun(prompt_ids, max_new)` generates
     through the same worker to continue past a tolerated near-tie and returns the tokens
-    (None: two runs of it disagreed) and the seconds charged for it. Updates `check`."""
+    (None: two runs of it disagreed) and its seconds. Updates `check`; returns what to charge
+    the request: (the share of the timed run's time, the continuations' seconds)."""
     check.requests += 1
     check.tokens += len(exp.tokens)
-    start, out = 0, list(got)
+    rid = exp.request_id
+    start, out, seconds = 0, list(got), None   # seconds None: the timed run itself
+    share, extra = 1.0, 0.0
+
+    def charge(kept: float) -> None:
+        nonlocal share, extra
+        if seconds is None:
+            share = kept
+        else:
+            extra += seconds * kept
+            check.continuation_s[rid] = check.continuation_s.get(rid, 0.0) + seconds * kept
+
     while True:
         i = first_difference(out, exp.tokens[start:])
         if i is None:
-            return
+            charge(1.0)
+            return share, extra
         at = start + i
-        rid = exp.request_id
         if at >= len(exp.tokens):
             check.faults.append(f"{check.side} {rid}: {len(out) - i} token(s) past the end of "
                                 f"stock's output ({len(exp.tokens)} tokens, {exp.stop_reason})")
-            return
+            return share, extra
         if i >= len(out):
             check.faults.append(f"{check.side} {rid}: stops after {at} tokens; stock's output "
                                 f"has {len(exp.tokens)}")
-            return
+            return share, extra
         margin = exp.margins[at]
         if margin > epsilon:
             check.faults.append(f"{check.side} {rid}: token {at} is {out[i]}, stock's is "
                                 f"{exp.tokens[at]} with margin {margin:.3f} > near-tie "
                                 f"{epsilon:g}")
-            return
+            return share, extra
         if len(check.near_ties) >= budget:
             check.faults.append(f"{check.side} {rid}: near-tie divergence at token {at} beyond "
                                 f"the {budget} tolerated in one comparison")
-            return
+            return share, extra
         check.near_ties.append(NearTie(request_id=rid, position=at, got=out[i],
                                        expected=exp.tokens[at], margin=margin))
+        charge((i + 1) / len(out))   # its tokens up to the divergent one were stock's text
         start = at + 1
         if start >= len(exp.tokens):
-            return
+            return share, extra
         check.restarts += 1
         out, seconds = rerun(exp.prompt_ids + exp.tokens[:start], exp.max_new - start)
-        check.continuation_s[rid] = check.continuation_s.get(rid, 0.0) + seconds
         if out is None:
             check.faults.append(f"{check.side} {rid}: two runs of its continuation from token "
                                 f"{start} gave different tokens")
-            return
+            return share, extra
 
 
 def near_tie_budget(tokens: int, rate: float) -> int:

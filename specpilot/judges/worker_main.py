@@ -120,11 +120,18 @@ DEFAULT_CONTEXT = 1024   # a random test model's context when the setup names no
 
 
 def reference_pass(engine, ids: list[int], length: int, draft_len: int,
-                   chunk: int | None) -> dict:
+                   chunk: int | None, noise: bool | None = None) -> dict:
     """Stock's reference for one prompt (the one computation behind every gate's
     references): its greedy output by lossless ngram speculation (greedy speculative output
     equals greedy autoregressive output), then `engine`'s forced pass over it recording, per
-    position, the argmax, the top-1 minus top-2 margin and a hash of the logits."""
+    position, the argmax, the top-1 minus top-2 margin and a hash of the logits.
+
+    `noise` (default: in bf16 or fp16, not fp32): a second forced pass in steps of another
+    shape (chunk 1, the autoregressive step's, or 2 when the first was 1) measures how far
+    stock's own kernels move each margin when only the summation order changes: `noise` per
+    position (|margin change|; the two margins' sum where the argmax flips) and
+    `noise_flips`, the positions whose argmax the change of shape alone flipped."""
+    import torch
     from stock.engine import Engine
     from stock.options import Options
     from stock.system import make_drafter
@@ -134,8 +141,18 @@ def reference_pass(engine, ids: list[int], length: int, draft_len: int,
     eng.cache = engine.cache   # share the buffer: one cache's memory, not two
     gen = eng.generate(list(ids), int(length), make_drafter("ngram", eng))
     fr = engine.force(list(ids), gen.tokens, chunk=chunk, digests=True)
-    return {"tokens": gen.tokens, "stop_reason": gen.stop_reason, "argmax": fr.argmax,
-            "margin": fr.margin, "digests": fr.digests}
+    out = {"tokens": gen.tokens, "stop_reason": gen.stop_reason, "argmax": fr.argmax,
+           "margin": fr.margin, "digests": fr.digests, "noise": [], "noise_flips": []}
+    if noise is None:
+        noise = engine.model.dtype in (torch.bfloat16, torch.float16)
+    if noise and gen.tokens:
+        first = chunk or engine.options["draft_len"] + 1
+        other = engine.force(list(ids), gen.tokens, chunk=1 if first != 1 else 2)
+        out["noise"] = [abs(a - b) if x == y else a + b
+                        for a, b, x, y in zip(fr.margin, other.margin, fr.argmax, other.argmax)]
+        out["noise_flips"] = [i for i, (x, y) in enumerate(zip(fr.argmax, other.argmax))
+                              if x != y]
+    return out
 
 
 def registry() -> dict:
@@ -247,7 +264,7 @@ class Server:
         """Greedy output by lossless ngram speculation, then this engine's forced pass."""
         return {"event": "done", "id": msg.get("id"),
                 **reference_pass(self.engine, msg["ids"], msg["length"], msg["draft_len"],
-                                 msg.get("chunk"))}
+                                 msg.get("chunk"), msg.get("noise"))}
 
     def measure(self, msg: dict) -> dict:
         """The cost model's raw measurements of this system (judges/analyze.py computes the
