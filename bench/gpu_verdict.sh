@@ -33,7 +33,10 @@ printf '\n[controller]\nresident = 1\n' >> .specpilot/config.toml
 # No widened near-tie by hand: the reference's noise pass measures stock's own bf16 noise
 # and the judges widen the near-tie to gates.noise_factor times it (judges/outputs.py).
 tail -6 .specpilot/config.toml
-time $CMP --json > "$OUT/w12_27b_ar.json" 2> "$OUT/w12_27b_ar.err"; echo "rc=$?"
+# within the device call: the summary below still prints when the comparison runs long
+time timeout "${LIMIT:-540}" $CMP --json > "$OUT/w12_27b_ar.json" \
+    2> >(while IFS= read -r l; do echo "$(date +%T) $l"; done > "$OUT/w12_27b_ar.err")
+echo "rc=$?"
 tail -3 "$OUT/w12_27b_ar.err"
 tar czf "$OUT/logs.tgz" -C .specpilot runs
 grep -c . .specpilot/runs/compare-*/*.log | head -8

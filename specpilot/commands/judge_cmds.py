@@ -69,9 +69,8 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
     adopted, 3 if not."""
     from specpilot.judges.controller import compare
 
-    def progress(msg):
-        if not as_json:
-            click.echo(f"  {msg}", err=True)
+    def progress(msg):   # stderr, with --json too: stdout carries only the report
+        click.echo(f"  {msg}", err=True)
 
     rep = compare(_root(), a, b, _pairs(opt_a, "--opt-a"), _pairs(opt_b, "--opt-b"),
                   _devices(devices), rounds, model, n_requests, max_new, sigma, request_set,
