@@ -77,7 +77,8 @@ class Cycle:
                 self._refs[check] = judges.stock_references(
                     self.root, self.cfg, self.gates_cfg, self.stock_commit(), check, n, length,
                     device or judges.default_device(),
-                    self.runs.log_dir("references") / f"stock-{check}.log")
+                    (self.runs.log_dir("references") if check == "dev" else
+                     judges.sealed_logs(self.state.run_id, "references")) / f"stock-{check}.log")
             return self._refs[check]
 
     def validate_length(self) -> int:
