@@ -35,7 +35,7 @@ def produce(ctx: AgentContext) -> Candidate:
         raise SpecPilotError("[explore] agent_command is empty: no external agent configured")
     d = ctx.direction
     res = sandbox.run(argv_for(ctx.ex.agent_command, d), ctx.worktree, ctx.ex.agent_timeout_s,
-                      ctx.device_env, stdin=task_prompt(ctx))
+                      ctx.device_env, stdin=task_prompt(ctx), sandboxed=ctx.ex.agent_sandbox)
     (ctx.log_dir / "command.log").write_text(res.output)
     if res.timed_out:
         raise SpecPilotError(f"agent command killed after {ctx.ex.agent_timeout_s:g} s")
