@@ -7,6 +7,9 @@ Two rules hold here and nowhere else needs to think about them:
   never read or written by it.
 - Ref updates are compare-and-swap (`update-ref <ref> <new> <old>`), and writers take a
   lock file in the common git dir, so a second concurrent writer gets a clear error.
+- A folder someone else may have written (an agent's worktree) is read by `capture_tree`
+  only: git runs there with a throw-away git dir and configuration of ours, never with the
+  folder's `.git`, its configuration or hooks, nor any system or global configuration.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import contextlib
 import io
 import hashlib
 import os
+import posixpath
 import socket
+import subprocess
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -141,9 +146,13 @@ class GitStore:
         res = self.call("merge-base", a, b)
         return res.out.decode().strip() if res.rc == 0 else None
 
-    def commit_tree(self, tree: str, parents: list[str], message: str, date: str) -> str:
-        """A commit object with SpecPilot's fixed identity: same inputs, same hash."""
-        env = {**IDENTITY, "GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+    def commit_tree(self, tree: str, parents: list[str], message: str, date: str | None,
+                    identity: dict | None = None) -> str:
+        """A commit object with SpecPilot's fixed identity (or `identity`): same inputs,
+        same hash. `date` None: now."""
+        env = {**(identity or IDENTITY)}
+        if date is not None:
+            env.update(GIT_AUTHOR_DATE=date, GIT_COMMITTER_DATE=date)
         args = ["commit-tree", tree]
         for parent in parents:
             args += ["-p", parent]
@@ -313,6 +322,49 @@ class GitStore:
         with tempfile.TemporaryDirectory(prefix="specpilot-index-") as tmp:
             yield PrivateIndex(self, Path(tmp))
 
+    # -- capturing a folder another process wrote -------------------------------------
+
+    def capture_tree(self, folder: Path, paths: list[str], base: str,
+                     strict: bool = True) -> str:
+        """The tree of `base` with `paths` replaced by what `folder` holds now (files the
+        folder lacks are deleted), its blobs written into this repository's objects.
+
+        git runs with `folder` as its work tree but a throw-away git dir of ours (fixed
+        configuration: no hooks, no fsmonitor, no filters; objects: this repository's), a
+        fresh index, GIT_CONFIG_NOSYSTEM and no global configuration: the folder's `.git`
+        file, any configuration or hook it names, and every configuration file its writer
+        could reach are never read. `strict`: a symlink whose target leaves the folder, or
+        a nested repository, is refused (SpecPilotError)."""
+        folder = Path(folder)
+        if folder.is_symlink() or not folder.is_dir():
+            raise SpecPilotError(f"{folder}: not a folder")
+        folder = folder.resolve()
+        tree = self.tree_of(base)
+        fmt = self.run("rev-parse", "--show-object-format").strip()
+        objects = Path(self.run("rev-parse", "--git-path", "objects").strip())
+        with tempfile.TemporaryDirectory(prefix="specpilot-capture-") as tmp:
+            git = _Sealed(Path(tmp), folder, fmt, objects if objects.is_absolute()
+                          else (self.root / objects).resolve())
+            git("read-tree", tree)
+            present = [p for p in paths if os.path.lexists(folder / p) or git("ls-files", "--", p)]
+            if present:
+                git("add", "-A", "--", *present)
+            if strict and present:
+                self._check_captured(git("ls-files", "-s", "-z", "--", *present))
+            return git("write-tree").strip()
+
+    def _check_captured(self, listing: str) -> None:
+        for item in filter(None, listing.split("\0")):
+            info, path = item.split("\t", 1)
+            mode, sha, _stage = info.split()
+            if mode == "160000":
+                raise SpecPilotError(f"refused: {path} is a nested git repository")
+            if mode == "120000":
+                target = self.read_blobs([sha])[sha].decode("utf-8", "surrogateescape")
+                where = posixpath.normpath(posixpath.join(posixpath.dirname(path), target))
+                if posixpath.isabs(target) or where == ".." or where.startswith("../"):
+                    raise SpecPilotError(f"refused: symlink {path} -> {target} leaves the tree")
+
     # -- config -----------------------------------------------------------------------
 
     def config_get_all(self, key: str) -> list[str]:
@@ -395,6 +447,38 @@ class PrivateIndex:
                            env=self.env)
         self.tree = None
         return sorted(merged or {})
+
+
+class _Sealed:
+    """`git` over a foreign work tree with nothing of its configuration (capture_tree)."""
+
+    def __init__(self, tmp: Path, work_tree: Path, object_format: str, objects: Path):
+        gitdir = tmp / "git"
+        (gitdir / "refs").mkdir(parents=True)
+        (gitdir / "objects").mkdir()
+        (gitdir / "HEAD").write_text("ref: refs/heads/capture\n")
+        sha256 = object_format == "sha256"
+        (gitdir / "config").write_text(
+            f"[core]\n\trepositoryformatversion = {1 if sha256 else 0}\n\tbare = false\n"
+            "\thooksPath = /dev/null\n\tfsmonitor = false\n\tuntrackedCache = false\n"
+            "\tsymlinks = true\n\tfilemode = true\n\tautocrlf = false\n"
+            + ("[extensions]\n\tobjectFormat = sha256\n" if sha256 else ""))
+        self.argv = ["git", "--git-dir", str(gitdir), "--work-tree", str(work_tree),
+                     "--literal-pathspecs", "-c", "core.hooksPath=/dev/null",
+                     "-c", "core.fsmonitor=false", "-c", "core.quotePath=true"]
+        self.cwd = work_tree
+        self.env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp),
+                    "LC_ALL": "C", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull,
+                    "GIT_INDEX_FILE": str(tmp / "index"), "GIT_OBJECT_DIRECTORY": str(objects),
+                    "GIT_TERMINAL_PROMPT": "0"}
+
+    def __call__(self, *args: str) -> str:
+        res = subprocess.run(self.argv + list(args), cwd=self.cwd, env=self.env,
+                             capture_output=True, stdin=subprocess.DEVNULL)
+        if res.returncode != 0:
+            err = res.stderr.decode(errors="replace").strip()
+            raise GitError(f"git {' '.join(args[:2])} (capture): {err or res.returncode}")
+        return res.stdout.decode("utf-8", "surrogateescape")
 
 
 def _virtual_tree(entries: dict[str, tuple[str, str]]) -> str:

@@ -1,13 +1,19 @@
-"""Worktrees for sub-agents: `.specpilot/worktrees/NAME` on branch `specpilot/NAME`."""
+"""Worktrees for sub-agents: `.specpilot/worktrees/NAME` on branch `specpilot/NAME`.
+
+An agent may have rewritten anything in its worktree, its `.git` file included, so git is
+never run inside one from here: whether it is dirty is its files captured by the project's
+own repository (GitStore.capture_tree) against its HEAD as the project's git records it.
+"""
 
 from __future__ import annotations
 
 import re
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from specpilot.errors import SpecPilotError
-from specpilot.gitstore import GitStore
+from specpilot.gitstore import GitError, GitStore
 
 WORKTREES_DIR = Path(".specpilot") / "worktrees"
 BRANCH_PREFIX = "specpilot/"
@@ -68,10 +74,20 @@ def list_all(store: GitStore) -> list[Worktree]:
         branch = fields.get("branch", "").removeprefix("refs/heads/") or None
         dirty = None
         if path.is_dir():
-            dirty = bool(GitStore(path).run("status", "--porcelain").strip())
+            dirty = _dirty(store, path, fields.get("HEAD"))
         found.append(Worktree(path.name, str(path), branch, fields.get("HEAD"), dirty,
                               "locked" in fields))
     return found
+
+
+def _dirty(store: GitStore, path: Path, head: str | None) -> bool:
+    """Do the worktree's files (tracked or not, as its .gitignore says) differ from HEAD?"""
+    if not head:
+        return True
+    try:
+        return store.capture_tree(path, ["."], head, strict=False) != store.tree_of(head)
+    except SpecPilotError:
+        return True
 
 
 def remove(store: GitStore, name: str, force: bool = False) -> Worktree:
@@ -86,8 +102,15 @@ def remove(store: GitStore, name: str, force: bool = False) -> Worktree:
     args = ["worktree", "remove"] + (["--force", "--force"] if force else []) + [tree.path]
     if tree.dirty is None:
         store.run("worktree", "prune")
-    else:
-        store.run(*args)
+        return tree
+    res = store.call(*args)
+    if res.rc != 0 and not force:
+        raise GitError(f"git worktree remove: {res.err.strip()}")
+    if res.rc != 0:
+        # git refuses a worktree whose `.git` file no longer points back (an agent may
+        # rewrite it): delete the folder without following its links, then forget it
+        shutil.rmtree(tree.path)
+        store.run("worktree", "prune")
     return tree
 
 

@@ -103,6 +103,7 @@ def test_editing_gates_or_controller_in_the_worktree_changes_nothing(project, ws
     from specpilot.config import load_config
     from specpilot.cycle import judges
     from specpilot.cycle.settings import explore_settings, gates_for_cycle
+    from specpilot.cycle.state import System
     from specpilot.judges.worker_proc import clean_checkout
 
     client = ScriptedClient([
@@ -123,8 +124,10 @@ def test_editing_gates_or_controller_in_the_worktree_changes_nothing(project, ws
     assert why == "submitted"
 
     class Ctx:   # the slice of AgentContext that commit_worktree reads
+        root = project
         worktree = ws.root
         cfg = load_config(project)
+        base = System(commit=head(project))
     commit = commit_worktree(Ctx, "sneaky")
     changed = GitStore(project).diff_names(head(project), commit, ["."])
     assert changed == ["stock/engine.py"]          # only system paths become the candidate

@@ -190,7 +190,7 @@ def test_gates_run_in_workers_from_clean_checkouts(project):
     ok = run_gate(project, "dev", {}, True, False, 1, 12)
     assert ok.gate == "option-default" and ok.passed and ok.tokens_checked == 12
     tree = GitStore(project).system_tree("HEAD", ["stock", "kernels"])
-    assert ReferenceCache(project).get("embedded", tree, ok.requests[0], 12) is not None
+    assert ReferenceCache.for_check(project, "dev").get("embedded", tree, ok.requests[0], 12)
     bad = run_gate(project, "dev", {"fault_logit_bias_after": "4"}, False, False, 1, 12)
     assert not bad.passed and min(m.position for m in bad.mismatches) == 4
 

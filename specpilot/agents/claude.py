@@ -150,7 +150,7 @@ def task_prompt(ctx: AgentContext) -> str:
 def produce(ctx: AgentContext) -> Candidate:
     if ctx.client is None:
         raise SpecPilotError("the anthropic backend needs ANTHROPIC_API_KEY (or a client)")
-    ws = Workspace(ctx.worktree, ctx.ex.command_timeout_s)
+    ws = Workspace(ctx.worktree, ctx.ex.command_timeout_s, sandboxed=ctx.ex.agent_sandbox)
     loop = ToolLoop(ctx.client, ctx.ex.model, ws, Transcript(ctx.transcript), ctx.ex.agent_steps,
                     ctx.ex.agent_tokens, ctx.ex.agent_cost_usd, ctx.spent, ctx.ex.cycle_cost_usd,
                     ctx.sleep)

@@ -5,8 +5,9 @@
 The task (direction, hypothesis, target factor, evidence plan, the option to register) goes
 to its stdin; it runs sandboxed (agents/sandbox.py) with `[explore] agent_timeout_s`; its
 changes to the system paths (committed or not) are the patch, switched on by the
-direction's option set to "true". Its exit status is recorded, not trusted: the gates and
-the controller judge what it left.
+direction's option set to "true", captured without running git in the worktree's own
+configuration (agents/context.commit_worktree). Its exit status is recorded, not trusted:
+the gates and the controller judge what it left.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from specpilot.agents.claude import task_prompt
 from specpilot.agents.context import AgentContext, commit_worktree
 from specpilot.cycle.state import Candidate
 from specpilot.errors import SpecPilotError
-from specpilot.gitstore import GitStore
 
 
 def argv_for(template: list[str], direction) -> list[str]:
@@ -35,13 +35,12 @@ def produce(ctx: AgentContext) -> Candidate:
         raise SpecPilotError("[explore] agent_command is empty: no external agent configured")
     d = ctx.direction
     res = sandbox.run(argv_for(ctx.ex.agent_command, d), ctx.worktree, ctx.ex.agent_timeout_s,
-                      ctx.device_env, stdin=task_prompt(ctx))
+                      ctx.device_env, stdin=task_prompt(ctx), sandboxed=ctx.ex.agent_sandbox)
     (ctx.log_dir / "command.log").write_text(res.output)
     if res.timed_out:
         raise SpecPilotError(f"agent command killed after {ctx.ex.agent_timeout_s:g} s")
-    commit = commit_worktree(ctx, f"{d.id}: external agent") or \
-        GitStore(ctx.worktree).run("rev-parse", "HEAD").strip()
-    if commit == ctx.base.commit:
+    commit = commit_worktree(ctx, f"{d.id}: external agent")
+    if commit is None:
         raise SpecPilotError(f"agent command exited {res.rc} and changed nothing")
     return Candidate(commit=commit, options={**ctx.base.options, d.option: "true"},
                      summary=f"external agent command (exit {res.rc})", code_changed=True)

@@ -12,6 +12,7 @@ from specpilot.cycle.settings import ExploreSection
 from specpilot.cycle.state import Candidate, Direction, System
 from specpilot.gitstore import GitStore
 
+CANDIDATES_PREFIX = "refs/specpilot/candidates/"
 AGENT_IDENTITY = {"GIT_AUTHOR_NAME": "specpilot-agent", "GIT_AUTHOR_EMAIL": "agent@specpilot",
                   "GIT_COMMITTER_NAME": "specpilot-agent",
                   "GIT_COMMITTER_EMAIL": "agent@specpilot"}
@@ -35,14 +36,20 @@ class AgentContext:
 
 
 def commit_worktree(ctx: AgentContext, message: str) -> str | None:
-    """Commit the worktree's system-path changes (only those); None if nothing changed."""
-    wt = GitStore(ctx.worktree)
-    paths = ctx.cfg.system_paths
-    wt.run("add", "-A", "--", *[p for p in paths if (ctx.worktree / p).exists()])
-    if not wt.call("diff", "--cached", "--quiet").rc:
+    """The worktree's system-path files (only those, committed by the agent or not) as one
+    commit on the base; None if they are the base's. Captured from the project's own
+    repository (GitStore.capture_tree): git never runs with the worktree's `.git`, its
+    configuration or hooks, which the agent could have rewritten. The commit is kept
+    reachable under refs/specpilot/candidates/<worktree>."""
+    store = GitStore(ctx.root)
+    base = ctx.base.commit
+    tree = store.capture_tree(ctx.worktree, ctx.cfg.system_paths, base)
+    if tree == store.tree_of(base):
         return None
-    wt.run("commit", "-q", "--no-verify", "-m", message, env=AGENT_IDENTITY)
-    return wt.run("rev-parse", "HEAD").strip()
+    commit = store.commit_tree(tree, [base], message, None, AGENT_IDENTITY)
+    ref = CANDIDATES_PREFIX + Path(ctx.worktree).name
+    store.update_ref(ref, commit, store.resolve(ref), f"specpilot candidate {ref}")
+    return commit
 
 
 def base_candidate(ctx: AgentContext, options: dict, summary: str) -> Candidate:

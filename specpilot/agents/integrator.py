@@ -13,8 +13,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from specpilot.agents import sandbox
 from specpilot.agents.claude import ToolLoop, Transcript
 from specpilot.agents.tools import Workspace
+from specpilot.errors import SpecPilotError
 
 SYSTEM = """You integrate adopted speculative-decoding patches in one git worktree of
 SpecPilot's stock engine (stock/). A 3-way apply left conflict markers (<<<<<<< ||||||| =======
@@ -44,7 +46,11 @@ def markers_left(root: Path, paths: list[str]) -> list[str]:
 def resolve(cycle, worktree: Path, conflicted: list[str], stacked: list, incoming) -> str | None:
     """Ask the agent to resolve the conflict in `worktree`. None on success, else why not."""
     ex = cycle.ex
-    ws = Workspace(worktree, ex.command_timeout_s)
+    try:   # no agent without its sandbox (or the user's explicit opt-out)
+        sandbox.policy(ex.agent_sandbox)
+    except SpecPilotError as exc:
+        return f"integration agent not started: {exc}"
+    ws = Workspace(worktree, ex.command_timeout_s, sandboxed=ex.agent_sandbox)
     log = Transcript(cycle.runs.transcript("integrate"))
     log({"event": "conflict", "incoming": incoming.direction.id, "files": conflicted})
     loop = ToolLoop(cycle.client, ex.model, ws, log, ex.agent_steps, ex.agent_tokens,

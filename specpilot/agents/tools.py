@@ -32,6 +32,7 @@ class Submission:
 class Workspace:
     root: Path
     command_timeout_s: float = 300.0
+    sandboxed: bool = True          # False only with [explore] agent_sandbox = false
     submission: Submission | None = None
     commands: list[dict] = field(default_factory=list)
 
@@ -123,15 +124,13 @@ class Workspace:
         return f"edited {path}"
 
     def run(self, command: str, timeout_s: float | None = None) -> str:
-        limit = min(timeout_s or self.command_timeout_s, self.command_timeout_s)
-        res = sandbox.run(command, self.root, limit)
-        self.commands.append({"command": command, "rc": res.rc, "timed_out": res.timed_out,
-                              "seconds": round(res.seconds, 2), "sandbox": res.sandbox})
-        return f"exit {res.rc}{' (timed out)' if res.timed_out else ''}\n{res.output}"
+        """The agent's own shell command (its whole string is the script bash runs)."""
+        return self._exec(["/bin/bash", "-c", command], command, timeout_s)
 
     def tests(self, path: str = "tests") -> str:
         self.path(path, must_exist=True)
-        return self.run(f"python -m pytest -q -x {path}")
+        return self._exec(["python", "-m", "pytest", "-q", "-x", "--", path],
+                          f"pytest -q -x -- {path!r}")
 
     def bench(self, options: str = "", max_new: int = 16) -> str:
         """Time stock (this worktree's code) with and without the options (agent evidence
@@ -145,14 +144,19 @@ class Workspace:
                   " e=Engine(s.engine.model,Options(opts),s.engine.max_context,s.engine.stop_ids)\n"
                   " t=time.perf_counter();r=e.generate(p,int(sys.argv[2]),s.drafter('ngram'))\n"
                   " print(name,round(time.perf_counter()-t,3),'s',len(r.tokens),'tokens')")
-        return self.run(f"python -c {_q(script)} {_q(options)} {int(max_new)} embedded")
+        return self._exec(["python", "-c", script, str(options), str(int(max_new)), "embedded"],
+                          f"bench {options!r} {int(max_new)}")
+
+    def _exec(self, argv: list[str], label: str, timeout_s: float | None = None) -> str:
+        """Run one argument vector under the sandbox (never a string a shell re-parses)."""
+        limit = min(timeout_s or self.command_timeout_s, self.command_timeout_s)
+        res = sandbox.run(argv, self.root, limit, sandboxed=self.sandboxed)
+        self.commands.append({"command": label, "rc": res.rc, "timed_out": res.timed_out,
+                              "seconds": round(res.seconds, 2), "sandbox": res.sandbox})
+        return f"exit {res.rc}{' (timed out)' if res.timed_out else ''}\n{res.output}"
 
     def submit(self, option: str, summary: str, predicted_gain: float) -> str:
         if not re.match(r"^[a-z][a-z0-9_]{0,63}$", option or ""):
             raise ToolRefused("option must be a snake_case option name")
         self.submission = Submission(option, summary, float(predicted_gain))
         return "submitted"
-
-
-def _q(text: str) -> str:
-    return "'" + text.replace("'", "'\"'\"'") + "'"

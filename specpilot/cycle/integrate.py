@@ -1,11 +1,14 @@
 """Phase 2: integrate the adopted directions of a cycle.
 
 The adopted candidates are stacked onto the cycle's base (the current best system) in order
-of measured gain, highest first: code changes by a 3-way apply in an integration worktree,
-option values by union (a clash with an option the stack already set drops the later one).
-A 3-way conflict whose two sides only add lines (two option registrations at the same
-place) keeps both; any other conflict goes to the integration agent (agents/integrator.py)
-when a client is available, else the entry is dropped with a reason. One candidate left is
+of measured gain, highest first: code changes by a 3-way apply in a private index of the
+project's repository (no worktree), option values by union (a clash with an option the
+stack already set drops the later one). A 3-way conflict whose two sides only add lines
+(two option registrations at the same place) keeps both; any other conflict goes to the
+integration agent (agents/integrator.py) when a client is available, in a fresh worktree
+of the stack so far holding git's conflict markers, and its resolution is captured from
+that worktree without running git in its configuration (GitStore.capture_tree); without a
+client the entry is dropped with a reason. One candidate left is
 its own stack (its controller verdict stands); two or more are measured together by the
 controller against the base, kept only if adopted, and recorded as a memory entry whose
 dependencies are the stacked entries (cycle/entries.record_integration).
@@ -20,6 +23,8 @@ from specpilot import worktrees
 from specpilot.cycle import judges
 from specpilot.cycle.state import System
 from specpilot.gitstore import GitStore
+
+STACK_REF = "refs/specpilot/candidates/integrate-"   # the stack so far, kept reachable
 
 
 def integrate(cycle) -> None:
@@ -40,8 +45,8 @@ def integrate(cycle) -> None:
         rec.update(stack=[adopted[0].direction.id], result="one adopted direction; its "
                    "controller verdict stands", verdict=adopted[0].verdict)
         return
-    wt = _fresh_worktree(cycle, f"{state.run_id.removeprefix('run-')}-integrate"[:64])
-    g = GitStore(wt)
+    store = cycle.store
+    head = state.base.commit
     options = dict(state.base.options)
     changed: dict[str, str] = {}      # option values the stack sets away from the base
     stacked = []
@@ -53,14 +58,15 @@ def integrate(cycle) -> None:
             rec["dropped"].append({"direction": d.direction.id, "reason": f"option clash {clash}"})
             continue
         if c.code_changed:
-            why = _apply(cycle, g, wt, d, stacked, rec)
+            tree, why = _apply(cycle, head, d, stacked, rec)
             if why:
-                g.call("reset", "-q", "--hard", "HEAD")
                 rec["dropped"].append({"direction": d.direction.id, "reason": why})
                 cycle.progress("integrate", f"dropped {d.direction.id}: {why[:120]}")
                 continue
-            g.run("commit", "-q", "--no-verify", "-m", f"integrate {d.direction.id}",
-                  env=_identity())
+            head = store.commit_tree(tree, [head], f"integrate {d.direction.id}", None,
+                                     _identity())
+            ref = STACK_REF + state.run_id
+            store.update_ref(ref, head, store.resolve(ref), f"specpilot integrate {d.direction.id}")
         changed.update(mine)
         options.update(mine)
         stacked.append(d)
@@ -72,7 +78,7 @@ def integrate(cycle) -> None:
         rec.update(result="one direction left after drops; its controller verdict stands",
                    verdict=stacked[0].verdict)
         return
-    stack = System(commit=g.run("rev-parse", "HEAD").strip(), options=options)
+    stack = System(commit=head, options=options)
     rec["system"] = stack.model_dump()
     cycle.progress("integrate", f"controller: stack {rec['stack']} against the base")
     verdict = judges.compare(cycle.root, cycle.cfg, state.base, stack, cycle.ex.controller_rounds,
@@ -98,49 +104,56 @@ def integrate(cycle) -> None:
         rec.update(out)
 
 
-def _apply(cycle, g: GitStore, wt: Path, d, stacked: list, rec: dict) -> str | None:
-    """3-way apply `d`'s patch onto the stack; None when it is in the index, else why not."""
-    from specpilot.agents.reuse import _resolve_additions
-
+def _apply(cycle, head: str, d, stacked: list, rec: dict) -> tuple[str | None, str | None]:
+    """3-way apply `d`'s patch onto the stack `head` in a private index: (tree, None), or
+    (None, why not)."""
     c = d.candidate
-    patch = cycle.store.diff_patch(cycle.state.base.commit, c.commit, cycle.cfg.system_paths)
-    with tempfile.NamedTemporaryFile(suffix=".patch", delete=False) as fh:
-        fh.write(patch)
-    try:
-        res = g.call("apply", "--3way", "--index", "--whitespace=nowarn", fh.name)
-    finally:
-        Path(fh.name).unlink(missing_ok=True)
-    if res.rc == 0:
-        return None
-    conflicted = sorted({line.split("\t", 1)[1] for line in
-                         g.run("ls-files", "-u").splitlines() if "\t" in line})
-    if not conflicted:
-        return f"does not apply: {res.err.strip()[:200]}"
-    if _resolve_additions(g, wt):
-        return None
+    store, paths = cycle.store, cycle.cfg.system_paths
+    patch = store.diff_patch(cycle.state.base.commit, c.commit, paths)
+    with store.private_index() as index:
+        index.load(store.tree_of(head))
+        res = index.apply(patch, three_way=True)
+        if res.rc == 0:
+            return index.write(), None
+        conflicted = index.unmerged()
+        if not conflicted:
+            return None, f"does not apply: {res.err.strip()[:200]}"
+        if index.resolve_additions() and not index.unmerged():
+            return index.write(), None
     if cycle.client is None:
-        return (f"3-way conflict in {', '.join(conflicted)}; no integration agent offline "
-                f"(set ANTHROPIC_API_KEY)")
+        return None, (f"3-way conflict in {', '.join(conflicted)}; no integration agent "
+                      f"offline (set ANTHROPIC_API_KEY)")
     from specpilot.agents.integrator import resolve
 
+    agents = rec.setdefault("agent_worktrees", [])
+    wt = _conflict_worktree(cycle, head, patch, len(agents))
+    agents.append(wt.name)
     cycle.progress("integrate", f"conflict in {', '.join(conflicted)}: integration agent")
     why = resolve(cycle, wt, conflicted, stacked, d)
     if why:
-        return f"3-way conflict in {', '.join(conflicted)}; {why}"
-    paths = [p for p in cycle.cfg.system_paths if (wt / p).exists()]
-    g.run("add", "-A", "--", *paths)
-    if g.run("ls-files", "-u").strip():
-        return f"3-way conflict in {', '.join(conflicted)}; still unmerged after the agent"
+        return None, f"3-way conflict in {', '.join(conflicted)}; {why}"
+    tree = store.capture_tree(wt, paths, head)   # never git in the agent's worktree
     rec["resolved"].append(d.direction.id)
-    return None
+    return tree, None
 
 
-def _fresh_worktree(cycle, name: str) -> Path:
+def _conflict_worktree(cycle, head: str, patch: bytes, n: int) -> Path:
+    """A fresh worktree at the stack `head` with the patch 3-way applied: git's conflict
+    markers in the files, for the integration agent. Fresh for every conflict: once an
+    agent has written in a worktree, no git runs in it again."""
+    name = f"{cycle.state.run_id.removeprefix('run-')}-integrate"[:60] + (f"-{n + 1}" if n else "")
     existing = [w for w in worktrees.list_all(cycle.store) if w.name == name]
-    if existing:   # resumed: integrate again from the base
+    if existing:   # resumed: start that conflict over
         worktrees.remove(cycle.store, name, force=True)
         cycle.store.call("branch", "-D", worktrees.BRANCH_PREFIX + name)
-    return Path(worktrees.new(cycle.store, name, cycle.state.base.commit).path)
+    wt = Path(worktrees.new(cycle.store, name, head).path)
+    with tempfile.NamedTemporaryFile(suffix=".patch", delete=False) as fh:
+        fh.write(patch)
+    try:   # a worktree no agent has touched yet: git may run in it
+        GitStore(wt).call("apply", "--3way", "--index", "--whitespace=nowarn", fh.name)
+    finally:
+        Path(fh.name).unlink(missing_ok=True)
+    return wt
 
 
 def _identity() -> dict:

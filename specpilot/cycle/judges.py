@@ -128,7 +128,13 @@ def stock_references(root: Path, cfg: Config, gates: GatesSection, stock_commit:
     commit, cached by the judges."""
     reqs = judge_gates.gate_requests(cfg.model.path, check, count)
     return judge_gates.stock_references(root, cfg, gates, stock_commit, reqs, length, device,
-                                        log_path)
+                                        log_path, check)
+
+
+def sealed_logs(run_id: str, name: str) -> Path:
+    """A run's log folder for workers that see sealed requests: outside the repository,
+    beside the secret seed (judges/gates.log_folder)."""
+    return judge_gates.log_folder(Path("."), "sealed", f"{run_id}/{name}")
 
 
 def run_gates(root: Path, cfg: Config, gates: GatesSection, commit: str, options: dict,

@@ -36,6 +36,7 @@ class Cycle:
                                                                                    self.ex)})
         self.gates_cfg = gates_for_cycle(self.cfg, self.ex)
         self.validate_length()   # a sealed length below 2 x dev is a config error, now
+        state.sandbox = agent_sandbox(self.ex, client)   # refused here, before any work
         self.state = state
         self.runs = RunStore(self.root, state.run_id)
         self.store = GitStore(self.root)
@@ -77,7 +78,8 @@ class Cycle:
                 self._refs[check] = judges.stock_references(
                     self.root, self.cfg, self.gates_cfg, self.stock_commit(), check, n, length,
                     device or judges.default_device(),
-                    self.runs.log_dir("references") / f"stock-{check}.log")
+                    (self.runs.log_dir("references") if check == "dev" else
+                     judges.sealed_logs(self.state.run_id, "references")) / f"stock-{check}.log")
             return self._refs[check]
 
     def validate_length(self) -> int:
@@ -192,6 +194,18 @@ class Cycle:
         validate(self)
 
 
+def agent_sandbox(ex, client) -> str:
+    """The run record's line on how agent commands are confined. An LLM-agent backend
+    (anthropic, command) without a working bubblewrap is refused (a one-line error) unless
+    the user opted out ([explore] agent_sandbox = false); the offline backends run no agent
+    command and need none."""
+    from specpilot.cycle.planning import coding_backend
+
+    if coding_backend(ex, client) is not None:
+        sandbox.policy(ex.agent_sandbox)
+    return sandbox.describe(ex.agent_sandbox)
+
+
 def device_slots(ex) -> list[dict]:
     """One environment per concurrent sub-agent: a CUDA device each, or N CPU slots.
 
@@ -243,7 +257,7 @@ def start(root: Path, progress=lambda who, msg: None, client=None) -> Cycle:
         base = System(commit=best, options=best_options(root))
     state = RunState(run_id=new_run_id(), created=time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                  time.gmtime()),
-                     base=base, best=base, stock=head, sandbox=sandbox.describe())
+                     base=base, best=base, stock=head)
     cycle = Cycle(root, state, progress, client)
     cycle.save()
     return cycle

@@ -64,6 +64,10 @@ class ExploreSection(BaseModel):
     cycle_cost_usd: float = Field(20.0, ge=0)
     command_timeout_s: float = Field(300.0, gt=0)
     agent_timeout_s: float = Field(1800.0, gt=0)
+    # agent commands under bubblewrap (agents/sandbox.py); without a working bwrap the
+    # anthropic and command backends refuse to start. false: the explicit opt-out, agent
+    # commands then run with your rights
+    agent_sandbox: bool = True
 
 
     @model_validator(mode="after")

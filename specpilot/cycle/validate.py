@@ -5,7 +5,9 @@ controller against stock on sealed requests (skipped when the best system is sto
 Only a pass moves refs/specpilot/best; a failure rejects the cycle's system and says why.
 Either way the cycle's entries that make up its system leave their provisional status:
 validated on a pass (reusable from then on), rejected on a failure (never reused).
-The sealed requests are read here, by the judges, and never reach an agent.
+The sealed requests are read here, by the judges, and never reach an agent; their
+references and the logs of the workers that ran them stay outside the repository, beside
+the secret seed (requests/sealed.py).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ def validate(cycle) -> dict:
         cycle.store.system_tree(stock.commit, cycle.cfg.system_paths)
     rec["gates"] = judges.run_gates(cycle.root, cycle.cfg, cycle.gates_cfg, best.commit,
                                     best.options, refs, "sealed", code_changed,
-                                    cycle.runs.log_dir("validate"))
+                                    judges.sealed_logs(state.run_id, "validate"))
     ok, reasons = judges.gates_passed(rec["gates"])
     rec["reasons"] += reasons
     if not code_changed and not best.options:

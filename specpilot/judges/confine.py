@@ -81,7 +81,7 @@ def outer_env() -> dict[str, str]:
     return {k: os.environ[k] for k in ("LD_LIBRARY_PATH",) if k in os.environ}
 
 
-def _python_roots() -> list[Path]:
+def python_roots() -> list[Path]:
     """The interpreter's installation and site-packages, outermost folders only."""
     found = {Path(p).resolve() for p in (sys.base_prefix, sys.prefix, *site.getsitepackages())}
     found.add(Path(sys.executable).resolve().parent)
@@ -122,7 +122,7 @@ def command(argv: list[str], program: Path, checkout: Path, scratch: Path,
             "--clearenv"]
     for path in SYSTEM + ETC:
         args += _ro(path)
-    roots = _python_roots() + _toolchain()
+    roots = python_roots() + _toolchain()
     for root in roots:
         args += _ro(root)
     args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]

@@ -416,6 +416,10 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
     if drafter_b and drafter_b != job.drafter:
         job.drafter_b = drafter_b
     log_dir = root / RUNS_DIR / time.strftime("compare-%Y%m%d-%H%M%S")
+    if source == "sealed":   # logs and report of sealed requests stay outside the repository
+        from specpilot.requests.sealed import logs_dir
+
+        log_dir = logs_dir(log_dir.name)
     progress("stock's reference outputs")
     job, expected = stock_outputs(co_stock, job, cfg, log_dir, devices[0])
     paired, ready_a, ready_b, checks = paired_run(co_a, opts_a, co_b, opts_b, job, cfg,

@@ -4,9 +4,12 @@ Reference: stock's greedy output for a request at full precision (fp32 on CPU), 
 with stock's lossless speculative decoding (ngram drafter; greedy speculative output equals
 greedy autoregressive output), then one forced pass of stock over it recording, per
 position, stock's argmax, its top-1 minus top-2 margin and a hash of its logits. Cached
-under .specpilot/cache/references/ keyed by model, stock tree hash, request id and length;
-a longer entry (or one that stopped early) serves a shorter length whose forced pass ends on
-a chunk boundary of its own (`Reference.cuts_exactly`).
+keyed by model, stock tree hash, request id and length (`ReferenceCache.for_check`): the
+dev requests' under .specpilot/cache/references/, the sealed requests' outside the
+repository, beside the secret seed (requests/sealed.references_dir: folders 0700, files
+0600), so no worktree can read a sealed prompt or output. A longer entry (or one that
+stopped early) serves a shorter length whose forced pass ends on a chunk boundary of its
+own (`Reference.cuts_exactly`).
 
 Gates (each returns a GateReport; `passed` is the verdict):
 - option-default: a candidate with every option at its default must give stock's logits bit
@@ -32,9 +35,11 @@ from specpilot.config import GatesSection
 from specpilot.errors import SpecPilotError
 from specpilot.judges.outputs import (Expected, OutputCheck, Tolerance, check_request,
                                       near_tie_budget, tolerance)
+from specpilot.requests.sealed import private_dir, references_dir, write_private
 
 SCHEMA_VERSION = 2   # 2: stock's noise pass (noise, noise_flips)
-REFS_DIR = Path(".specpilot") / "cache" / "references"
+REFS_DIR = Path(".specpilot") / "cache" / "references"   # the dev requests' references
+SEALED_PREFIX = "sealed-"   # the judges' sealed request ids (requests/sealed, gates)
 
 
 class Reference(BaseModel):
@@ -99,8 +104,23 @@ class GateReport(BaseModel):
 
 
 class ReferenceCache:
-    def __init__(self, root: Path):
-        self.folder = Path(root) / REFS_DIR
+    """References in `folder`/<model>/<stock tree>/<request>@<length>.json; `private`:
+    folders 0700 and files 0600 (the sealed requests')."""
+
+    def __init__(self, folder: Path, private: bool = False):
+        self.folder = Path(folder)
+        self.private = private
+
+    @classmethod
+    def for_check(cls, root: Path, check: str) -> "ReferenceCache":
+        """The cache of a check: the repository's for dev requests, the private folder
+        beside the secret seed for sealed ones (any sealed reference an older version left
+        in the repository is deleted)."""
+        if check != "sealed":
+            return cls(Path(root) / REFS_DIR)
+        for old in (Path(root) / REFS_DIR).glob(f"*/*/{SEALED_PREFIX}*"):
+            old.unlink(missing_ok=True)
+        return cls(references_dir(), private=True)
 
     def _dir(self, model: str, stock_tree: str) -> Path:
         slug = hashlib.sha256(model.encode()).hexdigest()[:12]
@@ -124,8 +144,13 @@ class ReferenceCache:
 
     def put(self, ref: Reference) -> None:
         folder = self._dir(ref.model, ref.stock_tree)
-        folder.mkdir(parents=True, exist_ok=True)
         path = folder / f"{ref.request_id}@{ref.length}.json"
+        if self.private:
+            private_dir(folder.parent)
+            private_dir(folder)
+            write_private(path, ref.model_dump_json())
+            return
+        folder.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(ref.model_dump_json())
         tmp.replace(path)

@@ -114,14 +114,15 @@ class WorkerEngine:
 
 def stock_references(root: Path, cfg: Config, gates: GatesSection, stock_rev: str,
                      requests: list[Request], length: int, device: str,
-                     log_path: Path) -> list[Reference]:
-    """Stock's reference of each request for `length` new tokens: from the cache (keyed by
+                     log_path: Path, check: str) -> list[Reference]:
+    """Stock's reference of each request for `length` new tokens: from the cache of
+    `check` (dev: in the repository; sealed: beside the secret seed, outside it; keyed by
     model, the stock commit's system tree, request and length; a longer entry serves a
     shorter length) or computed by stock at its defaults in a worker on a clean checkout of
     `stock_rev`."""
     co = clean_checkout(GitStore(root), stock_rev, cfg.system_paths, root)
     model = cfg.model.path
-    cache = ReferenceCache(root)
+    cache = ReferenceCache.for_check(root, check)
     found = {rid: cache.get(model, co.tree, rid, length) for rid, _, _ in requests}
     missing = [r for r in requests if found[r[0]] is None]
     if missing:
@@ -201,11 +202,23 @@ def run_gate(root: Path, check: str, opts: dict, default_gate: bool, exact: bool
     if not reqs:
         raise SpecPilotError("no requests to check")
     device = device or _default_device()
-    logs = root / RUNS_DIR / time.strftime("gate-%Y%m%d-%H%M%S")
-    refs = stock_references(root, cfg, gates, base, reqs, length, device, logs / "stock.log")
+    logs = log_folder(root, check, time.strftime("gate-%Y%m%d-%H%M%S"))
+    refs = stock_references(root, cfg, gates, base, reqs, length, device, logs / "stock.log",
+                            check)
     run = judge(root, cfg, gates, candidate, opts, refs, check, device, logs,
                 default_gate=default_gate, forcing=not default_gate, exact=exact)
     return run.reports[0]
+
+
+def log_folder(root: Path, check: str, name: str) -> Path:
+    """Where the workers of a check write their logs: .specpilot/runs/<name> for dev,
+    beside the secret seed for sealed (a candidate that prints its sealed inputs prints
+    them outside the repository)."""
+    if check == "sealed":
+        from specpilot.requests.sealed import logs_dir
+
+        return logs_dir(name)
+    return Path(root) / RUNS_DIR / name
 
 
 def _default_device() -> str:

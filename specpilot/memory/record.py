@@ -97,9 +97,20 @@ def record(memory: Memory, source: str, entry_id: str, deps: list[str],
 
 
 def resolve_source(store: GitStore, source: str, system_paths: list[str]) -> str:
-    """A commit from a branch/rev, or from a worktree folder (its HEAD; must be clean)."""
+    """A commit from a branch/rev, or from a worktree folder (its HEAD; must be clean). A
+    sub-agent's worktree is read without running git inside it (an agent may have rewritten
+    its `.git` file): its HEAD as this repository records it, its files by capture_tree."""
+    from specpilot import worktrees
+
     path = Path(source)
     if path.is_dir() and (path / ".git").exists():
+        agents = {Path(w.path).resolve(): w for w in worktrees.list_all(store)}
+        if path.resolve() in agents:
+            head = agents[path.resolve()].head
+            if not head or store.capture_tree(path, system_paths, head) != store.tree_of(head):
+                raise SpecPilotError(f"worktree {source} has uncommitted changes in the "
+                                     f"system paths; commit them first", code=2)
+            return head
         other = GitStore(path)
         dirty = other.run("status", "--porcelain", "--", *system_paths)
         if dirty.strip():

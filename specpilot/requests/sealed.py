@@ -3,7 +3,10 @@
 ``generate_sealed(seed, n)`` builds requests from templates with randomised content using
 only ``random.Random(seed)``, so a seed fixes the set exactly. ``ensure_sealed`` keeps one
 secret seed per machine (``secrets.randbits(64)``, mode 0600) and the generated file beside
-it, in a directory outside any repository (see ``default_sealed_dir``).
+it, in a directory outside any repository (see ``default_sealed_dir``). Stock's references
+for the sealed requests (their prompt ids and outputs, ``references_dir``) and the logs of
+the workers that ran them (``logs_dir``) live beside them too: every folder there is mode
+0700 and every reference 0600, readable only by the controller's user.
 """
 
 from __future__ import annotations
@@ -15,10 +18,13 @@ from pathlib import Path
 
 from specpilot.requests.sets import CATEGORIES, Request
 
-__all__ = ["SEALED_FILE", "SEED_FILE", "default_sealed_dir", "ensure_sealed", "generate_sealed"]
+__all__ = ["REFERENCES_DIR", "SEALED_FILE", "SEED_FILE", "default_sealed_dir", "ensure_sealed",
+           "generate_sealed", "logs_dir", "private_dir", "references_dir", "write_private"]
 
 SEED_FILE = "seed"
 SEALED_FILE = "sealed_requests.jsonl"
+REFERENCES_DIR = "references"
+LOGS_DIR = "logs"
 
 NAMES = ["Amara", "Bilal", "Chen", "Dalia", "Elias", "Farah", "Gustav", "Hana", "Ivo", "Jun",
          "Kemal", "Lena", "Marek", "Nadia", "Oskar", "Priya", "Quinn", "Rosa", "Samir", "Tove",
@@ -254,7 +260,30 @@ def default_sealed_dir() -> Path:
     return base / "specpilot" / "sealed"
 
 
-def _write_private(path: Path, text: str) -> None:
+def private_dir(path: Path) -> Path:
+    """``path`` as a folder only its owner can enter (0700), created where missing."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_mode & 0o777 != 0o700:
+        os.chmod(path, 0o700)
+    return path
+
+
+def references_dir(data_dir: Path | None = None) -> Path:
+    """Where stock's references for the sealed requests are cached: beside the seed, 0700."""
+    data_dir = Path(data_dir) if data_dir is not None else default_sealed_dir()
+    private_dir(data_dir)
+    return private_dir(data_dir / REFERENCES_DIR)
+
+
+def logs_dir(name: str) -> Path:
+    """A folder (0700) beside the seed for the logs of workers that saw sealed requests:
+    what a candidate prints there never lands in the repository."""
+    base = private_dir(private_dir(default_sealed_dir()) / LOGS_DIR)
+    return private_dir(base / name)
+
+
+def write_private(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` with mode 0600, atomically (temp file + rename)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -286,14 +315,13 @@ def ensure_sealed(data_dir: Path | None = None, n: int = 64) -> Path:
     second call changes nothing. A requests file without its seed is an error: it could not
     be reproduced, and a fresh seed would silently disagree with it.
     """
-    data_dir = Path(data_dir) if data_dir is not None else default_sealed_dir()
-    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    data_dir = private_dir(Path(data_dir) if data_dir is not None else default_sealed_dir())
     seed_path, out = data_dir / SEED_FILE, data_dir / SEALED_FILE
     if not seed_path.exists():
         if out.exists():
             raise ValueError(f"{out} exists but {seed_path} is missing; delete {out} to regenerate")
-        _write_private(seed_path, f"{secrets.randbits(64)}\n")
+        write_private(seed_path, f"{secrets.randbits(64)}\n")
     if not out.exists():
         reqs = generate_sealed(read_seed(data_dir), n)
-        _write_private(out, "".join(r.to_json() + "\n" for r in reqs))
+        write_private(out, "".join(r.to_json() + "\n" for r in reqs))
     return out
