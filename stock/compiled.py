@@ -53,13 +53,14 @@ import logging
 from contextlib import nullcontext
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
+from stock import body
 from stock.cache import KVCache
 from stock.fused import fused_gate_up, fused_qkv, groups
-from stock.layers import MLP, RMSNorm, apply_rope
-from stock.linear import Linear, linear
+from stock.layers import MLP, RMSNorm
+from stock.linear import Linear
+from stock.model import Output
 
 log = logging.getLogger("stock.compiled")
 
@@ -122,54 +123,22 @@ def _call(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 # -- the regions (plain functions: also the eager fallback) --------------------------------
-def _group_out(fused, x):
-    """x times a fused group: stock's concatenated matrix (one GEMM), or the group module a
-    patch installed (stock/fused.py, install_group), called like any module."""
-    return linear(x, fused) if isinstance(fused, torch.Tensor) else _call(fused, x)
-
-
-def _qkv(attn, hx, qkv):
-    """q, k, v [B, T, heads, D]: three projections, or one GEMM by the fused matrix."""
-    b, t, _ = hx.shape
-    if qkv is None:
-        q, k, v = _call(attn.q_proj, hx), _call(attn.k_proj, hx), _call(attn.v_proj, hx)
-    else:
-        q, k, v = _group_out(qkv, hx).split([attn.h * attn.d, attn.hkv * attn.d,
-                                             attn.hkv * attn.d], dim=-1)
-    return (q.reshape(b, t, attn.h, attn.d), k.reshape(b, t, attn.hkv, attn.d),
-            v.reshape(b, t, attn.hkv, attn.d))
-
-
-def _mlp(mlp, x, gate_up):
-    """The MLP: its module, or gate/up as one GEMM by the fused matrix."""
-    if gate_up is None:
-        return _call(mlp, x)
-    g, u = _group_out(gate_up, x).split([mlp.gate_proj.out_features,
-                                         mlp.up_proj.out_features], dim=-1)
-    return _call(mlp.down_proj, F.silu(g) * u)
-
-
+# Each is stock/body.py's pieces called with `_call`: the layer's math is written there once.
 def attn_in(x, ln, attn, cos, sin, positions, k_buf, v_buf, qkv=None):
     """Region A: x [B, T, H] -> queries [B, Hkv, G*T, D]; writes K/V at `positions`.
     `qkv`: the layer's fused q/k/v matrix (stock/fused.py) or None."""
-    b, t, _ = x.shape
-    q, k, v = _qkv(attn, _call(ln, x), qkv)
-    if attn.qk_norm:
-        q, k = _call(attn.q_norm, q), _call(attn.k_norm, k)
-    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    k_buf.index_copy_(2, positions, k)
-    v_buf.index_copy_(2, positions, v)
-    return q.reshape(b, attn.hkv, (attn.h // attn.hkv) * t, attn.d)
+    q, k, v = body.qkv(_call, attn, _call(ln, x), qkv)
+    q, k, v = body.rotate(_call, attn, q, k, v, cos, sin)
+    body.write_kv(k_buf, v_buf, positions, k, v)
+    return body.fold(attn, q)
 
 
 def attn_out_mlp(x, out, attn, ln, mlp, gate_up=None):
     """Region B: attention output [B, Hkv, G*T, D] -> the layer's output x [B, T, H].
     `gate_up`: the layer's fused gate/up matrix (stock/fused.py) or None."""
     b, t, _ = x.shape
-    out = out.view(b, attn.h, t, attn.d).transpose(1, 2).reshape(b, t, attn.h * attn.d)
-    x = x + _call(attn.o_proj, out)
-    return x + _mlp(mlp, _call(ln, x), gate_up)
+    x = x + _call(attn.o_proj, body.merge(attn, out, b, t))
+    return x + body.mlp(_call, mlp, _call(ln, x), gate_up)
 
 
 def attn_out_mlp_next(x, out, attn, ln, mlp, next_ln, next_attn, cos, sin, positions,
@@ -296,14 +265,11 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
     F.scaled_dot_product_attention with the step's mask. `fused`: multiply by a layer's
     fused q/k/v and gate/up matrices where stock/fused.py has them (option
     fuse_projections); off, the projections run one by one even on a fused model."""
-    from stock.model import Output
-    from stock.static_step import step_prologue
-
     layers = list(model.model.layers)
     kernel = uses_kernel(attention, ids.device, layers[0].self_attn.d)
     if kernel:
         from kernels.attention import decode_attention
-    cos, sin, mask_g, x = step_prologue(model, ids, positions, kv_len, mask=not kernel)
+    cos, sin, mask_g, x = body.step_inputs(model, ids, positions, kv_len, mask=not kernel)
     hidden = {}
 
     def buffers(layer):
@@ -315,8 +281,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
     def attend(qg, k_buf, v_buf):
         if kernel:
             return decode_attention(qg, k_buf, v_buf, positions, kv_len)
-        return F.scaled_dot_product_attention(qg, k_buf[:, :, :kv_len], v_buf[:, :, :kv_len],
-                                              attn_mask=mask_g)
+        return body.attend(qg, k_buf, v_buf, kv_len, mask_g)
 
     with dynamo_limits():
         _mark_dynamic_buffers(model)

@@ -1,6 +1,8 @@
 """Transformer building blocks for Llama-family and Qwen3 dense models.
 
 Module and parameter names follow Hugging Face's, so a safetensors state dict loads as is.
+The attention and decoder-layer modules hold parameters only: every forward runs them
+through the one layer body in stock/body.py.
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from stock.cache import KVCache
 from stock.config import ModelConfig
 from stock.linear import Linear
 from stock.profile import region
@@ -59,27 +60,6 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(self.d, cfg.rms_norm_eps)
         self.qk_norm = cfg.qk_norm
 
-    def forward(self, x, cos, sin, cache: KVCache, start: int, mask):
-        b, t, _ = x.shape
-        with region("gemm"):
-            q = self.q_proj(x).view(b, t, self.h, self.d)
-            k = self.k_proj(x).view(b, t, self.hkv, self.d)
-            v = self.v_proj(x).view(b, t, self.hkv, self.d)
-        with region("attention"):
-            if self.qk_norm:
-                q, k = self.q_norm(q), self.k_norm(k)
-            q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-            k_all, v_all = cache.write(self.layer, start, k, v)
-            if mask is None:  # a single query token sees the whole committed context
-                out = F.scaled_dot_product_attention(q, k_all, v_all, enable_gqa=self.h != self.hkv)
-            else:
-                out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=mask,
-                                                     enable_gqa=self.h != self.hkv)
-            out = out.transpose(1, 2).reshape(b, t, self.h * self.d)
-        with region("gemm"):
-            return self.o_proj(out)
-
 
 class MLP(nn.Module):
     def __init__(self, cfg: ModelConfig):
@@ -100,7 +80,3 @@ class DecoderLayer(nn.Module):
         self.mlp = MLP(cfg)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-
-    def forward(self, x, cos, sin, cache, start, mask):
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, start, mask)
-        return x + self.mlp(self.post_attention_layernorm(x))

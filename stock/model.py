@@ -1,8 +1,11 @@
 """The target model: embedding, decoder layers, final norm, output head.
 
 `forward` runs T new tokens per sequence against a static KV cache starting at `start`.
-By default positions are start..start+T-1 with a causal mask; tree verification may pass
-its own positions and mask. Logits are returned in fp32 whatever the compute dtype.
+By default positions are start..start+T-1, the step reads cache slots [0, start+T) and
+key j is visible to query i iff j <= its position; a caller (tree verification, the
+static step) may pass its own positions, slots read (`kv_len`) and visibility. The layer
+body is stock/body.py's, the same for every forward. Logits are fp32 whatever the compute
+dtype.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from stock.body import eager_layers, step_inputs
 from stock.cache import KVCache
 from stock.config import ModelConfig
 from stock.errors import StockError
@@ -37,13 +41,6 @@ class Backbone(nn.Module):
                                          _weight=torch.empty(cfg.vocab_size, cfg.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-
-
-def causal_mask(start: int, t: int, device) -> torch.Tensor:
-    """Boolean [t, start+t]: query i sees keys 0..start+i."""
-    q = torch.arange(t, device=device).unsqueeze(1) + start
-    k = torch.arange(start + t, device=device).unsqueeze(0)
-    return k <= q
 
 
 class Transformer(nn.Module):
@@ -74,23 +71,22 @@ class Transformer(nn.Module):
     def forward(self, ids: torch.Tensor, cache: KVCache, start: int,
                 positions: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                 logits: str = "all", hidden_layers: tuple[int, ...] = (),
-                num_layers: int | None = None) -> Output:
-        """ids [B, T]; logits 'all' | 'last' | 'none'; num_layers truncates the stack."""
+                num_layers: int | None = None, kv_len: int | None = None) -> Output:
+        """ids [B, T]; logits 'all' | 'last' | 'none'; num_layers truncates the stack.
+        positions [T] (int64, on the model's device; default start..start+T-1), kv_len the
+        cache slots read (default start + T), mask a [T, kv_len] boolean visibility
+        (default: key j visible iff j <= the query's position)."""
         b, t = ids.shape
-        cache.check_room(start, t)
+        # one new token at the end of the context sees every slot it reads: no mask
+        everything = positions is None and mask is None and t == 1 and kv_len is None
         if positions is None:
-            positions = torch.arange(start, start + t, device=ids.device).expand(b, t)
-            if t > 1:
-                mask = causal_mask(start, t, ids.device)
-        cos = self.cos[positions].unsqueeze(1)
-        sin = self.sin[positions].unsqueeze(1)
-        x = self.model.embed_tokens(ids)
-        hidden = {}
-        layers = self.model.layers if num_layers is None else self.model.layers[:num_layers]
-        for i, layer in enumerate(layers):
-            x = layer(x, cos, sin, cache, start, mask)
-            if i in hidden_layers:
-                hidden[i] = x
+            cache.check_room(start, t)
+            positions = torch.arange(start, start + t, device=ids.device)
+        kv_len = start + t if kv_len is None else kv_len
+        cos, sin, mask_g, x = step_inputs(self, ids, positions, kv_len, mask,
+                                          mask=not everything)
+        x, hidden = eager_layers(self, x, cos, sin, cache, positions, kv_len, mask_g,
+                                 hidden_layers, num_layers)
         if logits == "none":
             return Output(None, hidden)
         if logits == "last":

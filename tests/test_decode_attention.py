@@ -15,7 +15,7 @@ import torch.nn.functional as F  # noqa: E402
 
 from kernels.attention import decode_attention, reference_attention, supported  # noqa: E402
 from kernels.attention.decode import BLOCK_N, plan  # noqa: E402
-from stock.static_step import step_mask  # noqa: E402
+from stock.body import step_mask  # noqa: E402
 
 if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("no CUDA and TRITON_INTERPRET is not 1", allow_module_level=True)

@@ -19,7 +19,7 @@ from stock.fused import fused_gate_up, fused_qkv
 from stock.graphs import GraphRunner
 from stock.model import Transformer
 from stock.options import Options
-from stock.static_step import step_mask
+from stock.body import step_mask
 
 # kernels.attention is imported inside the tests: on a CPU machine this module is collected
 # (then skipped), and importing Triton kernels here, before the CPU tests set

@@ -1,0 +1,32 @@
+"""Restructuring keeps behaviour: greedy outputs equal token ids recorded from the old tree.
+
+`tests/data/greedy_64.json` holds the greedy token ids of the embedded default (fp32, CPU)
+with the `ar`, `ngram` and `block` drafters on 8 dev prompts x 64 new tokens, recorded on
+2026-12-01 from the tree before the forwards became one layer body (stock/body.py; commit
+ce751c0 plus nothing of stock changed), by a script that loaded the system as the `smol`
+fixture does and called `engine.generate(chat(prompt), 64, drafter)`. A change to the
+forward, the cache, the drafters or the verification loop that changes a single token on
+these prompts fails here.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+RECORDED = json.loads((Path(__file__).parent / "data" / "greedy_64.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("drafter", ["ar", "ngram", "block"])
+def test_greedy_outputs_equal_the_recorded_ones(smol, drafter):
+    from specpilot.requests import load_dev, select
+
+    reqs = select(load_dev(), None, 2)[:8]
+    assert [r.id for r in reqs] == RECORDED["prompts"]
+    d = None if drafter == "ar" else smol.drafter(drafter)
+    got = [smol.engine.generate(smol.tokenizer.chat(r.prompt), RECORDED["max_new"], d).tokens
+           for r in reqs]
+    for rid, g, want in zip(RECORDED["prompts"], got, RECORDED["tokens"][drafter]):
+        assert g == want, f"{drafter} {rid}: first difference at token " \
+            f"{next((i for i, (a, b) in enumerate(zip(g, want)) if a != b), len(g))}"
