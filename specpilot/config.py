@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
+import re
 import tomllib
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from specpilot.errors import SpecPilotError
+from specpilot.explore_config import ExploreSection
 
 CONFIG_RELPATH = Path(".specpilot") / "config.toml"
 
@@ -79,7 +82,8 @@ class JudgesSection(BaseModel):
 
 
 class Config(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    """The whole file: every section, and the file itself, forbids unknown keys."""
+    model_config = ConfigDict(extra="forbid")
     schema_version: int = 1
     system_paths: list[str] = Field(default_factory=lambda: ["stock", "kernels"])
     model: ModelSection = Field(default_factory=ModelSection)
@@ -87,6 +91,12 @@ class Config(BaseModel):
     controller: ControllerSection = Field(default_factory=ControllerSection)
     gates: GatesSection = Field(default_factory=GatesSection)
     judges: JudgesSection = Field(default_factory=JudgesSection)
+    explore: ExploreSection = Field(default_factory=ExploreSection)
+
+
+SECTIONS: dict[str, type[BaseModel]] = {
+    name: f.annotation for name, f in Config.model_fields.items()
+    if isinstance(f.annotation, type) and issubclass(f.annotation, BaseModel)}
 
 
 def find_root(start: Path | None = None) -> Path | None:
@@ -108,16 +118,61 @@ def require_root() -> Path:
 
 
 def load_config(root: Path | None = None) -> Config:
-    """The config of the project at `root` (or found from the cwd); defaults if none."""
+    """The config of the project at `root` (or found from the cwd); defaults if none.
+    Anything wrong in the file is one SpecPilotError (code 2) naming the file and the
+    section and key: unreadable, not UTF-8, not TOML, an unknown section or key, a value of
+    the wrong type or out of its range."""
     root = root or find_root()
     if root is None:
         return Config()
     path = root / CONFIG_RELPATH
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise SpecPilotError(f"cannot read {CONFIG_RELPATH}: {exc.strerror or exc}",
+                             code=2) from None
+    except UnicodeDecodeError as exc:
+        raise SpecPilotError(f"not UTF-8 text: byte {exc.object[exc.start]:#04x} at offset "
+                             f"{exc.start} ({CONFIG_RELPATH})", code=2) from None
     except tomllib.TOMLDecodeError as exc:
-        raise SpecPilotError(f"{path}: not valid TOML: {exc}") from exc
+        raise SpecPilotError(f"not valid TOML: {exc} ({CONFIG_RELPATH})", code=2) from None
     try:
         return Config.model_validate(data)
-    except Exception as exc:  # pydantic.ValidationError, flattened to one line
-        raise SpecPilotError(f"{path}: {str(exc).splitlines()[0]}") from exc
+    except ValidationError as exc:
+        raise SpecPilotError(f"{describe(exc)} ({CONFIG_RELPATH})", code=2) from None
+
+
+def describe(exc: ValidationError) -> str:
+    """A pydantic error of the file on one line: `[section] key: what is wrong (got …)`."""
+    errors = exc.errors()
+    err = errors[0]
+    loc = [str(p) for p in err["loc"]]
+    section = loc[0] if loc and loc[0] in SECTIONS else None
+    keys = loc[1:] if section else loc
+    where = (f"[{section}] " if section else "") + ".".join(keys)
+    kind, value = err["type"], err.get("input")
+    if kind == "extra_forbidden":
+        text = f"{where}: unknown key" if section else f"{where}: unknown section or key"
+        known = _known(section)
+        close = difflib.get_close_matches(keys[-1], known, 3) if keys else []
+        text += f"; did you mean {' or '.join(close)}?" if close else \
+            f"; known: {', '.join(known)}"
+    elif kind == "literal_error":
+        choices = ", ".join(re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected"))))
+        text = f"{where} {value!r} is not one of {choices}"
+    else:
+        msg = err["msg"].removeprefix("Value error, ")
+        shown = "" if kind == "value_error" or isinstance(value, dict) else f" (got {value!r})"
+        if keys:
+            text = f"{where}: {msg}{shown}"
+        elif kind == "value_error":   # the section's own check
+            text = f"[{section}] {msg}"
+        else:                         # the section itself is not a table
+            text = f"{section}: {msg}{shown}"
+    if len(errors) > 1:
+        text += f" (and {len(errors) - 1} more)"
+    return text
+
+
+def _known(section: str | None) -> list[str]:
+    return list((SECTIONS[section] if section else Config).model_fields)

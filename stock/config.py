@@ -3,10 +3,29 @@
 from __future__ import annotations
 
 import json
+import numbers
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 ARCHS = ("llama", "qwen3")
+POSITIVE_INTS = ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "num_heads",
+                 "num_kv_heads", "head_dim", "max_position")
+HF_REQUIRED = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+               "num_attention_heads")
+HF_INTS = HF_REQUIRED + ("num_key_value_heads", "head_dim", "max_position_embeddings")
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _hf_float(value):
+    """rope_theta as a float; anything else is left for __post_init__ to name."""
+    return float(value) if _is_number(value) else value
 
 
 @dataclass
@@ -28,21 +47,40 @@ class ModelConfig:
     eos_token_ids: list[int] = field(default_factory=list)
 
     def __post_init__(self):
+        """Every field checked, each error naming it (ValueError)."""
         if self.arch not in ARCHS:
             raise ValueError(f"unsupported architecture {self.arch!r}; supported: {', '.join(ARCHS)}")
+        for name in POSITIVE_INTS:
+            value = getattr(self, name)
+            if not _is_int(value) or value <= 0:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("rope_theta", "rms_norm_eps"):
+            value = getattr(self, name)
+            if not _is_number(value) or not value > 0:
+                raise ValueError(f"{name} must be a positive number, got {value!r}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError("num_heads must be a multiple of num_kv_heads")
-        for name in ("vocab_size", "hidden_size", "intermediate_size", "num_layers", "head_dim"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
+        ids = ([] if self.bos_token_id is None else [self.bos_token_id]) + list(self.eos_token_ids)
+        if not all(_is_int(i) and i >= 0 for i in ids):
+            raise ValueError(f"token ids must be non-negative integers: bos_token_id "
+                             f"{self.bos_token_id!r}, eos_token_ids {self.eos_token_ids!r}")
 
     @classmethod
     def from_hf(cls, hf: dict) -> "ModelConfig":
-        """From a Hugging Face `config.json` dictionary (LlamaForCausalLM, Qwen3ForCausalLM)."""
+        """From a Hugging Face `config.json` dictionary (LlamaForCausalLM, Qwen3ForCausalLM).
+        A missing or mistyped field is a ValueError that names it as config.json does."""
+        if not isinstance(hf, dict):
+            raise ValueError(f"expected a JSON object, got {type(hf).__name__}")
         model_type = hf.get("model_type", "llama")
         arch = {"llama": "llama", "qwen3": "qwen3"}.get(model_type)
         if arch is None:
             raise ValueError(f"unsupported model_type {model_type!r}; supported: llama, qwen3")
+        for key in HF_REQUIRED:
+            if key not in hf:
+                raise ValueError(f"missing {key}")
+        for key in HF_INTS:
+            if key in hf and hf[key] is not None and (not _is_int(hf[key]) or hf[key] <= 0):
+                raise ValueError(f"{key} must be a positive integer, got {hf[key]!r}")
         heads = hf["num_attention_heads"]
         eos = hf.get("eos_token_id")
         eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
@@ -55,7 +93,7 @@ class ModelConfig:
             num_heads=heads,
             num_kv_heads=hf.get("num_key_value_heads", heads),
             head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
-            rope_theta=float(hf.get("rope_theta", (hf.get("rope_parameters") or {}).get("rope_theta", 10000.0))),
+            rope_theta=_hf_float(hf.get("rope_theta", (hf.get("rope_parameters") or {}).get("rope_theta", 10000.0))),
             rms_norm_eps=hf.get("rms_norm_eps", 1e-6),
             max_position=hf.get("max_position_embeddings", 4096),
             tie_embeddings=hf.get("tie_word_embeddings", False),

@@ -43,6 +43,22 @@ class Backbone(nn.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
 
+def check_tensors(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
+    """Every tensor of `state` that `model` (built from the config) has: same shape, and a
+    floating-point dtype (it is cast to the compute dtype, never reinterpreted)."""
+    expected = model.state_dict()
+    for name, tensor in state.items():
+        want = expected.get(name)
+        if want is None:
+            continue  # unexpected names are reported by load_state_dict's check
+        if tuple(tensor.shape) != tuple(want.shape):
+            raise StockError(f"tensor {name} has shape {list(tensor.shape)}; the config "
+                             f"makes it {list(want.shape)}")
+        if not tensor.is_floating_point():
+            raise StockError(f"tensor {name} has dtype {str(tensor.dtype).removeprefix('torch.')}"
+                             f"; weights must be floating point")
+
+
 class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -101,6 +117,7 @@ class Transformer(nn.Module):
         state = dict(state)
         if cfg.tie_embeddings:
             state.pop("lm_head.weight", None)
+        check_tensors(model, state)
         missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
         missing = [m for m in missing if not (cfg.tie_embeddings and m == "lm_head.weight")]
         if missing or unexpected:
@@ -114,7 +131,11 @@ class Transformer(nn.Module):
 
     @classmethod
     def from_folder(cls, folder: Path, device="cpu", dtype=torch.float32) -> "Transformer":
-        return cls.from_state_dict(load_config(folder), load_state_dict(folder), device, dtype)
+        cfg, state = load_config(folder), load_state_dict(folder)
+        try:
+            return cls.from_state_dict(cfg, state, device, dtype)
+        except StockError as exc:
+            raise StockError(f"{folder}: {exc}") from None
 
     @classmethod
     def random(cls, cfg: ModelConfig, device="cpu", dtype=torch.float32, seed: int = 0,

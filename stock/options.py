@@ -18,6 +18,17 @@ from stock.errors import StockError
 
 ENV_VAR = "SPECPILOT_OPTS"
 
+# Inclusive ranges of the int options registered at the end of this file (register() takes
+# `min=`/`max=` too; options registered elsewhere declare theirs there). Kept in this table
+# rather than on the register() lines, which memory entries' patches use as context.
+RANGES: dict[str, tuple[int | float | None, int | float | None]] = {
+    "graph_prefill_max": (0, 1 << 20), "draft_len": (1, 256), "lattice_topk": (1, 64),
+    "ngram_max": (1, 64), "ngram_min": (1, 64), "draft_layers": (1, 1024),
+    "repeat_work": (0, 1000), "fault_logit_bias_after": (-1, 1 << 20),
+}
+# (a, b): a must not exceed b.
+ORDERED: tuple[tuple[str, str], ...] = (("ngram_min", "ngram_max"),)
+
 
 class OptionError(StockError):
     pass
@@ -31,6 +42,8 @@ class Option:
     help: str
     choices: tuple | None = None
     devices: tuple[str, ...] | None = None  # device types where it has an effect; None: all
+    min: int | float | None = None  # inclusive range of an int or float option; None: open
+    max: int | float | None = None
 
     def parse(self, raw: Any) -> Any:
         if isinstance(raw, str):
@@ -44,7 +57,23 @@ class Option:
         if self.choices is not None and value not in self.choices:
             raise OptionError(f"option {self.name}: {value!r} is not one of "
                               f"{', '.join(map(str, self.choices))}")
+        if self.type is float and value != value:
+            raise OptionError(f"option {self.name}: nan is not a number")
+        if (self.min is not None and value < self.min) or \
+                (self.max is not None and value > self.max):
+            raise OptionError(f"option {self.name}: {value!r} is out of its range "
+                              f"{self.range_text()}")
         return value
+
+    def range_text(self) -> str:
+        """'1..256', '0..' (no upper bound), 'cpu, cuda' (choices) or '' (any)."""
+        if self.choices is not None:
+            return ", ".join(map(str, self.choices))
+        if self.type is bool:
+            return "true, false"
+        if self.min is None and self.max is None:
+            return ""
+        return f"{'' if self.min is None else self.min}..{'' if self.max is None else self.max}"
 
     def _from_text(self, text: str) -> Any:
         try:
@@ -65,10 +94,19 @@ REGISTRY: dict[str, Option] = {}
 
 
 def register(name: str, type: type, default: Any, help: str, choices: tuple | None = None,
-             devices: tuple[str, ...] | None = None) -> Option:
+             devices: tuple[str, ...] | None = None, *, min: int | float | None = None,
+             max: int | float | None = None) -> Option:
     """`devices`: the device types (torch.device(...).type) on which the option changes
-    anything, for tools that should not try it elsewhere (the cycle's kernel tuning)."""
-    opt = Option(name, type, default, help, choices, devices)
+    anything, for tools that should not try it elsewhere (the cycle's kernel tuning).
+    `min`, `max`: the inclusive range of an int or float option, which must declare at
+    least `min` (here, or for this file's own options in RANGES); a value outside it is an
+    error when Options are built."""
+    if min is None and max is None:
+        min, max = RANGES.get(name, (None, None))
+    if type in (int, float) and min is None and choices is None:
+        raise OptionError(f"option {name}: an {type.__name__} option declares its range "
+                          f"(register(..., min=..., max=...))")
+    opt = Option(name, type, default, help, choices, devices, min, max)
     if name in REGISTRY and REGISTRY[name] != opt:
         raise OptionError(f"option {name} registered twice with different definitions")
     opt.parse(default)
@@ -77,12 +115,18 @@ def register(name: str, type: type, default: Any, help: str, choices: tuple | No
 
 
 class Options:
-    """Resolved option values; read-only."""
+    """Resolved option values; read-only. Every value is checked against its option's type
+    and range, and the pairs in ORDERED against each other, when Options are built."""
 
     def __init__(self, values: dict[str, Any] | None = None):
         self._values = {n: o.default for n, o in REGISTRY.items()}
         for name, raw in (values or {}).items():
             self._values[name] = _lookup(name).parse(raw)
+        for low, high in ORDERED:
+            if low in self._values and high in self._values and \
+                    self._values[low] > self._values[high]:
+                raise OptionError(f"option {low} ({self._values[low]}) must not exceed "
+                                  f"{high} ({self._values[high]})")
 
     def __getitem__(self, name: str) -> Any:
         if name not in self._values:
@@ -119,22 +163,38 @@ def parse_pairs(pairs: list[str] | tuple[str, ...], source: str) -> dict[str, st
     return out
 
 
+def _read_file(path: Path) -> dict[str, Any]:
+    """The options of a TOML file (top level, or its [options] table), each checked."""
+    try:
+        data = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        raise OptionError(f"options file not found: {path}") from None
+    except IsADirectoryError:
+        raise OptionError(f"options file {path}: is a directory") from None
+    except OSError as exc:
+        raise OptionError(f"options file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise OptionError(f"options file {path}: not UTF-8 text (byte {exc.object[exc.start]:#04x} "
+                          f"at offset {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise OptionError(f"options file {path}: {exc}") from None
+    data = data.get("options", data)
+    if not isinstance(data, dict):
+        raise OptionError(f"options file {path}: [options] must be a table")
+    try:
+        for name, raw in data.items():
+            _lookup(name).parse(raw)
+    except OptionError as exc:
+        raise OptionError(f"options file {path}: {exc}") from None
+    return data
+
+
 def resolve(cli: list[str] | tuple[str, ...] = (), toml_path: str | Path | None = None,
             env: dict[str, str] | None = None) -> Options:
     env = os.environ if env is None else env
     values: dict[str, Any] = {}
     if toml_path:
-        path = Path(toml_path)
-        try:
-            data = tomllib.loads(path.read_text())
-        except FileNotFoundError:
-            raise OptionError(f"options file not found: {path}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise OptionError(f"options file {path}: {exc}") from None
-        data = data.get("options", data)
-        for name in data:
-            _lookup(name)
-        values.update(data)
+        values.update(_read_file(Path(toml_path)))
     values.update(parse_pairs(env.get(ENV_VAR, "").split(","), ENV_VAR))
     values.update(parse_pairs(cli, "--opt"))
     return Options(values)

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from stock.compiled import compile_enabled
+from stock.devices import check_context, check_device
 from stock.drafters.base import Drafter
 from stock.drafters.block import BlockDrafter
 from stock.drafters.draft_model import DraftModelDrafter
@@ -43,7 +44,9 @@ def default_device() -> torch.device:
 
 def load_system(model: str = "embedded", options: Options | None = None, device: str | None = None,
                 max_context: int | None = None) -> System:
-    """fp32 on CPU, bf16 on CUDA (logits are fp32 either way)."""
+    """fp32 on CPU, bf16 on CUDA (logits are fp32 either way). A device that does not
+    exist here or a context below one token is a StockError naming it."""
+    device, max_context = check_device(device), check_context(max_context)
     dev = torch.device(device) if device else default_device()
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
     folder = resolve(model)

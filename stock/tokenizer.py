@@ -2,19 +2,37 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as HFTokenizer
+
+from stock.errors import StockError
+from stock.weights import read_json
+
+
+class TokenizerError(StockError):
+    pass
+
+
+def _object(data, path: Path) -> dict:
+    if not isinstance(data, dict):
+        raise TokenizerError(f"{path}: expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 class Tokenizer:
     def __init__(self, folder: Path):
         path = folder / "tokenizer.json"
         if not path.is_file():
-            raise FileNotFoundError(f"{folder}: no tokenizer.json")
-        self.tok = HFTokenizer.from_file(str(path))
+            raise TokenizerError(f"{folder}: no tokenizer.json (a model folder needs its "
+                                 f"tokenizer)")
+        try:
+            self.tok = HFTokenizer.from_file(str(path))
+        except Exception as exc:  # tokenizers raises plain Exception for a bad file
+            raise TokenizerError(f"{path}: not a readable tokenizer: "
+                                 f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+                                 ) from None
         meta = self._meta(folder)
         self.chat_template: str | None = meta.get("chat_template")
         self.bos_id = meta.get("bos_token_id")
@@ -31,18 +49,19 @@ class Tokenizer:
     @staticmethod
     def _meta(folder: Path) -> dict:
         if (folder / "specpilot_tokenizer.json").is_file():
-            return json.loads((folder / "specpilot_tokenizer.json").read_text())
+            return _object(read_json(folder / "specpilot_tokenizer.json"),
+                           folder / "specpilot_tokenizer.json")
         meta: dict = {}
         cfg = folder / "tokenizer_config.json"
         if cfg.is_file():
-            data = json.loads(cfg.read_text())
+            data = _object(read_json(cfg), cfg)
             meta["chat_template"] = data.get("chat_template")
             meta["add_bos_token"] = data.get("add_bos_token", False)
         if (folder / "chat_template.jinja").is_file():
             meta["chat_template"] = (folder / "chat_template.jinja").read_text()
         model_cfg = folder / "config.json"
         if model_cfg.is_file():
-            data = json.loads(model_cfg.read_text())
+            data = _object(read_json(model_cfg), model_cfg)
             meta["bos_token_id"] = data.get("bos_token_id")
             meta["eos_token_id"] = data.get("eos_token_id")
         return meta

@@ -54,14 +54,42 @@ def resolve(model: str | Path) -> Path:
     return path
 
 
+class ModelFileError(StockError):
+    """A model file that is there but unusable: its message names the file and the field."""
+
+
+def read_json(path: Path):
+    """A JSON file of a model folder; unreadable, non-UTF-8 or malformed is one error."""
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise ModelFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ModelFileError(f"{path}: not UTF-8 text (offset {exc.start})") from None
+    except json.JSONDecodeError as exc:
+        raise ModelFileError(f"{path}: not valid JSON: {exc}") from None
+
+
 def load_config(folder: Path) -> ModelConfig:
-    if (folder / "specpilot_model.json").is_file():
-        return ModelConfig.load(folder)
-    return ModelConfig.from_hf(json.loads((folder / "config.json").read_text()))
+    """The folder's model configuration: specpilot_model.json (a converted GGUF) or the
+    Hugging Face config.json; a missing, mistyped or inconsistent field is one error that
+    names the file and the field."""
+    ours = folder / "specpilot_model.json"
+    path = ours if ours.is_file() else folder / "config.json"
+    data = read_json(path)
+    try:
+        if path == ours:
+            if not isinstance(data, dict):
+                raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+            return ModelConfig(**data)
+        return ModelConfig.from_hf(data)
+    except (TypeError, ValueError) as exc:
+        raise ModelFileError(f"{path}: {exc}") from None
 
 
 def load_state_dict(folder: Path) -> dict[str, torch.Tensor]:
     """All tensors of the folder's safetensors files (memory-mapped, fp as stored)."""
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     files = sorted(folder.glob("*.safetensors"))
@@ -69,5 +97,8 @@ def load_state_dict(folder: Path) -> dict[str, torch.Tensor]:
         raise ModelNotFound(f"{folder}: no *.safetensors weights")
     state: dict[str, torch.Tensor] = {}
     for f in files:
-        state.update(load_file(str(f)))
+        try:
+            state.update(load_file(str(f)))
+        except (SafetensorError, OSError, ValueError) as exc:  # truncated, corrupt, unreadable
+            raise ModelFileError(f"{f}: not a readable safetensors file: {exc}") from None
     return state

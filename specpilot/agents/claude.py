@@ -26,7 +26,8 @@ RETRYABLE = {"RateLimitError", "APIConnectionError", "APITimeoutError", "Interna
 
 SYSTEM = """You are a performance engineer working in one git worktree of SpecPilot's stock
 speculative-decoding engine (stock/). Implement the direction below as a patch behind a NEW
-option registered in stock/options.py whose default reproduces stock bit for bit. Use the
+option registered in stock/options.py whose default reproduces stock bit for bit (an int or
+float option declares its range: register(..., min=..., max=...)). Use the
 tools; keep the change small; then call submit with the option, the value that switches it
 on, a summary and your predicted gain. Your tests and benchmarks are only evidence: separate
 gates (default == stock, token forcing) and a paired controller decide."""

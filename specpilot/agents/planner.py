@@ -57,7 +57,9 @@ def offline_plan(analysis: dict, memory_entries: list, drafter: str, max_directi
         if name not in REGISTRY:
             continue
         factor, why = TUNABLE[name]
-        values = default_values(name, REGISTRY[name].default, tune_values)
+        opt = REGISTRY[name]
+        values = default_values(name, opt.default, tune_values, getattr(opt, "min", None),
+                                getattr(opt, "max", None))
         if not values:
             continue
         dirs.append(Direction(

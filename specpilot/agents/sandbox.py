@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from specpilot import lifeline
 from specpilot.errors import SpecPilotError
 from specpilot.judges.confine import python_roots, usable_bwrap
 
@@ -142,10 +143,11 @@ def run(argv: list[str], worktree: Path, timeout_s: float, extra_env: dict | Non
     how = policy(sandboxed)
     wrapped = _bwrap_argv(worktree, list(argv)) if how == CONFINED else list(argv)
     t0 = time.perf_counter()
-    proc = subprocess.Popen(wrapped, cwd=worktree, env=agent_env(worktree, extra_env),
-                            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True, text=True, errors="replace")
+    # its own session, killed with this process (specpilot/lifeline.py)
+    proc = lifeline.spawn(wrapped, cwd=worktree, env=agent_env(worktree, extra_env),
+                          stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, errors="replace")
     timed_out = False
     try:
         out, _ = proc.communicate(stdin, timeout=timeout_s)
@@ -153,6 +155,8 @@ def run(argv: list[str], worktree: Path, timeout_s: float, extra_env: dict | Non
         timed_out = True
         _kill_group(proc)
         out, _ = proc.communicate()
+    finally:
+        lifeline.forget(proc)
     out = out or ""
     if len(out) > limit_chars:
         out = out[: limit_chars // 2] + "\n[... output cut ...]\n" + out[-limit_chars // 2:]

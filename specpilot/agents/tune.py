@@ -18,7 +18,10 @@ from specpilot.agents.context import AgentContext, base_candidate
 from specpilot.cycle.state import Candidate
 
 
-def default_values(name: str, default, count: int) -> list[str]:
+def default_values(name: str, default, count: int, low: int | None = None,
+                   high: int | None = None) -> list[str]:
+    """Values to try around `default`: at least 1 and within the option's declared range
+    [low, high] when it has one."""
     if isinstance(default, bool):
         return [str(not default)]
     if isinstance(default, int):
@@ -26,7 +29,8 @@ def default_values(name: str, default, count: int) -> list[str]:
                default * 2, default + 1, default - 1]
         seen = []
         for v in raw:
-            if v >= 1 and v != default and v not in seen:
+            inside = (low is None or v >= low) and (high is None or v <= high)
+            if v >= 1 and inside and v != default and v not in seen:
                 seen.append(v)
         return [str(v) for v in seen[:count]]
     return []

@@ -8,6 +8,7 @@ import os
 import click
 
 from specpilot.config import require_root
+from specpilot.errors import SpecPilotError
 
 EXIT_VALIDATION_FAILED = 5
 
@@ -120,9 +121,18 @@ def runs_group():
 @runs_group.command("list")
 @click.option("--json", "as_json", is_flag=True)
 def runs_list(as_json):
-    from specpilot.cycle.state import list_runs
+    """The run records, oldest first. Exit 1 if any cannot be read (the readable ones are
+    still listed; the first unreadable one is named)."""
+    from specpilot.cycle.state import read_runs
 
-    runs = list_runs(_root())
+    runs, unreadable = read_runs(_root())
+    _print_runs(runs, as_json)
+    if unreadable:
+        more = f" (and {len(unreadable) - 1} more)" if len(unreadable) > 1 else ""
+        raise SpecPilotError(unreadable[0] + more)
+
+
+def _print_runs(runs, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([{"run_id": r.run_id, "phase": r.phase, "created": r.created,
                                 "directions": {d.direction.id: d.status for d in r.directions},

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from specpilot.commands.params import device_checked, utf8_checked
 from specpilot.config import load_config
 from specpilot.errors import SpecPilotError
 
@@ -24,9 +25,10 @@ opt_opt = click.option("--opt", "opts", multiple=True, metavar="NAME=VALUE",
                        help="set an engine option (repeatable)")
 opts_file_opt = click.option("--opts-file", type=click.Path(), default=None,
                              help="TOML file of options")
-device_opt = click.option("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if present)")
+device_opt = click.option("--device", default=None, callback=device_checked,
+                          help="cpu, cuda, cuda:1 (default: cuda if present)")
 json_opt = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
-context_opt = click.option("--max-context", type=int, default=None,
+context_opt = click.option("--max-context", type=click.IntRange(min=1), default=None,
                            help="KV cache size in tokens (default: the model's context)")
 
 
@@ -41,7 +43,7 @@ def system_options(command):
 @click.argument("prompt")
 @click.option("--ar", is_flag=True, help="autoregressive (no drafter)")
 @click.option("--drafter", default="ngram", show_default=True, help="ngram | draft | block")
-@click.option("--max-new", default=256, show_default=True, type=int)
+@click.option("--max-new", default=256, show_default=True, type=click.IntRange(min=1))
 @click.option("--raw", is_flag=True, help="do not wrap the prompt in the chat template")
 @system_options
 def run_cmd(prompt, ar, drafter, max_new, raw, model, opts, opts_file, device, max_context,
@@ -49,6 +51,7 @@ def run_cmd(prompt, ar, drafter, max_new, raw, model, opts, opts_file, device, m
     """Generate a reply to PROMPT greedily (speculative unless --ar)."""
     if not prompt.strip():
         raise SpecPilotError("empty prompt")
+    utf8_checked(prompt, "prompt")
     system = _system(model, opts, opts_file, device, max_context)
     ids = system.tokenizer.encode(prompt) if raw else system.tokenizer.chat(prompt)
     res = system.engine.generate(ids, max_new, None if ar else system.drafter(drafter))
@@ -68,8 +71,10 @@ def run_cmd(prompt, ar, drafter, max_new, raw, model, opts, opts_file, device, m
 @click.option("--requests", "request_set", default="dev", show_default=True,
               help="'dev' or a JSONL file of requests")
 @click.option("--category", "categories", multiple=True, help="only these categories")
-@click.option("--limit", default=2, show_default=True, type=int, help="requests per category (0: all)")
-@click.option("--max-new", default=64, show_default=True, type=int, help="cap on new tokens")
+@click.option("--limit", default=2, show_default=True, type=click.IntRange(min=0),
+              help="requests per category (0: all)")
+@click.option("--max-new", default=64, show_default=True, type=click.IntRange(min=1),
+              help="cap on new tokens")
 @click.option("--modes", default="ar,spec", show_default=True, help="ar, spec, ngram, draft, block, hf")
 @click.option("--drafter", default="ngram", show_default=True, help="the drafter 'spec' means")
 @system_options

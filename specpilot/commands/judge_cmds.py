@@ -6,6 +6,7 @@ import sys
 
 import click
 
+from specpilot.commands.params import device_checked, devices_checked
 from specpilot.config import find_root, require_root
 from specpilot.errors import SpecPilotError
 
@@ -33,8 +34,8 @@ def _devices(text: str | None) -> list[str] | None:
         kind = "cuda" if torch.cuda.is_available() else "cpu"
         if kind == "cpu" and len(items) == 1:
             return ["cpu"]
-        return [f"{kind}:{d}" for d in items]
-    return items
+        return devices_checked([f"{kind}:{d}" for d in items])
+    return devices_checked(items)
 
 
 _root = require_root
@@ -48,13 +49,15 @@ _root = require_root
 @click.option("--devices", default=None,
               help="one device, or two run side by side: 0,1 (cuda if present, else one CPU "
                    "core each), or names such as cuda:0,cuda:1")
-@click.option("--rounds", type=int, default=None, help="measured rounds (config: controller.rounds)")
-@click.option("--requests", "n_requests", type=int, default=None, help="requests per round")
-@click.option("--max-new", type=int, default=None, help="new tokens per request")
+@click.option("--rounds", type=click.IntRange(min=2), default=None,
+              help="measured rounds (config: controller.rounds)")
+@click.option("--requests", "n_requests", type=click.IntRange(min=1), default=None,
+              help="requests per round")
+@click.option("--max-new", type=click.IntRange(min=1), default=None, help="new tokens per request")
 @click.option("--request-set", default="fresh", show_default=True,
               help="fresh (new prompts from a secret seed every round), or a pool: dev, "
                    "sealed or a JSONL file, sampled without repeats")
-@click.option("--sigma", type=float, default=None,
+@click.option("--sigma", type=click.FloatRange(min=0), default=None,
               help="a floor for σ: the bar uses the larger of this and the run's own σ")
 @click.option("--family", type=click.IntRange(1), default=1, show_default=True,
               help="candidates judged together: the bound's level is 1 - (1 - confidence)/N")
@@ -120,12 +123,15 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
 @click.option("--default", "default_gate", is_flag=True,
               help="the option-default gate (every option at its default) instead of forcing")
 @click.option("--exact", is_flag=True, help="demand bit-identical logits")
-@click.option("--requests", "n_requests", type=int, default=None, help="how many requests")
-@click.option("--length", type=int, default=None, help="forced new tokens (default: config)")
+@click.option("--requests", "n_requests", type=click.IntRange(min=1), default=None,
+              help="how many requests")
+@click.option("--length", type=click.IntRange(min=1), default=None,
+              help="forced new tokens (default: config)")
 @click.option("--candidate", default="HEAD", show_default=True, help="the candidate's commit")
 @click.option("--base", default="HEAD", show_default=True,
               help="the commit whose stock computes the references")
-@click.option("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if present)")
+@click.option("--device", default=None, callback=device_checked,
+              help="cpu, cuda, cuda:1 (default: cuda if present)")
 @click.option("--json", "as_json", is_flag=True)
 def gate_cmd(check, opts, default_gate, exact, n_requests, length, candidate, base, device,
              as_json):
@@ -159,11 +165,12 @@ def gate_cmd(check, opts, default_gate, exact, n_requests, length, candidate, ba
 
 
 @click.command("analyze")
-@click.option("--requests", "n_requests", type=int, default=2, show_default=True)
-@click.option("--max-new", type=int, default=48, show_default=True)
+@click.option("--requests", "n_requests", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--max-new", type=click.IntRange(min=1), default=48, show_default=True)
 @click.option("--drafter", default="ngram", show_default=True)
 @click.option("--model", default=None, help="model (default: config)")
-@click.option("--device", default=None, help="cpu, cuda, cuda:1 (default: cuda if present)")
+@click.option("--device", default=None, callback=device_checked,
+              help="cpu, cuda, cuda:1 (default: cuda if present)")
 @click.option("--json", "as_json", is_flag=True)
 def analyze_cmd(n_requests, max_new, drafter, model, device, as_json):
     """Cost model: τ, kernel and overhead factors, per-category measured vs bound."""

@@ -51,7 +51,8 @@ def convert_cmd(model_dir, out_dir, device, as_json):
 @w12_group.command("stats")
 @click.argument("model")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
-@click.option("--top", type=int, default=None, help="show only the N layers with most exceptions")
+@click.option("--top", type=click.IntRange(min=1), default=None,
+              help="show only the N layers with most exceptions")
 def stats_cmd(model, as_json, top):
     """Bits per parameter, exception rate and a per-layer table of MODEL: a W12 folder, a
     safetensors folder (encoded on the fly, bf16-cast) or 'embedded'."""

@@ -65,7 +65,7 @@ def values_for(spec: dict, current) -> list[str]:
         return [str(not on).lower()]
     if typ == "int":
         try:
-            return default_values("", int(str(current)), 8)
+            return default_values("", int(str(current)), 8, spec.get("min"), spec.get("max"))
         except ValueError:
             return []
     return []

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from specpilot.errors import SpecPilotError
 
@@ -170,16 +170,28 @@ class RunStore:
         return state
 
 
-def list_runs(root: Path) -> list[RunState]:
+def read_runs(root: Path) -> tuple[list[RunState], list[str]]:
+    """Every run record, oldest first, and one line for each that cannot be read (the
+    record's path and why: unreadable, not UTF-8, not JSON, not a run record)."""
     folder = runs_dir(root)
-    out = []
+    out, bad = [], []
     if folder.is_dir():
         for path in sorted(folder.glob("run-*/state.json")):
             try:
-                out.append(RunState.model_validate_json(path.read_text()))
-            except ValueError:
-                continue
-    return out
+                out.append(RunState.model_validate_json(path.read_bytes()))
+            except OSError as exc:
+                bad.append(f"{path}: cannot read: {exc.strerror or exc}")
+            except ValidationError as exc:   # not JSON, not UTF-8, or not a run record
+                err = exc.errors()[0]
+                where = ".".join(str(p) for p in err["loc"])
+                bad.append(f"{path}: unreadable run record: {where + ': ' if where else ''}"
+                           f"{err['msg']}")
+    return out, bad
+
+
+def list_runs(root: Path) -> list[RunState]:
+    """The readable run records, oldest first (`read_runs` says which are not)."""
+    return read_runs(root)[0]
 
 
 def latest_run(root: Path) -> RunState | None:

@@ -156,13 +156,15 @@ def reference_pass(engine, ids: list[int], length: int, draft_len: int,
 
 
 def registry() -> dict:
-    """The imported system's option registry: names, types, defaults, choices, help, and the
-    device types an option acts on (None for all; a system older than that field has none)."""
+    """The imported system's option registry: names, types, defaults, choices, help, the
+    device types an option acts on (None for all) and the range of a numeric option (min,
+    max; None where open); a system older than a field has None there."""
     from stock.options import REGISTRY
 
     return {n: {"type": o.type.__name__, "default": o.default, "help": o.help,
                 "choices": list(o.choices) if getattr(o, "choices", None) else None,
-                "devices": list(o.devices) if getattr(o, "devices", None) else None}
+                "devices": list(o.devices) if getattr(o, "devices", None) else None,
+                "min": getattr(o, "min", None), "max": getattr(o, "max", None)}
             for n, o in REGISTRY.items()}
 
 

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specpilot import lifeline
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
 from specpilot.judges import confine as confinement
@@ -156,7 +157,7 @@ def launch(checkout: Checkout, device: str, model: str, options: dict,
     visible, name = isolate_device(device, os.environ.get("CUDA_VISIBLE_DEVICES"))
     argv = [sys.executable, "-P", "-B", "-s", str(WORKER)]
     if mode == confinement.CONFINED:
-        scratch = Path(tempfile.mkdtemp(prefix="specpilot-worker-"))
+        scratch = lifeline.track_folder(Path(tempfile.mkdtemp(prefix="specpilot-worker-")))
         argv = confinement.command(
             argv, WORKER, checkout.path, scratch, model_reads(model, options), device,
             {"CUDA_VISIBLE_DEVICES": visible} if visible is not None else {})
@@ -195,9 +196,11 @@ class Worker:
         self._log = open(self.log_path, "wb")
         # replies: the child's stdout, which the worker moves to a private descriptor
         # before anything of the system is imported (its own stdout then goes to the log)
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=write_fd,
-                                     stderr=self._log, cwd=self.checkout.path, env=env,
-                                     text=True, start_new_session=True)
+        # its own session, killed with this process (lifeline: even by SIGKILL; SIGTERM and
+        # SIGINT also remove its scratch folder)
+        self.proc = lifeline.spawn(argv, stdin=subprocess.PIPE, stdout=write_fd,
+                                   stderr=self._log, cwd=self.checkout.path, env=env,
+                                   text=True)
         os.close(write_fd)
         self._replies = os.fdopen(read_fd, "r")
         self._send({"checkout": str(self._inside), "system_paths": self.system_paths,
@@ -272,9 +275,11 @@ class Worker:
             proc.wait()
         finally:
             if proc is not None:
+                lifeline.forget(proc)
                 self._replies.close()
                 self._log.close()
                 self.proc = None
             if getattr(self, "_scratch", None) is not None:
                 shutil.rmtree(self._scratch, ignore_errors=True)
+                lifeline.forget_folder(self._scratch)
                 self._scratch = None

@@ -103,8 +103,11 @@ def parse_jsonl(lines: Iterable[str], source: str) -> list[Request]:
 def load_jsonl(path: str | Path) -> list[Request]:
     """Load requests from a JSONL file; see :func:`parse_jsonl` for the errors raised."""
     p = Path(path)
-    with p.open(encoding="utf-8") as fh:
-        return parse_jsonl(fh, str(p))
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{p}: not UTF-8 text (byte offset {exc.start})") from None
+    return parse_jsonl(text.split("\n"), str(p))
 
 
 def dump_jsonl(requests: Iterable[Request], path: str | Path) -> None:

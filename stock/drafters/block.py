@@ -31,8 +31,9 @@ from stock.linear import Linear, linear
 from stock.options import register
 
 register("block_size", int, 16, "block drafter: positions per drafter forward (the pending "
-         "token and block_size - 1 masks); it proposes up to block_size tokens")
-register("block_topk", int, 4, "block drafter: tokens kept per position in its draft lattice")
+         "token and block_size - 1 masks); it proposes up to block_size tokens", min=1, max=256)
+register("block_topk", int, 4, "block drafter: tokens kept per position in its draft lattice",
+         min=1, max=64)
 register("block_graphs", bool, True, "block drafter: replay its step (context update, block "
          "forward, top-k) from a CUDA graph per key-length bucket; used on CUDA only, ignored "
          "on CPU (eager)")
