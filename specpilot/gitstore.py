@@ -232,6 +232,53 @@ class GitStore:
             tar.extractall(dest, filter="tar")
         return present
 
+    def changed(self, a: str, b: str) -> dict[str, str]:
+        """{path: new mode} of every path (anywhere in the tree) that differs between trees
+        `a` and `b`; a deleted path has mode '000000'. This is git's own account of what a
+        patch changed, whatever the patch text looked like."""
+        out = self.run("diff-tree", "-r", "-z", "--no-renames", "--no-abbrev", a, b)
+        fields = out.split("\0")
+        found: dict[str, str] = {}
+        for head, path in zip(fields[0::2], fields[1::2]):
+            if head.startswith(":"):
+                found[path] = head[1:].split()[1]
+        return found
+
+    def patch_paths(self, patch: bytes) -> list[str]:
+        """The paths `git apply` reads `patch` as touching (`--numstat -z`: git's own parse,
+        prefixes and plain `---`/`+++` sections included); [] if git cannot parse it (then
+        applying it fails and says why). A rename lists its new name only: the tree diff
+        after applying (`changed`) is the full account."""
+        with tempfile.TemporaryDirectory(prefix="specpilot-patch-") as tmp:
+            path = Path(tmp) / "patch"
+            path.write_bytes(patch)
+            res = self.call("apply", "--numstat", "-z", str(path))
+        if res.rc != 0:
+            return []
+        fields = res.out.decode("utf-8", "surrogateescape").split("\0")
+        paths, i = [], 0
+        while i < len(fields):
+            parts = fields[i].split("\t", 2)
+            if len(parts) == 3 and parts[2]:
+                paths.append(parts[2])
+            elif len(parts) == 3:  # "added\tdeleted\t" then the two names
+                paths += [f for f in fields[i + 1:i + 3] if f]
+                i += 2
+            i += 1
+        return paths
+
+    def links(self, treeish: str, paths: list[str]) -> dict[str, str]:
+        """{path: target} of every symbolic link under `paths` at `treeish`."""
+        out = self.run("ls-tree", "-r", "-z", "--full-tree", treeish, "--", *paths)
+        found: dict[str, str] = {}
+        for item in filter(None, out.split("\0")):
+            info, path = item.split("\t", 1)
+            mode, _kind, sha = info.split()
+            if mode == "120000":
+                found[path] = sha
+        blobs = self.read_blobs(sorted(set(found.values())))
+        return {p: blobs[sha].decode("utf-8", "surrogateescape") for p, sha in found.items()}
+
     def diff_names(self, a: str, b: str, paths: list[str]) -> list[str]:
         out = self.run("diff-tree", "-r", "--name-only", "--no-renames", a, b, "--", *paths)
         return [line for line in out.splitlines() if line]

@@ -19,7 +19,7 @@ from specpilot.memory import patches
 from specpilot.memory.dag import replay_sequence
 from specpilot.memory.entry import Rebased, now
 from specpilot.memory.portable import _closure, _keep_in_attic
-from specpilot.memory.replay import Replayer
+from specpilot.memory.replay import Replayer, check_change
 from specpilot.memory.store import Memory, write_file_entry
 
 OK = ("moved", "unchanged")
@@ -88,6 +88,11 @@ def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
                     out.error = patches.describe_failure(eid, old.patches[eid], res.err)
                 continue
             tree = index.write()
+            try:
+                check_change(store, eid, deps_tree, tree, memory.system_paths)
+            except SpecPilotError as exc:
+                out.error = str(exc)
+                continue
             patch = store.diff_patch(deps_tree, tree, memory.system_paths)
             if not patch:
                 out.error = f"entry {eid!r}: its change is already in {onto[:12]} (empty patch)"

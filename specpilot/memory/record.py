@@ -63,8 +63,7 @@ def record(memory: Memory, source: str, entry_id: str, deps: list[str],
         if not patch and not (allow_empty and deps):
             raise SpecPilotError(f"entry {entry_id!r}: {source} changes nothing in the system "
                                  f"paths relative to its dependencies")
-        patches.check_paths(entry_id, patch, memory.system_paths)
-        tree = replayer.apply_patch(deps_tree, entry_id, patch)
+        tree = replayer.apply_patch(deps_tree, entry_id, patch)  # checks paths and links
     source_tree = store.system_tree(source_commit, memory.system_paths)
     if store.system_tree(tree, memory.system_paths) != source_tree:
         raise SpecPilotError(f"entry {entry_id!r} does not reproduce: replaying its patch does "
