@@ -1,6 +1,6 @@
 """All of SpecPilot's git access, in one place (GitPython; `git` plumbing where it has no API).
 
-Two rules hold here and nowhere else needs to think about them:
+Four rules hold here and nowhere else needs to think about them:
 
 - Work that builds trees (replay, verify, rebase) happens in a *private index*
   (`GIT_INDEX_FILE` in a temporary folder): the user's working tree, index and HEAD are
@@ -10,6 +10,8 @@ Two rules hold here and nowhere else needs to think about them:
 - A folder someone else may have written (an agent's worktree) is read by `capture_tree`
   only: git runs there with a throw-away git dir and configuration of ours, never with the
   folder's `.git`, its configuration or hooks, nor any system or global configuration.
+- An entry is published with `publish`: its ref name is checked first, and the note is
+  taken back if the ref cannot be set, so a failed writer leaves no orphan note.
 """
 
 from __future__ import annotations
@@ -299,11 +301,38 @@ class GitStore:
 
     def update_ref(self, ref: str, new: str, old: str | None, reason: str) -> None:
         """Set `ref` to `new` only if it still holds `old` (None: only if it is absent)."""
+        self.check_ref_name(ref)
         res = self.call("update-ref", "-m", reason, ref, new, old or ZERO)
         if res.rc != 0:
-            raise RefMovedError(
-                f"{ref} changed under us (expected {(old or 'absent')[:12]}): "
-                f"another writer got there first; nothing was overwritten")
+            now = self.call("rev-parse", "--verify", "--quiet", ref).out.decode().strip()
+            if (now or None) != old:
+                raise RefMovedError(
+                    f"{ref} changed under us (expected {(old or 'absent')[:12]}): "
+                    f"another writer got there first; nothing was overwritten")
+            raise GitError(f"git update-ref {ref}: {res.err.strip() or f'exit {res.rc}'}")
+
+    def check_ref_name(self, ref: str) -> None:
+        if self.call("check-ref-format", ref).rc != 0:
+            raise SpecPilotError(f"{ref!r} is not a valid git ref name", code=2)
+
+    def publish(self, ref: str, commit: str, old: str | None, note: bytes, date: str,
+                reason: str) -> None:
+        """Give `commit` its note, then point `ref` at it (compare-and-swap against `old`):
+        a reader that sees the ref finds its note. If the ref cannot be set, the notes ref
+        is put back where it was, so no orphan note is left behind."""
+        self.check_ref_name(ref)
+        notes_before = self.resolve(NOTES_REF)
+        self.set_note(commit, note, date)
+        try:
+            self.update_ref(ref, commit, old, reason)
+        except SpecPilotError:
+            notes_after = self.resolve(NOTES_REF)
+            if notes_before is None:
+                self.call("update-ref", "-d", NOTES_REF, notes_after or "")
+            else:
+                self.call("update-ref", "-m", "specpilot: take back an orphan note",
+                          NOTES_REF, notes_before, notes_after or ZERO)
+            raise
 
     def delete_ref(self, ref: str, old: str) -> None:
         res = self.call("update-ref", "-d", ref, old)

@@ -113,8 +113,8 @@ def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
                                        new_meta.git_date())
             store.write_system_tree(tree, memory.system_paths)
             _keep_in_attic(memory, eid, entry.commit)
-            store.set_note(commit, raw, new_meta.git_date())
-            store.update_ref(ENTRY_PREFIX + eid, commit, entry.commit, f"specpilot rebase {eid}")
+            store.publish(ENTRY_PREFIX + eid, commit, entry.commit, raw, new_meta.git_date(),
+                          f"specpilot rebase {eid}")
             if write_files:
                 write_file_entry(memory.folder, raw, eid, patch)
             new_commits[eid], new_patches[eid] = commit, patch
