@@ -21,7 +21,6 @@ import io
 import hashlib
 import os
 import posixpath
-import socket
 import subprocess
 import tarfile
 import tempfile
@@ -31,6 +30,7 @@ from pathlib import Path
 import git
 
 from specpilot.errors import SpecPilotError
+from specpilot.lockfile import LockedError, writer_lock  # noqa: F401 (LockedError: re-export)
 
 ZERO = "0" * 40
 NOTES_REF = "refs/notes/specpilot"
@@ -52,10 +52,6 @@ DIFF_FLAGS = (
 
 class GitError(SpecPilotError):
     """A git command failed in a way the caller did not expect."""
-
-
-class LockedError(SpecPilotError):
-    """Another SpecPilot writer holds the repository lock."""
 
 
 class RefMovedError(SpecPilotError):
@@ -459,24 +455,11 @@ class GitStore:
 
     # -- lock -------------------------------------------------------------------------
 
-    @contextlib.contextmanager
     def writer_lock(self):
-        """Serialise SpecPilot writers; a second one fails at once with a clear message."""
-        path = self.common_dir / "specpilot.lock"
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            holder = path.read_text(errors="replace").strip() if path.exists() else "?"
-            raise LockedError(
-                f"another specpilot writer holds {path} ({holder}); retry when it "
-                f"finishes, or delete the file if no writer is running") from None
-        try:
-            os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
-            os.close(fd)
-            yield
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+        """Serialise SpecPilot writers; a second one fails at once with a clear message, a
+        lock left by a killed writer on this host is recognised and removed
+        (specpilot/lockfile.py)."""
+        return writer_lock(self.common_dir / "specpilot.lock")
 
 
 class PrivateIndex:
