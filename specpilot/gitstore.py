@@ -1,6 +1,6 @@
 """All of SpecPilot's git access, in one place (GitPython; `git` plumbing where it has no API).
 
-Two rules hold here and nowhere else needs to think about them:
+Four rules hold here and nowhere else needs to think about them:
 
 - Work that builds trees (replay, verify, rebase) happens in a *private index*
   (`GIT_INDEX_FILE` in a temporary folder): the user's working tree, index and HEAD are
@@ -10,6 +10,8 @@ Two rules hold here and nowhere else needs to think about them:
 - A folder someone else may have written (an agent's worktree) is read by `capture_tree`
   only: git runs there with a throw-away git dir and configuration of ours, never with the
   folder's `.git`, its configuration or hooks, nor any system or global configuration.
+- An entry is published with `publish`: its ref name is checked first, and the note is
+  taken back if the ref cannot be set, so a failed writer leaves no orphan note.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import io
 import hashlib
 import os
 import posixpath
-import socket
 import subprocess
 import tarfile
 import tempfile
@@ -29,6 +30,7 @@ from pathlib import Path
 import git
 
 from specpilot.errors import SpecPilotError
+from specpilot.lockfile import LockedError, writer_lock  # noqa: F401 (LockedError: re-export)
 
 ZERO = "0" * 40
 NOTES_REF = "refs/notes/specpilot"
@@ -50,10 +52,6 @@ DIFF_FLAGS = (
 
 class GitError(SpecPilotError):
     """A git command failed in a way the caller did not expect."""
-
-
-class LockedError(SpecPilotError):
-    """Another SpecPilot writer holds the repository lock."""
 
 
 class RefMovedError(SpecPilotError):
@@ -232,6 +230,53 @@ class GitStore:
             tar.extractall(dest, filter="tar")
         return present
 
+    def changed(self, a: str, b: str) -> dict[str, str]:
+        """{path: new mode} of every path (anywhere in the tree) that differs between trees
+        `a` and `b`; a deleted path has mode '000000'. This is git's own account of what a
+        patch changed, whatever the patch text looked like."""
+        out = self.run("diff-tree", "-r", "-z", "--no-renames", "--no-abbrev", a, b)
+        fields = out.split("\0")
+        found: dict[str, str] = {}
+        for head, path in zip(fields[0::2], fields[1::2]):
+            if head.startswith(":"):
+                found[path] = head[1:].split()[1]
+        return found
+
+    def patch_paths(self, patch: bytes) -> list[str]:
+        """The paths `git apply` reads `patch` as touching (`--numstat -z`: git's own parse,
+        prefixes and plain `---`/`+++` sections included); [] if git cannot parse it (then
+        applying it fails and says why). A rename lists its new name only: the tree diff
+        after applying (`changed`) is the full account."""
+        with tempfile.TemporaryDirectory(prefix="specpilot-patch-") as tmp:
+            path = Path(tmp) / "patch"
+            path.write_bytes(patch)
+            res = self.call("apply", "--numstat", "-z", str(path))
+        if res.rc != 0:
+            return []
+        fields = res.out.decode("utf-8", "surrogateescape").split("\0")
+        paths, i = [], 0
+        while i < len(fields):
+            parts = fields[i].split("\t", 2)
+            if len(parts) == 3 and parts[2]:
+                paths.append(parts[2])
+            elif len(parts) == 3:  # "added\tdeleted\t" then the two names
+                paths += [f for f in fields[i + 1:i + 3] if f]
+                i += 2
+            i += 1
+        return paths
+
+    def links(self, treeish: str, paths: list[str]) -> dict[str, str]:
+        """{path: target} of every symbolic link under `paths` at `treeish`."""
+        out = self.run("ls-tree", "-r", "-z", "--full-tree", treeish, "--", *paths)
+        found: dict[str, str] = {}
+        for item in filter(None, out.split("\0")):
+            info, path = item.split("\t", 1)
+            mode, _kind, sha = info.split()
+            if mode == "120000":
+                found[path] = sha
+        blobs = self.read_blobs(sorted(set(found.values())))
+        return {p: blobs[sha].decode("utf-8", "surrogateescape") for p, sha in found.items()}
+
     def diff_names(self, a: str, b: str, paths: list[str]) -> list[str]:
         out = self.run("diff-tree", "-r", "--name-only", "--no-renames", a, b, "--", *paths)
         return [line for line in out.splitlines() if line]
@@ -252,11 +297,38 @@ class GitStore:
 
     def update_ref(self, ref: str, new: str, old: str | None, reason: str) -> None:
         """Set `ref` to `new` only if it still holds `old` (None: only if it is absent)."""
+        self.check_ref_name(ref)
         res = self.call("update-ref", "-m", reason, ref, new, old or ZERO)
         if res.rc != 0:
-            raise RefMovedError(
-                f"{ref} changed under us (expected {(old or 'absent')[:12]}): "
-                f"another writer got there first; nothing was overwritten")
+            now = self.call("rev-parse", "--verify", "--quiet", ref).out.decode().strip()
+            if (now or None) != old:
+                raise RefMovedError(
+                    f"{ref} changed under us (expected {(old or 'absent')[:12]}): "
+                    f"another writer got there first; nothing was overwritten")
+            raise GitError(f"git update-ref {ref}: {res.err.strip() or f'exit {res.rc}'}")
+
+    def check_ref_name(self, ref: str) -> None:
+        if self.call("check-ref-format", ref).rc != 0:
+            raise SpecPilotError(f"{ref!r} is not a valid git ref name", code=2)
+
+    def publish(self, ref: str, commit: str, old: str | None, note: bytes, date: str,
+                reason: str) -> None:
+        """Give `commit` its note, then point `ref` at it (compare-and-swap against `old`):
+        a reader that sees the ref finds its note. If the ref cannot be set, the notes ref
+        is put back where it was, so no orphan note is left behind."""
+        self.check_ref_name(ref)
+        notes_before = self.resolve(NOTES_REF)
+        self.set_note(commit, note, date)
+        try:
+            self.update_ref(ref, commit, old, reason)
+        except SpecPilotError:
+            notes_after = self.resolve(NOTES_REF)
+            if notes_before is None:
+                self.call("update-ref", "-d", NOTES_REF, notes_after or "")
+            else:
+                self.call("update-ref", "-m", "specpilot: take back an orphan note",
+                          NOTES_REF, notes_before, notes_after or ZERO)
+            raise
 
     def delete_ref(self, ref: str, old: str) -> None:
         res = self.call("update-ref", "-d", ref, old)
@@ -383,24 +455,11 @@ class GitStore:
 
     # -- lock -------------------------------------------------------------------------
 
-    @contextlib.contextmanager
     def writer_lock(self):
-        """Serialise SpecPilot writers; a second one fails at once with a clear message."""
-        path = self.common_dir / "specpilot.lock"
-        try:
-            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            holder = path.read_text(errors="replace").strip() if path.exists() else "?"
-            raise LockedError(
-                f"another specpilot writer holds {path} ({holder}); retry when it "
-                f"finishes, or delete the file if no writer is running") from None
-        try:
-            os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode())
-            os.close(fd)
-            yield
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+        """Serialise SpecPilot writers; a second one fails at once with a clear message, a
+        lock left by a killed writer on this host is recognised and removed
+        (specpilot/lockfile.py)."""
+        return writer_lock(self.common_dir / "specpilot.lock")
 
 
 class PrivateIndex:

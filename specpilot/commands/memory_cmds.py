@@ -1,4 +1,5 @@
-"""`specpilot memory list|show|graph|verify|record|export|import|rebase`."""
+"""`specpilot memory list|show|graph|verify|record|export|import|repair|rebase|add-result|
+describe`."""
 
 from __future__ import annotations
 
@@ -149,6 +150,22 @@ def import_cmd(ids, folder, force, as_json):
     _emit(as_json, [m.to_json() for m in moved],
           "\n".join(f"{m.action:<9} {m.id} {m.commit[:12]}" for m in moved)
           or "(no memory entries)")
+
+
+@memory_group.command("repair")
+@click.option("--dir", "folder", type=click.Path(file_okay=False, path_type=Path),
+              help="Where the entries' <id>.toml files are (default: memory/).")
+@click.option("--drop", multiple=True, metavar="ID",
+              help="Move this entry (its note unreadable) to the attic instead; repeatable.")
+@JSON
+def repair_cmd(folder, drop, as_json):
+    """Restore unreadable or missing notes of entry refs from memory/<id>.toml."""
+    from specpilot.memory.repair import repair
+
+    done = repair(Memory(), folder, list(drop))
+    _emit(as_json, [d.to_json() for d in done],
+          "\n".join(f"{d.action:<9} {d.id} {d.commit[:12]}" for d in done)
+          or "nothing to repair: every entry's note reads")
 
 
 @memory_group.command("rebase")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -21,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specpilot import lifeline
+from specpilot import lifeline, links
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
 from specpilot.judges import confine as confinement
@@ -47,6 +48,9 @@ def clean_checkout(store: GitStore, rev: str, system_paths: list[str],
                    cache_root: Path) -> Checkout:
     commit = store.must_resolve(rev)
     tree = store.system_tree(commit, system_paths)
+    # A link leading out of the system paths would reach what nobody hashed, and the
+    # read-only pass below must never reach through one: refused before anything is used.
+    links.check(store.links(commit, system_paths), system_paths, f"checkout of {commit[:12]}")
     dest = cache_root / CHECKOUTS / tree
     if dest.is_dir() and tree_hash(dest, system_paths) == tree:
         return Checkout(commit, tree, dest)
@@ -67,10 +71,14 @@ def clean_checkout(store: GitStore, rev: str, system_paths: list[str],
 
 
 def _make_readonly(root: Path) -> None:
+    """Clear the write bits of every file under `root`; links are never followed (their
+    targets may lie anywhere), so only the checkout's own files change mode."""
     for folder, dirs, files in os.walk(root):
         for name in files:
             p = Path(folder) / name
-            p.chmod(p.stat().st_mode & ~0o222)
+            st = p.lstat()
+            if not stat.S_ISLNK(st.st_mode):
+                p.chmod(st.st_mode & ~0o222)
 
 
 def _make_writable(root: Path) -> None:

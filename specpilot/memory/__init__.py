@@ -1,6 +1,6 @@
 """Memory entries: commits with a dependency DAG, metadata in notes, exact replay.
 
 entry.py (the metadata model), dag.py (order, cycles), store.py (refs + notes, memory/),
-patches.py (paths, hunks, hashes), replay.py, verify.py, record.py, portable.py
-(import/export), rebase.py.
+patches.py (hunks, hashes, the system-path rule), replay.py, verify.py, record.py,
+portable.py (import/export), repair.py (unreadable notes), rebase.py, results.py.
 """

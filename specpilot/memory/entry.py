@@ -165,8 +165,13 @@ class EntryMeta(_Strict):
 
 
 def check_id(value: str) -> str:
+    """An id is a lowercase slug that is also a valid git ref name component (it names
+    refs/specpilot/entries/<id>): no '..', and not ending in '.' or '.lock'."""
     if not SLUG.match(value):
         raise ValueError(f"{value!r} is not a valid entry id (lowercase slug: a-z 0-9 . _ -)")
+    if ".." in value or value.endswith((".", ".lock")):
+        raise ValueError(f"{value!r} is not a valid entry id: it must also be a valid git "
+                         f"ref name (no '..', not ending in '.' or '.lock')")
     return value
 
 

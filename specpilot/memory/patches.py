@@ -1,4 +1,11 @@
-"""Reading git patches: which paths they touch, and which hunk a failed apply points at."""
+"""Git patches: their hashes, which hunk a failed apply points at, and the system-path rule.
+
+Which paths a patch touches is never read from its text here: headers can say one thing
+while `git apply` does another (a plain `--- x/… +++ y/…` section, a `diff --git` line
+whose prefixes are not a/ and b/, a binary section). The rule is checked on git's own
+account of what applying it changed (`GitStore.changed`, the tree diff), see replay.py.
+The header reading below only names the hunk of a failed apply in an error message.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +35,6 @@ class PatchApplyError(SpecPilotError):
 
 @dataclass
 class FilePatch:
-    paths: set[str] = field(default_factory=set)
     hunks: list[bytes] = field(default_factory=list)  # hunk header lines, in order
 
 
@@ -37,39 +43,28 @@ def sha256(data: bytes) -> str:
 
 
 def split_files(patch: bytes) -> dict[str, FilePatch]:
-    """{new path (or old path for deletions): FilePatch} for each `diff --git` section."""
+    """{new path (or old path for deletions): FilePatch} for each `diff --git` section
+    (for naming a failed hunk only: never for deciding what a patch touches)."""
     files: dict[str, FilePatch] = {}
     current: FilePatch | None = None
     for line in patch.split(b"\n"):
         if line.startswith(b"diff --git "):
             current = FilePatch()
             a, b = _diff_git_paths(line)
-            current.paths.update(p for p in (a, b) if p)
             files[b or a] = current
-        elif current is None:
-            continue
-        elif line.startswith((b"--- a/", b"+++ b/")):
-            current.paths.add(_unquote(line[6:]))
-        elif line.startswith((b"rename from ", b"copy from ")):
-            current.paths.add(_unquote(line.split(b" ", 2)[2]))
-        elif line.startswith((b"rename to ", b"copy to ")):
-            current.paths.add(_unquote(line.split(b" ", 2)[2]))
-        elif _HUNK.match(line):
+        elif current is not None and _HUNK.match(line):
             current.hunks.append(line)
     return files
 
 
-def touched_paths(patch: bytes) -> set[str]:
-    paths: set[str] = set()
-    for fp in split_files(patch).values():
-        paths |= fp.paths
-    return paths
-
-
-def check_paths(entry_id: str, patch: bytes, system_paths: list[str]) -> None:
+def check_format(entry_id: str, patch: bytes) -> None:
     if patch.strip() and not patch.startswith(b"diff --git "):
         raise PatchApplyError(f"entry {entry_id!r}: patch is not a git diff")
-    for path in sorted(touched_paths(patch)):
+
+
+def check_paths(entry_id: str, changed: list[str], system_paths: list[str]) -> None:
+    """`changed`: the paths applying the patch changed, as git reports them."""
+    for path in sorted(changed):
         if not any(path == s or path.startswith(s.rstrip("/") + "/") for s in system_paths):
             raise OutsideSystemPathsError(
                 f"entry {entry_id!r}: patch touches {path!r}, outside the system paths "

@@ -19,7 +19,7 @@ from specpilot.memory import patches
 from specpilot.memory.dag import replay_sequence
 from specpilot.memory.entry import Rebased, now
 from specpilot.memory.portable import _closure, _keep_in_attic
-from specpilot.memory.replay import Replayer
+from specpilot.memory.replay import Replayer, check_change
 from specpilot.memory.store import Memory, write_file_entry
 
 OK = ("moved", "unchanged")
@@ -88,6 +88,11 @@ def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
                     out.error = patches.describe_failure(eid, old.patches[eid], res.err)
                 continue
             tree = index.write()
+            try:
+                check_change(store, eid, deps_tree, tree, memory.system_paths)
+            except SpecPilotError as exc:
+                out.error = str(exc)
+                continue
             patch = store.diff_patch(deps_tree, tree, memory.system_paths)
             if not patch:
                 out.error = f"entry {eid!r}: its change is already in {onto[:12]} (empty patch)"
@@ -108,8 +113,8 @@ def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
                                        new_meta.git_date())
             store.write_system_tree(tree, memory.system_paths)
             _keep_in_attic(memory, eid, entry.commit)
-            store.set_note(commit, raw, new_meta.git_date())
-            store.update_ref(ENTRY_PREFIX + eid, commit, entry.commit, f"specpilot rebase {eid}")
+            store.publish(ENTRY_PREFIX + eid, commit, entry.commit, raw, new_meta.git_date(),
+                          f"specpilot rebase {eid}")
             if write_files:
                 write_file_entry(memory.folder, raw, eid, patch)
             new_commits[eid], new_patches[eid] = commit, patch

@@ -63,8 +63,7 @@ def record(memory: Memory, source: str, entry_id: str, deps: list[str],
         if not patch and not (allow_empty and deps):
             raise SpecPilotError(f"entry {entry_id!r}: {source} changes nothing in the system "
                                  f"paths relative to its dependencies")
-        patches.check_paths(entry_id, patch, memory.system_paths)
-        tree = replayer.apply_patch(deps_tree, entry_id, patch)
+        tree = replayer.apply_patch(deps_tree, entry_id, patch)  # checks paths and links
     source_tree = store.system_tree(source_commit, memory.system_paths)
     if store.system_tree(tree, memory.system_paths) != source_tree:
         raise SpecPilotError(f"entry {entry_id!r} does not reproduce: replaying its patch does "
@@ -88,9 +87,10 @@ def record(memory: Memory, source: str, entry_id: str, deps: list[str],
     with store.writer_lock():
         commit = store.commit_tree(tree, parents, meta.commit_message(), meta.git_date())
         store.write_system_tree(tree, memory.system_paths)
-        # Note first: a reader that sees the ref must find its note.
-        store.set_note(commit, raw, meta.git_date())
-        store.update_ref(ENTRY_PREFIX + entry_id, commit, None, f"specpilot record {entry_id}")
+        # Note first (a reader that sees the ref must find its note), taken back if the ref
+        # cannot be set.
+        store.publish(ENTRY_PREFIX + entry_id, commit, None, raw, meta.git_date(),
+                      f"specpilot record {entry_id}")
         if write_files:
             files = [memory.rel(p) for p in write_file_entry(memory.folder, raw, entry_id, patch)]
     return Recorded(entry_id, commit, base, source_tree, meta.patch_sha256, files, ignored)

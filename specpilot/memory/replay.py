@@ -9,6 +9,12 @@ one recorded: reproduced, diverged (with the differing paths) or failed (with wh
 Entries from refs carry no patch file: their own patch is regenerated as the canonical diff
 from the replay of their dependencies to their commit, and checked against the recorded
 sha256; entries from `memory/` are applied from their `.patch` bytes.
+
+What a patch touched is what git says applying it changed (the tree diff before and after,
+`GitStore.changed`), never what its headers claim: a change outside the system paths, or a
+symbolic link that leads out of them (specpilot/links.py), fails the entry. An entry from
+refs reproduces only if its commit's whole tree is the replayed tree, so a commit that also
+changes other paths is caught too (`git specpilot replay --worktree` checks that commit out).
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+from specpilot import links
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import PrivateIndex
 from specpilot.memory import patches
@@ -116,9 +123,10 @@ class Replayer:
             start = self._start(entry_id)
             deps_tree = self._tree_after(start, seq[:-1], entry_id)
             patch = self._patch(entry, deps_tree)
-            patches.check_paths(entry_id, patch, self.memory.system_paths)
+            patches.check_format(entry_id, patch)
             self.patches[entry_id] = patch
             tree = self.apply_patch(deps_tree, entry_id, patch)
+            self._check_commit(entry, tree)
             self._memo[(start, tuple(seq))] = tree  # dependents start from here
         except SpecPilotError as exc:
             return Outcome(entry_id, "failed", meta.source_tree, error=str(exc))
@@ -155,6 +163,18 @@ class Replayer:
             if self.store.parents(entry.commit) != wanted:
                 raise SpecPilotError(f"entry {entry.id!r}: commit {entry.commit[:12]} has "
                                      f"parents that do not match its deps and base")
+
+    def _check_commit(self, entry: Entry, tree: str) -> None:
+        """An entry commit (refs) must hold exactly the replayed tree, not merely the same
+        system paths: it is what `replay --worktree` checks out."""
+        if entry.commit is None or self.onto:
+            return
+        committed = self.store.tree_of(entry.commit)
+        if committed != tree:
+            extra = sorted(self.store.changed(tree, committed))
+            raise patches.OutsideSystemPathsError(
+                f"entry {entry.id!r}: commit {entry.commit[:12]} is not its replayed tree "
+                f"(it also changes {', '.join(extra[:3])}{' …' if len(extra) > 3 else ''})")
 
     def _patch(self, entry: Entry, deps_tree: str) -> bytes:
         if self.patches_from is not None:
@@ -206,10 +226,25 @@ class Replayer:
         return tree
 
     def apply_patch(self, tree: str, entry_id: str, patch: bytes) -> str:
+        """The tree after applying `patch` to `tree`; refuses a result that changes paths
+        outside the system paths or adds a link leading out of them (git's own account of
+        what changed, whatever the patch's headers say)."""
         if not patch.strip():
             return tree
+        patches.check_paths(entry_id, self.store.patch_paths(patch), self.memory.system_paths)
         self.index.load(tree)
         res = self.index.apply(patch)
         if res.rc != 0:
             raise patches.PatchApplyError(patches.describe_failure(entry_id, patch, res.err))
-        return self.index.write()
+        new = self.index.write()
+        check_change(self.store, entry_id, tree, new, self.memory.system_paths)
+        return new
+
+
+def check_change(store, entry_id: str, before: str, after: str, system: list[str]) -> None:
+    """Refuse a change from tree `before` to `after` that touches a path outside the system
+    paths or leaves a symbolic link leading out of them, by git's account of the change."""
+    changed = store.changed(before, after)
+    patches.check_paths(entry_id, list(changed), system)
+    if any(mode == "120000" for mode in changed.values()):
+        links.check(store.links(after, system), system, f"entry {entry_id!r}")

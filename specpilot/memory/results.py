@@ -20,6 +20,7 @@ from pathlib import Path
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import ENTRY_PREFIX
 from specpilot.memory.entry import Result, Validation
+from specpilot.memory.replay import Replayer
 from specpilot.memory.store import Memory, write_file_entry
 
 
@@ -98,12 +99,25 @@ def _update_note(memory: Memory, entry_id: str, change, write_files: bool):
         meta = entry.meta.model_copy(update=change(entry.meta))
         meta = type(meta).validate_dict(meta.model_dump(), f"entry {entry_id}")
         raw = meta.to_toml()
+        patch = own_patch(memory, refs, entry_id) if write_files else None
         store.set_note(entry.commit, raw, meta.git_date())
-        if write_files:
-            patch = store.diff_patch(store.parents(entry.commit)[0], entry.commit,
-                                     memory.system_paths)
+        if patch is not None:
             write_file_entry(memory.folder, raw, entry_id, patch)
     return meta
+
+
+def own_patch(memory: Memory, refs: dict, entry_id: str) -> bytes:
+    """The entry's own patch: the canonical diff from the replay of all its dependencies
+    (not from its first parent: an entry with two dependencies has two) to its commit.
+    Refused, before anything is written, if the entry does not reproduce."""
+    with memory.store.private_index() as index:
+        replayer = Replayer(memory, refs, index)
+        outcome = replayer.run(entry_id)
+        if not outcome.ok:
+            raise SpecPilotError(f"entry {entry_id!r} does not reproduce, so its memory/ files "
+                                 f"cannot be rewritten (nothing was changed; use --no-files "
+                                 f"to change the note alone): {outcome.error}")
+        return replayer.patches[entry_id]
 
 
 __all__ = ["ENTRY_PREFIX", "add_result", "describe", "from_comparison", "set_validation",

@@ -27,6 +27,16 @@ class Entry:
         return self.meta.id
 
 
+@dataclass
+class Broken:
+    """An entry ref whose note is missing or cannot be read."""
+
+    id: str
+    ref: str
+    commit: str
+    reason: str
+
+
 class Memory:
     """One project's memory: its git store, system paths and `memory/` folder."""
 
@@ -40,22 +50,39 @@ class Memory:
     # -- refs + notes -----------------------------------------------------------------
 
     def ref_entries(self) -> dict[str, Entry]:
+        """Every entry in refs + notes; the first unreadable note is an error that says how
+        to recover (`specpilot memory repair`)."""
+        entries, broken = self.scan_refs()
+        if broken:
+            first = broken[min(broken)]
+            raise SchemaError(f"{first.reason}; `specpilot memory repair` restores the note "
+                              f"from memory/{first.id}.toml")
+        return entries
+
+    def scan_refs(self) -> tuple[dict[str, Entry], dict[str, "Broken"]]:
+        """(readable entries, {id: Broken} for refs whose note is missing or unreadable)."""
         refs = self.store.refs(ENTRY_PREFIX.rstrip("/"))
         notes = self.store.notes()
+        blobs = self.store.read_blobs(sorted({notes[c] for c in refs.values() if c in notes}))
         entries: dict[str, Entry] = {}
-        for ref, commit in sorted(refs.items()):
-            if commit not in notes:
-                raise SchemaError(f"{ref}: entry commit {commit[:12]} has no note in "
-                                  f"refs/notes/specpilot (fetch the notes ref)")
-        blobs = self.store.read_blobs([notes[c] for c in refs.values()])
+        broken: dict[str, Broken] = {}
         for ref, commit in sorted(refs.items()):
             entry_id = ref[len(ENTRY_PREFIX):]
+            if commit not in notes:
+                broken[entry_id] = Broken(entry_id, ref, commit, (
+                    f"{ref}: entry commit {commit[:12]} has no note in refs/notes/specpilot "
+                    f"(fetch the notes ref)"))
+                continue
             raw = blobs[notes[commit]]
-            meta = EntryMeta.from_toml(raw, f"note on {ref}")
-            if meta.id != entry_id:
-                raise SchemaError(f"{ref}: its note names the entry {meta.id!r}")
+            try:
+                meta = EntryMeta.from_toml(raw, f"note on {ref}")
+                if meta.id != entry_id:
+                    raise SchemaError(f"{ref}: its note names the entry {meta.id!r}")
+            except SchemaError as exc:
+                broken[entry_id] = Broken(entry_id, ref, commit, str(exc))
+                continue
             entries[entry_id] = Entry(meta, raw, ref, commit=commit)
-        return entries
+        return entries, broken
 
     # -- memory/ folder ---------------------------------------------------------------
 
