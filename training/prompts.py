@@ -8,16 +8,18 @@ Sources (nothing is downloaded):
 - the Python standard library of the running interpreter: module and function docstrings
   and function sources, read with `ast` from its folder (never imported), and the reference
   text it ships for `help()` (pydoc_data/topics.py) as passages to summarise or explain.
-The drafter learns from the target's own greedy answers to these prompts (train_block.py).
+The drafter learns from the target's own greedy answers to these prompts (training/cli.py).
 """
 
 from __future__ import annotations
 
 import ast
 import functools
+import json
 import random
 import re
 import sysconfig
+from importlib import resources
 from pathlib import Path
 
 PEOPLE = ["Ada", "Bruno", "Carmen", "Dmitri", "Esther", "Femi", "Greta", "Hugo", "Ines",
@@ -618,7 +620,7 @@ SUMMARY_FORMS = [
 ]
 
 
-# second stage of train_block (--summaries): passages are the target's own prose answers
+# second stage of training (--summaries): passages are the target's own prose answers
 PROSE_SUMMARY_FORMS = [
     "Summarise the text below in two or three sentences.\n\n{t}",
     "{t}\n\nWhat is the main idea of this text? Answer in a short paragraph.",
@@ -659,6 +661,20 @@ def _stdlib(rng: random.Random, snippets) -> str:
         f"What could go wrong with this function? Point out edge cases and suggest fixes:"
         f"\n\n```python\n{text}\n```",
     ])
+
+
+# The committed dev request set (prompts that measure τ, never trained on), read as data:
+# training depends on stock only (ARCHITECTURE.md, "Layout"), not on specpilot.requests'
+# code. resources.files("specpilot") imports that package's __init__ alone (a version
+# string); the file's format is specpilot/requests/sets.py's JSON Lines.
+DEV_SET = ("specpilot", "requests/data/dev.jsonl")
+
+
+def dev_prompts() -> set[str]:
+    """The prompt texts of the committed dev request set (excluded from training)."""
+    package, name = DEV_SET
+    text = resources.files(package).joinpath(name).read_text(encoding="utf-8")
+    return {json.loads(line)["prompt"] for line in text.splitlines() if line.strip()}
 
 
 # Share of each source in the prompt mix (stdlib: documentation summaries and code).
