@@ -235,7 +235,8 @@ def main(argv: list[str] | None = None) -> None:
                 for k, v in r["categories"].items():
                     cats[k] = cats.get(k, 0) + v
     data_desc = {"prompts": n_prompts, "categories": cats,
-                 "sources": "training/prompts.py templates + INSTRUCTIONS + stdlib "
+                 "sources": "training/prompts.py templates (word lists: "
+                            "training/words/prompts.json) + instructions + stdlib "
                             "docstrings/functions (dev prompts excluded, sealed set not used)"
                             + (f"; stage 2: {cats['own-prose summaries']} prompts summarising "
                                "the target's own long-form/chat answers"
