@@ -16,8 +16,9 @@ import time
 
 import torch
 
-from stock.drafters.train_block import TrainConfig, generate_data, train
-from stock.drafters.train_cli import embedded_setup
+from training.cli import embedded_setup
+from training.data import generate_data
+from training.loop import TrainConfig, train
 
 
 def main() -> None:

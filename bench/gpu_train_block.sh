@@ -16,7 +16,7 @@ start=$(date +%s)
 # Drafter layers start as the target's last three; 24000 prompts (about 22,700 distinct) are
 # answered 2048 at a time, then 2048 prompts summarising the target's own prose answers; the
 # learning-rate schedule follows the clock (bench/NOTES.md "Block drafter after run 3").
-python3 -m stock.drafters.train_block --out "$OUT/block" --seed "$seed" --device cuda \
+python3 -m training.block --out "$OUT/block" --seed "$seed" --device cuda \
     --init-from-target last --prompts 24000 --summaries 2048 --max-new 192 --gen-batch 2048 \
     --feat-batch 512 --steps 8000 --batch 64 --anchors 16 --gen-seconds 150 \
     --total-seconds 420 --val-every 500 2>&1 | grep -v Warning | tee "$OUT/train_block.log"

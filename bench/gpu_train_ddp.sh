@@ -1,11 +1,11 @@
 #!/bin/bash
 # One call on an `nvidia-h200-x2`: the block drafter trained on both GPUs at once
-# (stock/drafters/train_dist.py), then τ of the new and the shipped weights side by side.
+# (training/dist.py), then τ of the new and the shipped weights side by side.
 #
 #   bash bench/gpu_train_ddp.sh 585      # carry .whl; the embedded GGUF staged before
 #                                        # (three calls carrying .gpu0, .gpu1, .gpu2 alone)
 #
-# 1. `torch.distributed.run --nproc_per_node 2 -m stock.drafters.train_block`: each GPU
+# 1. `torch.distributed.run --nproc_per_node 2 -m training.block`: each GPU
 #    answers its half of the corpus, keeps its own rows' hidden states (cached features),
 #    and the two train one drafter (mean gradient of both every step), from the shipped
 #    weights, until TRAIN_S seconds before the call's end (default: all but 100 s).
@@ -28,12 +28,12 @@ ARGS=${TRAIN_ARGS:---prompts 80000 --summaries 2048 --max-new 192 --gen-batch 40
 --gen-seconds 120 --feat-batch 512 --lr 4e-4 --warmup 200 --steps 40000 --batch 64 \
 --anchors 16 --val-every 500}
 TAIL=40 step train "$T" python3 -m torch.distributed.run --standalone --nproc_per_node 2 \
-    -m stock.drafters.train_block --out "$OUT/block" --seed 0 --device cuda \
+    -m training.block --out "$OUT/block" --seed 0 --device cuda \
     --init-from-weights stock/drafters/weights/embedded $ARGS --total-seconds $(( T - 5 ))
 if [ ! -f "$OUT/block/manifest.json" ] && [ "$(left)" -gt $(( EVAL_S + 150 )) ]; then
     T=$(( $(left) - EVAL_S ))
     echo "two-GPU training left no weights: one GPU, ${T}s"
-    TAIL=40 step train1 "$T" python3 -m stock.drafters.train_block --out "$OUT/block" \
+    TAIL=40 step train1 "$T" python3 -m training.block --out "$OUT/block" \
         --seed 0 --device cuda --init-from-weights stock/drafters/weights/embedded $ARGS \
         --features live --total-seconds $(( T - 5 ))
 fi

@@ -1,12 +1,12 @@
-"""Where a block-drafter training step's time goes (stock/drafters/train_block.py).
+"""Where a block-drafter training step's time goes (training/loop.py).
 
-Answers `--prompts` corpus prompts with the embedded target (as train_block does), then
+Answers `--prompts` corpus prompts with the embedded target (as the training command does), then
 times training steps of a freshly initialised drafter two ways, side by side:
 
-- `cached`: the target's hidden states of every row computed once (train_block's default),
+- `cached`: the target's hidden states of every row computed once (the training loop's default),
   eager head and loss;
 - `cached, compiled loss`: the same with the head and loss through torch.compile
-  (stock/drafters/train_loss.py; what train_block does on CUDA);
+  (training/loss.py; what the training loop does on CUDA);
 - `live`: one target forward per step over that step's rows (`--features live`).
 
 For `cached` each phase of a step is timed alone with CUDA events (the block forward and
@@ -31,10 +31,11 @@ if "stock" not in sys.modules and not any(Path(p, "stock").is_dir() for p in sys
 
 import torch  # noqa: E402
 
-from stock.drafters import train_block as tb  # noqa: E402
 from stock.drafters.block import BlockConfig  # noqa: E402
-from stock.drafters.train_cli import embedded_setup  # noqa: E402
-from stock.drafters.train_loss import HeadLoss  # noqa: E402
+from training import loop  # noqa: E402
+from training.cli import embedded_setup  # noqa: E402
+from training.data import generate_data  # noqa: E402
+from training.loss import HeadLoss  # noqa: E402
 
 
 def _sync(dev):
@@ -66,13 +67,13 @@ def main(argv=None):
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
 
-    cfg = tb.TrainConfig(seed=0, prompts=args.prompts, max_new=args.max_new,
+    cfg = loop.TrainConfig(seed=0, prompts=args.prompts, max_new=args.max_new,
                          gen_batch=args.gen_batch, batch=args.batch, anchors=args.anchors)
     t0 = time.perf_counter()
     target, prompts, stops, _, _, _, _ = embedded_setup(cfg, args.device)
     prompts = prompts[:args.prompts]
     dev = target.device
-    data = tb.generate_data(target, prompts, cfg.max_new, cfg.gen_batch, stops, lambda m: None)
+    data = generate_data(target, prompts, cfg.max_new, cfg.gen_batch, stops, lambda m: None)
     n_tok = int((data.end - data.prompt_cols).clamp(min=0).sum())
     print(f"{len(data.end)} answers, {n_tok} answer tokens, width {data.tokens.shape[1]}, "
           f"{time.perf_counter() - t0:.1f}s", flush=True)
@@ -85,11 +86,11 @@ def main(argv=None):
     results = {"answers": len(data.end), "answer_tokens": n_tok, "batch": args.batch,
                "anchors": args.anchors}
 
-    cached = tb.extract_features(target, data, bcfg.target_layers, cfg.feat_batch)
+    cached = loop.extract_features(target, data, bcfg.target_layers, cfg.feat_batch)
     variants = {"cached": (cached, False), "cached, compiled loss": (cached, True),
-                "live": (tb.LiveFeatures(target, data, bcfg.target_layers), False)}
+                "live": (loop.LiveFeatures(target, data, bcfg.target_layers), False)}
     for name, (feats, compiled) in variants.items():
-        net, _ = tb.init_net(target, bcfg, cfg)
+        net, _ = loop.init_net(target, bcfg, cfg)
         opt = torch.optim.AdamW(net.parameters(), lr=1e-4, betas=(0.9, 0.95))
         gen = torch.Generator().manual_seed(0)
         head = HeadLoss(target.lm_head.weight, cfg.decay, compiled=compiled)
@@ -97,7 +98,7 @@ def main(argv=None):
         def step():
             idx = rows[torch.randint(len(rows), (args.batch,), generator=gen)]
             with autocast:
-                loss, _ = tb.block_loss(net, target, data, feats, idx, gen, args.anchors,
+                loss, _ = loop.block_loss(net, target, data, feats, idx, gen, args.anchors,
                                         cfg.decay, head)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -113,15 +114,15 @@ def main(argv=None):
             continue
         # phases alone, on one fixed batch
         idx = rows[torch.randint(len(rows), (args.batch,), generator=gen)]
-        p = tb.sample_anchors(data, idx, args.anchors, gen)
+        p = loop.sample_anchors(data, idx, args.anchors, gen)
 
         def fwd():
             with autocast:
-                return tb.block_forward(net, target, data, feats, idx, p)
+                return loop.block_forward(net, target, data, feats, idx, p)
 
         def fwd_loss():
             logits, labels = fwd()
-            return tb._loss_acc(logits, labels, cfg.decay)[0]
+            return loop._loss_acc(logits, labels, cfg.decay)[0]
 
         def fwd_bwd():
             fwd_loss().backward()
@@ -131,7 +132,7 @@ def main(argv=None):
             opt.step()
 
         def feat_only():
-            tb.feature_rows(feats, idx, int(data.end[idx].max()))
+            loop.feature_rows(feats, idx, int(data.end[idx].max()))
 
         phase = {"block_forward + head": fwd, "+ loss": fwd_loss, "+ backward": fwd_bwd,
                  "clip + AdamW": opt_only, "features (gather)": feat_only}
@@ -139,7 +140,7 @@ def main(argv=None):
             _time(dev, fn, 2)
             results[f"phase {k}"] = round(_time(dev, fn, args.steps), 3)
         opt.zero_grad(set_to_none=True)
-        live = tb.LiveFeatures(target, data, bcfg.target_layers)
+        live = loop.LiveFeatures(target, data, bcfg.target_layers)
         s = int(data.end[idx].max())
         results["phase live target forward"] = round(
             _time(dev, lambda: live.rows(idx, s), args.steps), 3)

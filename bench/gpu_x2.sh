@@ -18,7 +18,7 @@
 #               entry w12-weights) against stock on one GPU
 #     GPU 0+1   weights=w12 against stock side by side
 #   bash bench/gpu_x2.sh embedded SECONDS   # call 2 (carry .whl .gpub .gpu1)
-#     GPU 1     block-drafter training (stock/drafters/train_block.py), weights to $OUT/block
+#     GPU 1     block-drafter training (training/, python -m training.block), weights to $OUT/block
 #               and /tmp/block
 #     GPU 0     at the same time: embedded A/A on one GPU (A B B A), analyze on CUDA, AR and
 #               n-gram with and without CUDA graphs (bench/gpu_stock.py), tests/gpu
@@ -89,7 +89,7 @@ PY
 }
 train_block_here() {  # the shipped drafter's training command, weights to /tmp/block, $OUT/block
     rm -rf /tmp/block
-    step train_block 445 python3 -m stock.drafters.train_block --out /tmp/block --seed 0 \
+    step train_block 445 python3 -m training.block --out /tmp/block --seed 0 \
         --device cuda --init-from-target last --prompts 24000 --summaries 2048 --max-new 192 \
         --gen-batch 2048 --feat-batch 512 --steps 8000 --batch 64 --anchors 16 \
         --gen-seconds 150 --total-seconds 420 --val-every 500
@@ -239,7 +239,7 @@ final)  # after staging calls that carried .gpu0, .gpu1, .gpu2 alone (the shippe
 train)  # block drafter retraining experiment on GPU 0 (the GGUF staged by an earlier call)
     export CUDA_VISIBLE_DEVICES=0
     rm -rf /tmp/block2
-    step train_block2 "${TRAIN_S:-445}" python3 -m stock.drafters.train_block --out /tmp/block2 \
+    step train_block2 "${TRAIN_S:-445}" python3 -m training.block --out /tmp/block2 \
         --seed 0 --device cuda ${TRAIN_ARGS:---init-from-target last --prompts 24000 \
         --summaries 2048 --steps 8000} --max-new 192 --gen-batch 2048 --feat-batch 512 \
         --batch 64 --anchors 16 --gen-seconds 150 --total-seconds 420 --val-every 500
@@ -362,7 +362,7 @@ train2|train2w)  # block drafter on ~3x run 4's answers: two GPUs answer, GPU 0 
     # staged); train2w: GPU 1 then runs the W12 27B step and the w12-weights verdict
     answer_half() {  # I: answer shard I/2 of the corpus on the visible GPU into /tmp/dataI.pt
         rm -f "/tmp/data$1.pt"
-        step "answer$1" 270 python3 -m stock.drafters.train_block --seed 0 --device cuda \
+        step "answer$1" 270 python3 -m training.block --seed 0 --device cuda \
             --prompts "${TRAIN2_PROMPTS:-160000}" --prompt-shard "$1/2" --summaries 2048 \
             --max-new 192 --gen-batch "${TRAIN2_GEN_BATCH:-4096}" \
             --gen-seconds "${TRAIN2_GEN_S:-150}" --data-out "/tmp/data$1.pt"
@@ -383,7 +383,7 @@ train2|train2w)  # block drafter on ~3x run 4's answers: two GPUs answer, GPU 0 
         # the whole training command ends ~25 s before the call's deadline (imports and
         # the process start are outside --total-seconds)
         ts=$(( $(left) - 25 ))
-        TAIL=30 step train_block2x "$(( ts + 15 ))" python3 -m stock.drafters.train_block \
+        TAIL=30 step train_block2x "$(( ts + 15 ))" python3 -m training.block \
             --out /tmp/block --seed 0 --device cuda --data-in "$files" --features live \
             --max-new 192 --total-seconds "$ts" ${TRAIN2_ARGS:---init-from-weights \
             stock/drafters/weights/embedded --lr 3e-4 --warmup 200 --steps 20000 --batch 64 \

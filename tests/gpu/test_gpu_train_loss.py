@@ -1,12 +1,12 @@
 """The block drafter's training loss on CUDA: the compiled head and loss
-(stock/drafters/train_loss.py, used by train_block on CUDA) against the eager ones, in the
+(training/loss.py, used by the training loop on CUDA) against the eager ones, in the
 bf16 autocast of a training step, at the embedded model's head shape."""
 
 from __future__ import annotations
 
 import torch
 
-from stock.drafters.train_loss import HeadLoss, head_terms
+from training.loss import HeadLoss, head_terms
 
 
 def test_compiled_head_loss_matches_eager_under_bf16_autocast():

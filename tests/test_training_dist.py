@@ -1,6 +1,6 @@
-"""Block-drafter training over several processes (stock/drafters/train_dist.py, launched by
+"""Block-drafter training over several processes (training/dist.py, launched by
 torch.distributed.run with the gloo backend on this CPU) and its loss path
-(stock/drafters/train_loss.py: the compiled head and loss against the eager ones)."""
+(training/loss.py: the compiled head and loss against the eager ones)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from stock.drafters import train_loss
-from stock.drafters.train_block import main
-from stock.drafters.train_loss import HeadLoss, head_terms
+from training import loss as loss_module
+from training.cli import main
+from training.loss import HeadLoss, head_terms
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -30,7 +30,7 @@ def _launch(tmp_path: Path, args: list[str], timeout: int = 240) -> subprocess.C
 
 WORKER = textwrap.dedent("""
     import sys, torch
-    from stock.drafters.train_dist import Dist
+    from training.dist import Dist
     d = Dist.from_env()
     d.start("cpu")
     torch.manual_seed(0)
@@ -71,7 +71,7 @@ def test_ranks_start_equal_average_gradients_and_follow_rank_0(tmp_path):
 
 def test_two_processes_train_one_drafter_on_both_shards(tmp_path):
     out = tmp_path / "blk"
-    run = _launch(tmp_path, ["-m", "stock.drafters.train_block", "--out", str(out), "--seed",
+    run = _launch(tmp_path, ["-m", "training.block", "--out", str(out), "--seed",
                              "3", "--toy", "--prompts", "6", "--max-new", "12", "--steps", "4",
                              "--val-every", "2"])
     assert run.returncode == 0, run.stderr[-2000:] + run.stdout[-2000:]
@@ -82,7 +82,7 @@ def test_two_processes_train_one_drafter_on_both_shards(tmp_path):
     assert t["answers"] == sum(r["answers"] for r in t["rank_data"]) == 6
     assert [r["steps"] for r in t["rank_data"]] == [t["steps"]] * 2  # rank 0's stop for both
     assert man["command"].startswith("python -m torch.distributed.run --standalone "
-                                     "--nproc_per_node 2 -m stock.drafters.train_block")
+                                     "--nproc_per_node 2 -m training.block")
     assert "2 processes" in man["data"]["ranks"]
     assert "[rank 1]" in run.stdout and "saved 1 shard" in run.stdout
 
@@ -92,7 +92,7 @@ def test_two_processes_split_saved_answers_between_them(tmp_path):
     toy = ["--seed", "3", "--toy", "--prompts", "6", "--max-new", "12"]
     main([*toy, "--data-out", str(tmp_path / "d.pt")])
     out = tmp_path / "blk"
-    run = _launch(tmp_path, ["-m", "stock.drafters.train_block", "--out", str(out), *toy,
+    run = _launch(tmp_path, ["-m", "training.block", "--out", str(out), *toy,
                              "--steps", "3", "--val-every", "0", "--data-in",
                              str(tmp_path / "d.pt")])
     assert run.returncode == 0, run.stderr[-2000:] + run.stdout[-2000:]
@@ -143,7 +143,7 @@ def test_a_failing_compile_falls_back_to_the_eager_loss(monkeypatch):
             raise RuntimeError("no compiler here")
         return run
 
-    monkeypatch.setattr(train_loss.torch, "compile", broken)
+    monkeypatch.setattr(loss_module.torch, "compile", broken)
     said = []
     h, w, labels = _head_case()
     hl = HeadLoss(w, 7.0, compiled=True, log=said.append)

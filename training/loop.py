@@ -1,44 +1,11 @@
-"""Train the block drafter by self-distillation from the target.
+"""The block drafter's training loop (step 4 of the pipeline in training/cli.py).
 
-    python -m stock.drafters.train_block --out stock/drafters/weights/embedded --seed 0 --device cuda
-    python -m stock.drafters.train_block --out /tmp/toy --seed 0 --toy      # CPU, seconds
-    # answers in shards (one GPU each), then one training run on all of them:
-    python -m stock.drafters.train_block --seed 0 --device cuda --prompt-shard 0/2 --data-out /tmp/data0.pt
-    python -m stock.drafters.train_block --seed 0 --device cuda --prompt-shard 1/2 --data-out /tmp/data1.pt
-    python -m stock.drafters.train_block --out /tmp/block --seed 0 --device cuda \
-        --data-in /tmp/data0.pt,/tmp/data1.pt --features live --init-from-weights DIR
-
-1. Prompts: `train_prompts.build_prompts(seed, n)` (templates, project instructions, stdlib
-   docstrings and functions; never the sealed set, never the dev prompts), chat-formatted.
-2. Data: the target answers them greedily, many prompts at once (left-padded batches with
-   per-sequence positions and masks); each answer ends at its first stop token. With
-   --summaries N, N of its long-form/chat answers become passages of summarisation prompts
-   that the target answers too (stage 2).
-3. Features: one target forward over prompt + answer returns the hidden states of the chosen
-   layers at every position (what the engine's prefill and verify forwards pass at run time).
-4. Training: each step samples sequences and `anchors` positions inside their answers; a block
-   at anchor p sees the target context before p, the token at p and block_size - 1 masks, and
-   is trained with cross-entropy against the target's greedy tokens p+1 .. p+block_size,
-   weighted exp(-j / decay) by block position j (earlier positions gate acceptance). The
-   target's embedding and head are frozen; AdamW, warm-up then cosine decay (on the clock
-   when --total-seconds is set). --init-from-target starts the drafter's layers as copies of
-   target layers (BlockNet.init_from_target) instead of random weights; --init-from-weights
-   DIR continues from a trained drafter (its config must match).
-
-Several GPUs of one host train one drafter under `python -m torch.distributed.run
---standalone --nproc_per_node N -m stock.drafters.train_block ...` (train_dist.py: each rank
-answers and caches its own shard, gradients are averaged every step, rank 0 validates and
-saves; bench/gpu_train_ddp.sh). On CUDA the head and loss run compiled (train_loss.py). The
-command's flags, set-ups and saving are in train_cli.py.
-
-Scale-out (bench/NOTES.md "Block drafter"): --prompt-shard I/N answers only prompts
-i % N == I of the corpus; --data-out FILE saves the answers (stages 1 and 2) and exits;
---data-in FILE[,FILE...] trains on merged saved answers instead of answering (the
-stock.drafters.train_data module); --features live computes the target's hidden states per
-training step for that step's rows only (default cached: for every row once, before training).
-Deterministic for a seed on CPU (the toy test checks bit equality); on CUDA the data and the
-sampling are fixed by the seed, kernels may differ in the last bits. --toy trains on the
-tiny-qwen3 preset with random weights and random prompts: a test of the machinery, not a drafter.
+`train` samples sequences and anchors inside their answers; a block at anchor p sees the
+target context before p (the target's hidden states of the chosen layers: cached for every
+row, or computed per step with --features live), the token at p and block_size - 1 masks,
+and is trained against the target's greedy tokens (training/loss.py). Validation holds out
+whole prompt groups; the best checkpoint is kept. `init_net` builds the drafter to train
+(random, --init-from-target, --init-from-weights).
 """
 
 from __future__ import annotations
@@ -51,9 +18,10 @@ from pathlib import Path
 import torch
 
 from stock.drafters.block import BlockConfig, BlockDrafterError, BlockNet
-from stock.drafters.train_data import Data, _mask, generate_data, log
-from stock.drafters.train_dist import Dist
-from stock.drafters.train_loss import HeadLoss, head_terms, loss_terms
+from stock.drafters.block_weights import load_block, read_manifest
+from training.data import Data, _mask, generate_data, log
+from training.dist import Dist
+from training.loss import HeadLoss, head_terms, loss_terms
 
 
 @dataclass
@@ -92,7 +60,7 @@ class TrainConfig:
     features: str = "cached"  # cached: target hidden states of every row, computed once;
     # live: computed per step for that step's rows only (memory then holds tokens only)
     init_from_weights: str = ""  # a block-weights folder to start from (config must match)
-    compile_loss: bool = True  # head + loss through torch.compile on CUDA (train_loss.py)
+    compile_loss: bool = True  # head + loss through torch.compile on CUDA (training/loss.py)
 
 
 def extract_features(target, data: Data, layers: tuple[int, ...], batch: int) -> torch.Tensor:
@@ -215,7 +183,7 @@ def sample_anchors(data: Data, idx: torch.Tensor, anchors: int, gen: torch.Gener
 def block_loss(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torch.Tensor,
                gen: torch.Generator, anchors: int, decay: float, head_loss: HeadLoss | None = None):
     """Weighted CE over a batch of blocks, plus the expected accepted length of the blocks
-    (train_loss.loss_terms); `head_loss`: the head and loss to use (default eager)."""
+    (training.loss.loss_terms); `head_loss`: the head and loss to use (default eager)."""
     p = sample_anchors(data, idx, anchors, gen)
     h, labels = block_hidden(net, target, data, feats, idx, p)
     if head_loss is None:
@@ -248,7 +216,7 @@ def validation_split(data: Data, cfg: TrainConfig, groups: list | None = None
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """(train, validation) sequence indices: answers of at least 2 tokens, shuffled by the
     seed, `holdout` of them (at least one) for validation. With `groups` (one key per
-    sequence, e.g. `train_prompts.prompt_group`), whole groups are held out, in a seeded
+    sequence, e.g. `training.prompts.prompt_group`), whole groups are held out, in a seeded
     order, until the holdout is reached: no validation answer has a near-copy in training."""
     keep = torch.nonzero(data.end - data.prompt_cols >= 2).flatten()
     keep = keep[torch.randperm(len(keep), generator=torch.Generator().manual_seed(cfg.seed))]
@@ -290,7 +258,7 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
     autocast on CUDA). `started`: perf_counter at the start of the run (for total_seconds).
     `groups`: one key per data row; validation then holds out whole groups. `data_stats`:
     added to the stats (how a `data` passed in was made). `dist`: data-parallel ranks
-    (train_dist.py; `data` is then this rank's rows, rank 0 validates and decides stops)."""
+    (training/dist.py; `data` is then this rank's rows, rank 0 validates and decides stops)."""
     started = time.perf_counter() if started is None else started
     dist = dist or Dist()
     if not dist.main:
@@ -477,8 +445,6 @@ def init_net(target, bcfg: BlockConfig, cfg: TrainConfig) -> tuple[BlockNet, str
         net.init_from_target(target, layers)
         init = f"target layers {list(layers)} (fc selects target layer {max(bcfg.target_layers)})"
     elif cfg.init_from_weights:
-        from stock.drafters.block_weights import load_block, read_manifest
-
         have = read_manifest(Path(cfg.init_from_weights)).config
         if have != bcfg:
             mine = bcfg.model_dump()
@@ -509,13 +475,3 @@ def init_layers(spec: str, num_target: int, num_layers: int) -> tuple[int, ...]:
                          f"0..{num_target - 1}")
     return layers
 
-
-def main(argv: list[str] | None = None) -> None:
-    """The training command (stock/drafters/train_cli.py)."""
-    from stock.drafters.train_cli import main as run
-
-    run(argv)
-
-
-if __name__ == "__main__":
-    main()

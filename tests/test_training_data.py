@@ -12,12 +12,12 @@ from safetensors.torch import load_file
 
 from stock.drafters.block import BlockConfig, BlockDrafterError, BlockNet
 from stock.drafters.block_weights import load_block, save_block, target_fingerprint
-from stock.drafters.train_block import (LiveFeatures, TrainConfig, block_loss, evaluate,
-                                        extract_features, init_net, main, sample_anchors,
-                                        train)
-from stock.drafters.train_cli import toy_setup
-from stock.drafters.train_data import (Data, DataFileError, DataHeader, generate_data, load_data,
-                                       load_merged, parse_shard, save_data, shard)
+from training import loop
+from training.cli import main, toy_setup
+from training.data import (Data, DataFileError, DataHeader, generate_data, load_data,
+                           load_merged, parse_shard, save_data, shard)
+from training.loop import (LiveFeatures, TrainConfig, block_loss, evaluate, extract_features,
+                           init_net, sample_anchors, train)
 
 TOY = dict(prompts=8, max_new=24, gen_batch=8, num_layers=1, num_target_layers=2, block_size=4,
            batch=4, anchors=4, warmup=2, lr=3e-3)
@@ -191,12 +191,10 @@ def test_init_from_weights_loads_the_exact_tensors_and_refuses_another_config(tm
 def test_cached_features_that_would_not_fit_fall_back_to_live(toy, monkeypatch):
     """--features cached on a device without room for every row's hidden states trains
     with live features instead, says so, and records it (nothing of the answering lost)."""
-    from stock.drafters import train_block as tb
-
     target, _, data = toy
     cfg = TrainConfig(seed=0, steps=4, **TOY)
     said: list[str] = []
-    monkeypatch.setattr(tb, "free_bytes", lambda dev: 1000)  # 1 kB free
+    monkeypatch.setattr(loop, "free_bytes", lambda dev: 1000)  # 1 kB free
     _, stats, losses = train(target, [], cfg, progress=said.append, data=data)
     assert stats["features_used"] == "live (cached would not fit)"
     assert any("live features instead" in m and "need" in m for m in said)
@@ -204,6 +202,6 @@ def test_cached_features_that_would_not_fit_fall_back_to_live(toy, monkeypatch):
                                                               **TOY),
                                        progress=lambda m: None, data=data)
     assert live_stats["features_used"] == "live" and losses == live_losses
-    monkeypatch.setattr(tb, "free_bytes", lambda dev: 10**12)  # room: stays cached
+    monkeypatch.setattr(loop, "free_bytes", lambda dev: 10**12)  # room: stays cached
     assert train(target, [], cfg, progress=lambda m: None, data=data)[1]["features_used"] \
         == "cached"

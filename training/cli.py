@@ -1,7 +1,44 @@
-"""The block drafter's training command: `python -m stock.drafters.train_block ...`
-(stock/drafters/train_block.py describes the pipeline and the flags; this module holds the
-command itself: its set-ups of the target and the prompts, answering the corpus, the flags,
-and saving the weights with their manifest).
+"""Train the block drafter by self-distillation from the target.
+
+    python -m training.block --out stock/drafters/weights/embedded --seed 0 --device cuda
+    python -m training.block --out /tmp/toy --seed 0 --toy      # CPU, seconds
+    # answers in shards (one GPU each), then one training run on all of them:
+    python -m training.block --seed 0 --device cuda --prompt-shard 0/2 --data-out /tmp/data0.pt
+    python -m training.block --seed 0 --device cuda --prompt-shard 1/2 --data-out /tmp/data1.pt
+    python -m training.block --out /tmp/block --seed 0 --device cuda \
+        --data-in /tmp/data0.pt,/tmp/data1.pt --features live --init-from-weights DIR
+
+1. Prompts: `training.prompts.build_prompts(seed, n)` (templates, project instructions, stdlib
+   docstrings and functions; never the sealed set, never the dev prompts), chat-formatted.
+2. Data: the target answers them greedily, many prompts at once (left-padded batches with
+   per-sequence positions and masks); each answer ends at its first stop token. With
+   --summaries N, N of its long-form/chat answers become passages of summarisation prompts
+   that the target answers too (stage 2).
+3. Features: one target forward over prompt + answer returns the hidden states of the chosen
+   layers at every position (what the engine's prefill and verify forwards pass at run time).
+4. Training: each step samples sequences and `anchors` positions inside their answers; a block
+   at anchor p sees the target context before p, the token at p and block_size - 1 masks, and
+   is trained with cross-entropy against the target's greedy tokens p+1 .. p+block_size,
+   weighted exp(-j / decay) by block position j (earlier positions gate acceptance). The
+   target's embedding and head are frozen; AdamW, warm-up then cosine decay (on the clock
+   when --total-seconds is set). --init-from-target starts the drafter's layers as copies of
+   target layers (BlockNet.init_from_target) instead of random weights; --init-from-weights
+   DIR continues from a trained drafter (its config must match).
+
+Several GPUs of one host train one drafter under `python -m torch.distributed.run
+--standalone --nproc_per_node N -m training.block ...` (training/dist.py: each rank
+answers and caches its own shard, gradients are averaged every step, rank 0 validates and
+saves; bench/gpu_train_ddp.sh). On CUDA the head and loss run compiled (training/loss.py). The
+training loop is training/loop.py; the flags, set-ups and saving are this module's.
+
+Scale-out (bench/NOTES.md "Block drafter"): --prompt-shard I/N answers only prompts
+i % N == I of the corpus; --data-out FILE saves the answers (stages 1 and 2) and exits;
+--data-in FILE[,FILE...] trains on merged saved answers instead of answering (the
+training.data module); --features live computes the target's hidden states per
+training step for that step's rows only (default cached: for every row once, before training).
+Deterministic for a seed on CPU (the toy test checks bit equality); on CUDA the data and the
+sampling are fixed by the seed, kernels may differ in the last bits. --toy trains on the
+tiny-qwen3 preset with random weights and random prompts: a test of the machinery, not a drafter.
 """
 
 from __future__ import annotations
@@ -16,20 +53,21 @@ from pathlib import Path
 
 import torch
 
-from stock.drafters import train_block
-from stock.drafters.train_block import TrainConfig, log, train
-from stock.drafters.train_data import (DataHeader, Data, generate_data, load_merged, merge_data,
-                                       prose_rows, save_data, shard, summary_prompts)
-from stock.drafters.train_dist import Dist
+from stock.config import PRESETS
+from stock.drafters.block_weights import save_block, target_fingerprint
+from stock.model import Transformer
+from stock.system import load_system
+from training.data import (Data, DataHeader, generate_data, load_merged, log, merge_data,
+                           prose_rows, save_data, shard, summary_prompts)
+from training.dist import Dist
+from training.loop import TrainConfig, train
+from training.prompts import build_prompts, dev_prompts, prompt_group
 
-_DESCRIPTION = train_block.__doc__.split("\n\n")[0]
+_DESCRIPTION = __doc__.split("\n\n")[0]
 
 
 def toy_setup(seed: int, n_prompts: int = 24):
     """tiny-qwen3 with random weights and random prompts (CPU tests, --toy)."""
-    from stock.config import PRESETS
-    from stock.model import Transformer
-
     target = Transformer.random(PRESETS["tiny-qwen3"], seed=seed)
     g = torch.Generator().manual_seed(seed)
     prompts = [torch.randint(1, 512, (int(torch.randint(4, 12, (1,), generator=g)),),
@@ -42,17 +80,11 @@ def embedded_setup(cfg: TrainConfig, device: str | None, log_files: int | None =
     """(target, prompts, stop ids, category counts, groups, tokenizer, sources) of the
     embedded model and the whole corpus; without prompts (--data-in) the four corpus items
     are empty."""
-    # Training is not a system path and moves out of stock/ (issue "One house"); until then
-    # this one arrow into specpilot/ is lazy, so the engine itself never imports specpilot.
-    from specpilot.requests import load_dev
-    from stock.system import load_system
-    from stock.drafters.train_prompts import build_prompts, prompt_group
-
     system = load_system("embedded", device=device, max_context=4096)
     if not with_prompts:
         return (system.engine.model, [], set(system.engine.stop_ids), {}, [], system.tokenizer,
                 [])
-    dev_texts = {r.prompt for r in load_dev()}
+    dev_texts = dev_prompts()
     pairs = build_prompts(cfg.seed, cfg.prompts, exclude=dev_texts, limit_files=log_files)
     tok = system.tokenizer
     prompts = [tok.chat(text)[-cfg.max_prompt:] for _, text in pairs]
@@ -98,7 +130,7 @@ def answer_corpus(target, prompts: list[list[int]], sources: list[str], groups: 
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m stock.drafters.train_block",
+    ap = argparse.ArgumentParser(prog="python -m training.block",
                                  description=_DESCRIPTION)
     ap.add_argument("--out", default=None, help="folder for manifest.json and the shards")
     ap.add_argument("--seed", type=int, required=True)
@@ -116,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     dist = Dist.from_env()
     if dist.on and (args.data_out or args.prompt_shard):
         ap.error("--data-out and --prompt-shard are for one process; under "
-                 "torch.distributed.run each rank answers its own shard (train_dist.py)")
+                 "torch.distributed.run each rank answers its own shard (training/dist.py)")
     args.device = dist.start(args.device)
     if args.data_in and args.data_out:
         ap.error("--data-in and --data-out: give one")
@@ -135,7 +167,7 @@ def main(argv: list[str] | None = None) -> None:
     cfg = TrainConfig(seed=args.seed, **over)
     launcher = (f"python -m torch.distributed.run --standalone --nproc_per_node {dist.world} "
                 if dist.on else "python ")
-    command = launcher + "-m stock.drafters.train_block " + " ".join(
+    command = launcher + "-m training.block " + " ".join(
         shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     t0 = time.perf_counter()
     tok = None
@@ -151,8 +183,6 @@ def main(argv: list[str] | None = None) -> None:
     corpus = len(prompts)
     prompts, sources = shard(prompts, cfg.prompt_shard), shard(sources, cfg.prompt_shard)
     groups = shard(groups, cfg.prompt_shard) if groups else None
-    from stock.drafters.block_weights import save_block, target_fingerprint
-
     fingerprint = target_fingerprint(target)
     if args.data_in:
         data, groups, cats, files, headers = load_merged(args.data_in.split(","), fingerprint)
@@ -205,7 +235,8 @@ def main(argv: list[str] | None = None) -> None:
                 for k, v in r["categories"].items():
                     cats[k] = cats.get(k, 0) + v
     data_desc = {"prompts": n_prompts, "categories": cats,
-                 "sources": "stock/drafters/train_prompts.py templates + INSTRUCTIONS + stdlib "
+                 "sources": "training/prompts.py templates (word lists: "
+                            "training/words/prompts.json) + instructions + stdlib "
                             "docstrings/functions (dev prompts excluded, sealed set not used)"
                             + (f"; stage 2: {cats['own-prose summaries']} prompts summarising "
                                "the target's own long-form/chat answers"

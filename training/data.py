@@ -9,6 +9,7 @@ checked `DataHeader`, refused for another target); `merge_data` joins two Data.
 
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,8 @@ from typing import Literal
 
 import torch
 from pydantic import BaseModel, ConfigDict
+
+from training.prompts import prose_summary_prompt
 
 DATA_FORMAT = "specpilot-block-data/1"
 
@@ -107,6 +110,7 @@ def merge_data(a: Data, b: Data) -> Data:
 
     (ta, pa, ea), (tb, pb, eb) = widen(a), widen(b)
     return Data(torch.cat([ta, tb]), torch.cat([pa, pb]), torch.cat([ea, eb]), p)
+
 
 def parse_shard(spec: str) -> tuple[int, int]:
     """--prompt-shard "I/N" -> (I, N), 0 <= I < N; "" -> (0, 1)."""
@@ -229,10 +233,6 @@ def summary_prompts(tok, data: Data, rows: list[int], stop_ids, seed: int, max_p
                     max_passage: int = 180) -> list[list[int]]:
     """Chat prompts asking to summarise the target's own answers of `rows` (their first
     `max_passage` tokens, stop tokens dropped)."""
-    import random
-
-    from stock.drafters.train_prompts import prose_summary_prompt
-
     rng = random.Random(seed + 7)
     out = []
     for i in rows:

@@ -1,7 +1,7 @@
 """Data-parallel training of the block drafter over the GPUs of one host.
 
     python3 -m torch.distributed.run --standalone --nproc_per_node 2 \
-        -m stock.drafters.train_block --out /tmp/block --seed 0 --device cuda ...
+        -m training.block --out /tmp/block --seed 0 --device cuda ...
 
 Started by `torch.distributed.run` (its WORLD_SIZE, RANK and LOCAL_RANK), each process:
 

@@ -1,0 +1,245 @@
+"""Block-drafter training (training/): the toy training loop, the prompt corpus, the command's
+manifest, validation and its prompt groups, initialisation, merged data. Toy target on CPU,
+fp32 (weights on disk and the inference side: tests/test_block_drafter.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+from contextlib import contextmanager
+
+import pytest
+import torch
+
+from specpilot.requests import load_dev
+from stock.config import PRESETS
+from stock.drafters.block import BlockConfig, BlockDrafter, BlockDrafterError, BlockNet
+from stock.drafters.block_weights import load_block
+from stock.model import Transformer
+from training.cli import main, toy_setup
+from training.data import generate_data, merge_data
+from training.loop import (TrainConfig, block_forward, evaluate, extract_features, init_layers,
+                           sample_anchors, train, validation_split)
+from training.prompts import MIX, _math_more, build_prompts, dev_prompts, prompt_group
+
+TOY = dict(prompts=8, max_new=40, gen_batch=8, num_layers=1, num_target_layers=2, block_size=4,
+           batch=8, anchors=8, warmup=3, lr=3e-3)
+
+
+@contextmanager
+def one_thread():
+    """Tiny models run far faster on one thread of this shared 2-core machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with one_thread():
+        yield
+
+
+@pytest.fixture(scope="module")
+def toy():
+    with one_thread():
+        target, prompts = toy_setup(0, TOY["prompts"])
+        data = generate_data(target, prompts, TOY["max_new"], 8, set(), progress=lambda m: None)
+    return target, prompts, data
+
+
+@pytest.fixture(scope="module")
+def toy_trained(toy):
+    target, prompts, data = toy
+    with one_thread():
+        net, stats, losses = train(target, prompts, TrainConfig(seed=0, steps=40, **TOY),
+                                   progress=lambda m: None, data=data)
+    return net, stats, losses
+
+
+def random_net(target, block_size=4, seed=1, **kw) -> BlockNet:
+    cfg = BlockConfig.for_target(target.cfg, num_layers=2, block_size=block_size, **kw)
+    return BlockNet(cfg).init_weights(seed, std=0.2)
+
+
+def test_toy_training_lowers_the_loss_and_repeats_bit_for_bit(toy, toy_trained):
+    target, prompts, data = toy
+    net, stats, losses = toy_trained
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < first - 0.3, (first, last)
+    again, stats2, losses2 = train(target, prompts, TrainConfig(seed=0, steps=40, **TOY),
+                                   progress=lambda m: None, data=data)
+    assert losses2 == losses
+    for (name, a), (_, b) in zip(net.state_dict().items(), again.state_dict().items()):
+        assert torch.equal(a, b), name
+    other, _, losses3 = train(target, prompts, TrainConfig(seed=1, steps=5, **TOY),
+                              progress=lambda m: None, data=data)
+    assert losses3[:5] != losses[:5]
+
+
+def test_training_prompts_are_deterministic_balanced_and_exclude_dev():
+    dev = {r.prompt for r in load_dev()}
+    assert dev_prompts() == dev  # read as data (training does not import specpilot)
+    a = build_prompts(3, 400, exclude=dev, limit_files=30)
+    assert a == build_prompts(3, 400, exclude=dev, limit_files=30)
+    assert a != build_prompts(4, 400, exclude=dev, limit_files=30)
+    texts = [t for _, t in a]
+    assert len(set(texts)) == len(texts) and not dev.intersection(texts)
+    counts = {c: sum(1 for k, _ in a if k == c) for c in MIX}
+    # 30 stdlib files run out of distinct prompts; every template source keeps its share
+    assert all(abs(counts[c] - 400 * share) <= 1 for c, share in MIX.items()
+               if c != "stdlib"), counts
+    assert 0 < counts["stdlib"] <= 400 * MIX["stdlib"] + 1
+    banned = {a[0][1]}
+    assert a[0][1] not in {t for _, t in build_prompts(3, 400, exclude=banned, limit_files=30)}
+
+
+def test_train_command_writes_a_manifest(tmp_path):
+    main(["--out", str(tmp_path), "--seed", "5", "--toy", "--steps", "3", "--prompts", "6",
+          "--max-new", "12", "--val-every", "2"])
+    man = json.loads((tmp_path / "manifest.json").read_text())
+    assert man["seed"] == 5 and "--toy" in man["command"] and man["training"]["steps"] == 3
+    assert [h["step"] for h in man["training"]["val_history"]] == [2, 3]
+    assert man["training"]["kept_step"] in (2, 3)
+    assert man["config"]["block_size"] == 4 and man["shards"][0]["sha256"]
+    target, _ = toy_setup(5, 6)
+    net, _ = load_block(tmp_path, target)
+    assert net.cfg.target_layers == tuple(man["config"]["target_layers"])
+
+
+def test_answering_stops_at_its_time_limit(toy):
+    target, prompts, data = toy
+    short = generate_data(target, prompts, 8, 2, set(), progress=lambda m: None,
+                          max_seconds=1e-9)
+    assert short.tokens.shape[0] == 2 and len(short.end) == 2  # only the first batch
+    assert torch.equal(short.tokens[:, : short.prompt_cols + 8],
+                       data.tokens[:2, : data.prompt_cols + 8])
+
+
+def test_training_blocks_see_what_the_drafter_sees(toy, toy_trained):
+    """No train/inference mismatch: the training forward's logits for a block at anchor p
+    (left-padded batch, features of the padded forward) equal the drafter's after the
+    engine-style context of the tokens before p, with the token at p pending."""
+    target, prompts, data = toy
+    net = toy_trained[0]
+    feats = extract_features(target, data, net.cfg.target_layers, 8)
+    idx = torch.tensor([1, 3])
+    p = torch.stack([data.prompt_cols + torch.tensor([0, 5]),
+                     data.prompt_cols + torch.tensor([2, 9])])
+    logits, labels = block_forward(net, target, data, feats, idx, p)
+    for bi, i in enumerate(idx.tolist()):
+        for ai in range(p.shape[1]):
+            col = int(p[bi, ai])
+            tokens = data.tokens[i, data.pad[i]:col].tolist()
+            drafter = BlockDrafter(net, target, 256)
+            out = target(torch.tensor([tokens]), target.new_cache(256), 0,
+                         hidden_layers=drafter.hidden_layers)
+            drafter.extend(out.hidden, len(tokens))
+            got = drafter.block_logits(int(data.tokens[i, col]))
+            assert torch.allclose(got, logits[bi, ai], atol=1e-4, rtol=1e-4), \
+                (i, col, (got - logits[bi, ai]).abs().max())
+            want = data.tokens[i, col + 1: col + 1 + net.cfg.block_size]
+            ok = labels[bi, ai] >= 0
+            assert torch.equal(labels[bi, ai][ok], want[: int(ok.sum())])
+
+
+def test_validation_keeps_the_best_checkpoint_and_patience_stops(toy):
+    """Periodic validation on fixed anchors: the returned weights are those of the best check
+    (here an early one: the random toy target's answers do not generalise), and --patience
+    stops training after that many checks without a better one."""
+    target, prompts, data = toy
+    cfg = TrainConfig(seed=0, steps=40, val_every=5, **TOY)
+    net, stats, _ = train(target, prompts, cfg, progress=lambda m: None, data=data)
+    hist = stats["val_history"]
+    assert [h["step"] for h in hist] == list(range(5, 41, 5))
+    best = max(hist, key=lambda h: (h["val_acc_len"], -h["val_loss"]))
+    assert stats["kept_step"] == best["step"] < stats["steps"] == 40
+    _, val = validation_split(data, cfg)
+    vsel = val[: cfg.val_seqs]
+    vp = sample_anchors(data, vsel, cfg.anchors, torch.Generator().manual_seed(cfg.seed + 2))
+    loss, acc = evaluate(net, target, data, data_feats(target, data, net), vsel, vp, cfg,
+                         torch.autocast("cpu", enabled=False))
+    assert round(acc, 3) == best["val_acc_len"] and abs(loss - best["val_loss"]) < 1e-3
+    _, stats2, losses2 = train(target, prompts, TrainConfig(seed=0, steps=40, val_every=5,
+                                                            patience=2, **TOY),
+                               progress=lambda m: None, data=data)
+    assert stats2["steps"] == best["step"] + 10 and len(losses2) == stats2["steps"]
+
+
+def data_feats(target, data, net):
+    return extract_features(target, data, net.cfg.target_layers, 8).clone()
+
+
+def test_validation_holds_out_whole_prompt_groups(toy):
+    target, prompts, data = toy
+    cfg = TrainConfig(seed=0, holdout=0.25, **TOY)
+    groups = ["a", "a", "b", "b", "c", "c", "d", "d"]
+    tr, val = validation_split(data, cfg, groups)
+    assert len(val) == 2 and len(tr) == 6
+    assert not {groups[i] for i in val.tolist()} & {groups[i] for i in tr.tolist()}
+    # near-duplicate prompts (one question, other openers and closers) share a group
+    pairs = [(c, t) for c, t in build_prompts(1, 300, limit_files=5) if c == "chat"]
+    cores = {prompt_group(c, t) for c, t in pairs}
+    assert 1 < len(cores) < len(pairs)
+    assert prompt_group("chat", "Hi! Why do we yawn? Thanks!") == \
+        prompt_group("chat", "Why do we yawn? Explain it simply.")
+
+
+def test_init_from_target_copies_the_chosen_layers():
+    """--init-from-target: every drafter layer starts as the chosen target layer (each weight
+    equal), fc selects the deepest context layer, and the init is recorded in the stats."""
+    target = Transformer.random(PRESETS["tiny-qwen3"], seed=4, std=0.2)
+    n = target.cfg.num_layers
+    for layers in (None, (n - 1, 0)):
+        net = random_net(target, num_target_layers=2).init_from_target(target, layers)
+        chosen = layers or (n - 2, n - 1)
+        for mine, i in zip(net.layers, chosen):
+            theirs = target.model.layers[i].state_dict()
+            for name, p in mine.state_dict().items():
+                assert torch.equal(p, theirs[name]), (i, name)
+        hidden = [torch.randn(1, 5, target.cfg.hidden_size) for _ in net.cfg.target_layers]
+        deepest = net.cfg.target_layers.index(max(net.cfg.target_layers))
+        assert torch.allclose(net.fc(torch.cat(hidden, -1)), hidden[deepest])
+    fresh = random_net(target)
+    assert not torch.equal(fresh.layers[0].mlp.up_proj.weight,
+                           target.model.layers[n - 2].mlp.up_proj.weight)
+    with pytest.raises(BlockDrafterError, match="init from target"):
+        random_net(target).init_from_target(target, (0, n))
+    assert init_layers("last", 30, 3) == (27, 28, 29) and init_layers("3,9", 30, 2) == (3, 9)
+    with pytest.raises(ValueError, match="init-from-target"):
+        init_layers("27,28", 30, 3)
+
+
+def test_training_from_target_init_records_it(toy):
+    target, prompts, data = toy
+    cfg = TrainConfig(seed=0, steps=4, val_every=0, init_from_target="last", **TOY)
+    net, stats, losses = train(target, prompts, cfg, progress=lambda m: None, data=data)
+    last = target.cfg.num_layers - 1
+    assert stats["init"].startswith(f"target layers [{last}]")
+    moved = net.layers[0].mlp.up_proj.weight - target.model.layers[last].mlp.up_proj.weight
+    assert 0 < moved.abs().max() < 0.05  # trained a little from the target's weights
+
+
+def test_merge_data_keeps_every_row(toy):
+    """Two answer sets of different prompt widths and answer lengths merge into one padded
+    Data whose rows hold the same tokens between their padding and their end."""
+    target, prompts, data = toy
+    other = generate_data(target, [p[:3] for p in prompts[:3]], 12, 8, set(),
+                          progress=lambda m: None)
+    both = merge_data(data, other)
+    assert both.prompt_cols == max(data.prompt_cols, other.prompt_cols)
+    for src, rows in ((data, range(len(data.end))), (other, range(len(other.end)))):
+        off = 0 if src is data else len(data.end)
+        for i in rows:
+            got = both.tokens[off + i, int(both.pad[off + i]):int(both.end[off + i])]
+            assert torch.equal(got, src.tokens[i, int(src.pad[i]):int(src.end[i])])
+            assert int(both.end[off + i]) - both.prompt_cols == int(src.end[i]) - src.prompt_cols
+
+
+def test_math_prompts_group_by_template():
+    a, b = (_math_more(random.Random(s), 8) for s in (1, 2))
+    assert a != b and prompt_group("math", a) == prompt_group("math", b)
+    assert prompt_group("math", a) != prompt_group("math", _math_more(random.Random(1), 9))
