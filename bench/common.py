@@ -70,9 +70,10 @@ def summary(ms: list[float]) -> dict:
             "p90_ms": quantile(ms, 0.9), "min_ms": min(ms), "max_ms": max(ms), "n": len(ms)}
 
 
-def timed(fn, iters: int, dev="cuda", warmup: int = 3) -> dict:
-    """Per-call time of fn: CUDA events around each call on CUDA (device time, launches
-    queued back to back), perf_counter on CPU. Median, p10, p90, min, max in ms."""
+def timed(fn, iters: int, dev="cuda", warmup: int = 3, each: bool = False) -> dict:
+    """Per-call time of fn: CUDA events around each call on CUDA (device time; calls queued
+    back to back, or with `each` the host waits for every call's end event before the next),
+    perf_counter on CPU. Median, p10, p90, min, max in ms."""
     for _ in range(warmup):
         fn()
     sync(dev)
@@ -85,6 +86,8 @@ def timed(fn, iters: int, dev="cuda", warmup: int = 3) -> dict:
             s.record()
             fn()
             e.record()
+            if each:
+                e.synchronize()
         torch.cuda.synchronize()
         ms = [s.elapsed_time(e) for s, e in zip(starts, ends)]
     else:
