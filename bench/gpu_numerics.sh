@@ -17,5 +17,6 @@ stage wheels || exit 1
 stage_repo "$tmp/w12t" w12=w12-weights && git checkout -q w12 || exit 1
 command -v nvidia-smi >/dev/null \
     && nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
-python3 bench/gpu_numerics.py "$@" 2>&1 | tee "$OUT/numerics.txt" | grep -v Warning
+# this copy first, whatever PYTHONPATH the caller had (a checkout without the entry)
+PYTHONPATH=$PWD python3 bench/gpu_numerics.py "$@" 2>&1 | tee "$OUT/numerics.txt" | grep -v Warning
 exit "${PIPESTATUS[0]}"
