@@ -36,7 +36,8 @@
 #           then three staging calls one after another (within the machine's warm window),
 #           each carrying one part: `bash bench/stage.sh gguf` with carry [".gpu0"], then
 #           [".gpu1"], then [".gpu2"] (tree ~26 MB + a part of 33 MiB stays under 64 MiB).
-#           The working call that follows carries .whl and finds the model installed.
+#           The working call that follows carries .whl and runs `stage gguf` too: it finds
+#           the model installed, or writes it again from the parts parked in /tmp.
 #           Scripts on random-weight targets (random:dense-27b) need no GGUF.
 #   repo    STAGE_REPO (default /tmp/repo): a copy of this working tree as a fresh git
 #           repository (no .whl, no .git of the sender) whose main is the tree as sent, so
