@@ -1,9 +1,9 @@
 """Helpers shared by the bench/ suite (import this first: it puts the repository on sys.path).
 
-Every suite script imports `common` before `stock`, `kernels` or `specpilot`: unless one of
-those is already importable from a path given on PYTHONPATH (an entry's tree put first, as
-bench/gpu_numerics.sh and the controller's A/B scripts do), the repository this file lives
-in goes first on sys.path. Nothing here imports torch at module level.
+Every suite script imports `common` before `stock`, `kernels` or `specpilot`: unless a
+`stock` package is already importable from a path given on PYTHONPATH (an entry's tree put
+first, as bench/gpu_numerics.py --smoke does), the repository this file lives in goes first
+on sys.path. Nothing here imports torch at module level.
 
     log(msg)                      progress line with seconds since start, flushed
     sync(dev)                     torch.cuda.synchronize() on CUDA, nothing on CPU

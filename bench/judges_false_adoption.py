@@ -2,10 +2,10 @@
 
 Synthetic worker processes (per-process offsets, per-request noise, drift, stale σ, heavy
 tails: specpilot/judges/simulate.py) are timed by the controller's own round loop and
-judged by `stats.judge`, the function `specpilot compare` calls. One table (Markdown): per noise
-model, the new rule's false adoption (true gain 0), its adoption of an honest candidate
-(true gain --gain) and the old rule's false adoption (one process per side, σ from a
-separate A/A run).
+judged by `stats.judge`, the function `specpilot compare` calls. One table (Markdown): per
+noise model, the new rule's false adoption (true gain 0), its adoption of an honest
+candidate (true gain --gain) and the old rule's false adoption (one process per side, σ
+from a separate A/A run).
 
     python bench/judges_false_adoption.py                 # 1000 trials per cell, ~1 min
     python bench/judges_false_adoption.py --smoke         # 40 trials, a few seconds
