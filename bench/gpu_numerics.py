@@ -13,25 +13,24 @@ positions where the argmax differs; per AR run: the first token that leaves the 
 and the reference's margin there.
 
     python bench/gpu_numerics.py [--prompts 8] [--max-new 32]   # on the w12 tree, H200
+    python bench/gpu_numerics.py --smoke   # CPU, tiny-qwen3, fp32: plumbing only; from a
+                                           # stock tree it applies the entry in a temp copy
+
+Prints one table (one row per pair of passes); bench/gpu_numerics.sh runs it on the H200.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import subprocess
 import sys
-import time
+import tempfile
 from pathlib import Path
 
-if "stock" not in sys.modules and not any(Path(p, "stock").is_dir() for p in sys.path[1:] if p):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import ROOT, entry_tree, log, print_table  # noqa: F401 - sets sys.path first
 
 import torch  # noqa: E402
-
-T0 = time.perf_counter()
-
-
-def log(msg: str) -> None:
-    print(f"[{time.perf_counter() - T0:6.1f}s] {msg}", flush=True)
 
 
 def forced_logits(engine, prompt: list[int], forced: list[int], chunk: int) -> torch.Tensor:
@@ -62,6 +61,27 @@ def pair_stats(a: torch.Tensor, b: torch.Tensor) -> tuple[list[float], int]:
     return (da - db).abs().flatten().tolist(), flips
 
 
+def w12_registered() -> bool:
+    import stock.options as options
+
+    try:
+        options.Options({"weights": "w12"})
+        return True
+    except Exception:  # noqa: BLE001 - OptionError: the entry is not applied here
+        return False
+
+
+def reexec_on_entry(argv: list[str]) -> int:
+    """Run this script again with the w12-weights entry applied to a temporary copy of the
+    system paths, first on PYTHONPATH (the smoke on a stock tree)."""
+    with tempfile.TemporaryDirectory(prefix="numerics-smoke-") as tmp:
+        tree = entry_tree("w12-weights", Path(tmp, "tree"))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree), str(ROOT)]),
+               "BENCH_ENTRY_APPLIED": "1"}
+        log(f"weights=w12 is not an option of this tree: w12-weights applied in {tree}")
+        return subprocess.run([sys.executable, __file__, *argv], env=env).returncode
+
+
 def q(xs: list[float], p: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, int(p * len(s)))]
@@ -74,7 +94,16 @@ def main() -> None:
     ap.add_argument("--max-new", type=int, default=32)
     ap.add_argument("--preset", default="dense-27b")
     ap.add_argument("--device", default="cuda", help="cpu: a plumbing check (fp32)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CPU plumbing check: tiny-qwen3, 2 prompts of 8 tokens, 8 new tokens")
     args = ap.parse_args()
+    if args.smoke:
+        args.preset, args.device, args.prompts, args.prompt_len, args.max_new = (
+            "tiny-qwen3", "cpu", 2, 8, 8)
+        if not w12_registered():
+            if os.environ.get("BENCH_ENTRY_APPLIED"):
+                sys.exit("gpu_numerics: weights=w12 still unknown with the entry applied")
+            sys.exit(reexec_on_entry(sys.argv[1:]))
     from specpilot.judges.worker_main import reference_pass
     from stock.config import PRESETS
     from stock.engine import Engine
@@ -110,16 +139,18 @@ def main() -> None:
              ("w12 c1 vs stock c1 (AR bucket)", ("stock", 1), ("w12", 1)),
              ("w12 c9 vs stock c9 (verify bucket)", ("stock", 9), ("w12", 9)),
              ("w12 c9 vs stock c1", ("stock", 1), ("w12", 9))]
-    print(f"\n{'pair':38s} {'positions':>9s} {'|d| med':>8s} {'q90':>7s} {'q99':>7s} "
-          f"{'max':>7s} {'flips':>6s}")
+    rows = []
     for name, a, b in pairs:
         ds, flips = [], 0
         for i in range(len(prompts)):
             d, f = pair_stats(logits[a + (i,)], logits[b + (i,)])
             ds += d
             flips += f
-        print(f"{name:38s} {len(ds):9d} {q(ds, .5):8.4f} {q(ds, .9):7.4f} {q(ds, .99):7.4f} "
-              f"{max(ds):7.4f} {flips:6d}")
+        rows.append([name, len(ds), f"{q(ds, .5):.4f}", f"{q(ds, .9):.4f}", f"{q(ds, .99):.4f}",
+                     f"{max(ds):.4f}", flips])
+    print_table(["pair (teacher-forced on stock's reference)", "positions", "\\|d\\| median", "q90",
+                 "q99", "max", "argmax flips"], rows,
+                f"{args.preset} on {args.device}, {args.prompts} prompts x {args.max_new} tokens")
     margins = [m for r in refs for m in r["margin"]]
     print(f"\nreference margins (chunk 9): median {q(margins, .5):.3f}, q10 {q(margins, .1):.3f}, "
           f"share <= 0.05 {sum(m <= .05 for m in margins) / len(margins):.3f}, "

@@ -1,10 +1,22 @@
 #!/bin/bash
 # H200: bench/gpu_numerics.py on the w12-weights entry's tree (stock's own margin noise against
-# W12's, 27B-class random target). Carry .whl (pydantic for specpilot's imports).
-#   bash bench/gpu_numerics.sh [--prompts 8 --max-new 32]
+# W12's, 27B-class random target). Stages with bench/stage.sh (wheels from .whl/: pydantic for
+# specpilot's imports), then runs in a copy of this tree with memory/w12-weights.patch applied.
+#
+#   bash bench/gpu_numerics.sh [--prompts 8 --max-new 32]      # device tool, carry .whl
+#   bash bench/gpu_numerics.sh --smoke                         # CPU: tiny-qwen3, fp32
+#
+# Prints one table; the whole output also lands in $OUT/numerics.txt.
 set -u
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl || exit 1
-rm -rf /tmp/w12t && mkdir -p /tmp/w12t && cp -a . /tmp/w12t/ && cd /tmp/w12t || exit 1
-rm -rf .whl .git && git apply memory/w12-weights.patch || exit 1
-nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
-PYTHONUNBUFFERED=1 python3 bench/gpu_numerics.py "$@" 2>&1 | tee "$OUT/numerics.txt" | grep -v Warning
+cd "$(dirname "$0")/.." || exit 1
+source bench/stage.sh
+tmp=$(mktemp -d /tmp/numerics.XXXXXX) || exit 1
+trap 'rm -rf "$tmp"' EXIT
+OUT=${OUT:-$tmp}
+stage wheels || exit 1
+stage_repo "$tmp/w12t" w12=w12-weights && git checkout -q w12 || exit 1
+command -v nvidia-smi >/dev/null \
+    && nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+# this copy first, whatever PYTHONPATH the caller had (a checkout without the entry)
+PYTHONPATH=$PWD python3 bench/gpu_numerics.py "$@" 2>&1 | tee "$OUT/numerics.txt" | grep -v Warning
+exit "${PIPESTATUS[0]}"

@@ -2,10 +2,10 @@
 
 Synthetic worker processes (per-process offsets, per-request noise, drift, stale σ, heavy
 tails: specpilot/judges/simulate.py) are timed by the controller's own round loop and
-judged by `stats.judge`, the function `specpilot compare` calls. One table: per noise
-model, the new rule's false adoption (true gain 0), its adoption of an honest candidate
-(true gain --gain) and the old rule's false adoption (one process per side, σ from a
-separate A/A run).
+judged by `stats.judge`, the function `specpilot compare` calls. One table (Markdown): per
+noise model, the new rule's false adoption (true gain 0), its adoption of an honest
+candidate (true gain --gain) and the old rule's false adoption (one process per side, σ
+from a separate A/A run).
 
     python bench/judges_false_adoption.py                 # 1000 trials per cell, ~1 min
     python bench/judges_false_adoption.py --smoke         # 40 trials, a few seconds
@@ -17,10 +17,8 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 
-if not any(Path(p, "specpilot").is_dir() for p in sys.path[1:] if p):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import print_table  # noqa: F401 - sets sys.path first
 
 from specpilot.judges import simulate  # noqa: E402
 
@@ -42,10 +40,14 @@ def main(argv=None) -> int:
     rows = simulate.table(trials=trials, family=args.family, processes=args.processes,
                           rounds=args.rounds, requests=args.requests, honest_gain=args.gain,
                           old=not args.no_old, seed=args.seed)
-    print(simulate.format_table(
-        rows, args.gain,
-        f"processes {args.processes} per side, {args.rounds} rounds x {args.requests} "
-        f"requests, family {args.family}, rule: lower bound > 1% + 2σ (σ from the same run)"))
+    print_table(["noise model", "trials", "false adoption", f"+{args.gain:.0%} adopted",
+                 "old rule false"],
+                [[r.model, r.trials, f"{r.false_adoption:.1%}", f"{r.honest_adoption:.1%}",
+                  "-" if r.old_false_adoption is None else f"{r.old_false_adoption:.1%}"]
+                 for r in rows],
+                f"processes {args.processes} per side, {args.rounds} rounds x {args.requests} "
+                f"requests, family {args.family}, rule: lower bound > 1% + 2σ (σ from the "
+                "same run)")
     print(f"({trials} trials per cell, seed {args.seed}, {time.perf_counter() - t0:.1f} s)")
     return 0
 

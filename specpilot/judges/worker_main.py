@@ -181,7 +181,7 @@ def measure(engine, drafter, prompts: list[list[int]], max_new: int) -> dict:
 
     # Untimed first. Where steps replay CUDA graphs, a step's first use of a (T, KV) shape
     # captures a graph and, with stock's `compile` option, its first use of a T compiles the
-    # layers (7-18 s a T on the 27B-class target, bench/NOTES.md): there every prompt runs
+    # layers (7-18 s a T on the 27B-class target, bench/archive/NOTES-2026.md): there every prompt runs
     # once at full length, so that the timed runs below meet no new shape. Elsewhere a short
     # run is enough.
     if engine.uses_graphs:

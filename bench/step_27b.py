@@ -25,22 +25,28 @@ Parts (each in its own try, so one failure keeps the rest):
      first slot's warm-up compiles, then it is captured; that time is reported per T. Before
      timing, the compiled graph's logits are checked against the eager static forward (max
      |diff|, relative error, argmax agreement: bf16 rounding may differ). With `both` the
-     table shows eager and compiled side by side (ms, x floor, x AR, compiled/eager). With
+     table shows eager and compiled side by side (ms, x floor, compiled/eager). With
      --w12 --w12-compiled, each W12 kernel is timed compiled too (a W12Linear is one custom
      op inside the compiled regions, kernels/w12/linear.py).
   9. --variants attn,fused_attn,fused: the compiled step again with stock's fast-path
      options (attention_kernel=triton: kernels/attention's split-KV kernel; fuse_projections:
      q/k/v and gate/up as one GEMM each, stock/fused.py), each compiled, checked and timed,
-     in a table beside the base compiled step (SDPA, separate projections). The W12 steps
-     compiled after them run with the last variant's options: with fuse_projections, one
-     W12 GEMV per q/k/v and gate/up group (kernels/w12/linear.py); --w12-unfused times them
-     module by module too. A last table lists every compiled step side by side.
+     beside the base compiled step (SDPA, separate projections). The W12 steps compiled
+     after them run with the last variant's options: with fuse_projections, one W12 GEMV
+     per q/k/v and gate/up group (kernels/w12/linear.py); --w12-unfused times them module
+     by module too.
 
-    python bench/gpu_27b.py --out $OUT            # about 60-90 s on an H200 (estimate)
-    python bench/gpu_27b.py --out $OUT --w12
-    python bench/gpu_27b.py --compile both --ts 1,8,16 --iters 20 --out $OUT
+    python bench/step_27b.py --out $OUT            # about 60-90 s on an H200 (estimate)
+    python bench/step_27b.py --out $OUT --w12
+    python bench/step_27b.py --compile both --ts 1,8,16 --iters 20 --out $OUT
+    python bench/step_27b.py --compile on --ts 1,16 --iters 20 --variants fused_attn \
+        --w12 --w12-kernels gemv --w12-compiled           # stock's default against W12
+    python bench/step_27b.py --smoke     # CPU: tiny-qwen3, fp32, eager layers, then W12
 
-Prints progress, then a table; writes gpu_27b.json to --out (default $OUT, else cwd).
+Prints progress, then one table: every timed step side by side, one row per (step, T), with
+median, p10-p90 and the ratios (see Bench.table); writes step_27b.json to --out (default
+$OUT, else cwd). (Before the suite this was bench/gpu_27b.py, which printed the same
+timings in three tables; --cpu-smoke is kept as the old name of the CPU path.)
 """
 
 from __future__ import annotations
@@ -48,14 +54,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 import traceback
 from pathlib import Path
 
-if "stock" not in sys.modules and not any(Path(p, "stock").is_dir() for p in sys.path[1:] if p):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import common
+from common import GiB, T0, log, print_table
 
 import torch  # noqa: E402
 
@@ -65,15 +70,12 @@ from stock.config import PRESETS, ModelConfig  # noqa: E402
 from stock.graphs import GraphRunner  # noqa: E402
 from stock.model import Transformer  # noqa: E402
 
-GiB = 1 << 30
-T0 = time.perf_counter()
-DEV = "cuda"  # --cpu-smoke: "cpu" (the script's logic on a tiny preset; timings meaningless)
+DEV = "cuda"  # --smoke: "cpu" (the script's logic on a tiny preset; timings meaningless)
 DTYPE = torch.bfloat16
 
 
 def sync() -> None:
-    if DEV == "cuda":
-        torch.cuda.synchronize()
+    common.sync(DEV)
 
 
 def empty_cache() -> None:
@@ -83,10 +85,6 @@ def empty_cache() -> None:
 
 def mem_info() -> tuple[int, int]:
     return torch.cuda.mem_get_info() if DEV == "cuda" else (1 << 50, 1 << 50)
-
-
-def log(msg: str) -> None:
-    print(f"[{time.perf_counter() - T0:6.1f}s] {msg}", flush=True)
 
 
 def param_count(cfg: ModelConfig) -> dict[str, int]:
@@ -112,42 +110,13 @@ def need(nbytes: int, what: str) -> None:
 
 
 def timed(fn, iters: int, warmup: int = 3) -> dict:
-    """Per-call device time from CUDA events: median, p10, p90 (ms)."""
-    for _ in range(warmup):
-        fn()
-    sync()
-    if DEV == "cuda":
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
-        for s, e in zip(starts, ends):
-            s.record()
-            fn()
-            e.record()
-        torch.cuda.synchronize()
-        ms = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
-    else:
-        ms = []
-        for _ in range(iters):
-            t0 = time.perf_counter()
-            fn()
-            ms.append(1e3 * (time.perf_counter() - t0))
-        ms.sort()
-    def pct(p: float) -> float:  # nearest rank on the sorted times
-        return ms[min(len(ms) - 1, max(0, round(p * (len(ms) - 1))))]
-
-    return {"median_ms": statistics.median(ms), "p10_ms": pct(0.1), "p90_ms": pct(0.9),
-            "n": len(ms)}
+    """Per-call time (CUDA events on CUDA): median, p10, p90 in ms (common.timed)."""
+    return common.timed(fn, iters, DEV, warmup)
 
 
 def copy_bandwidth(size: int, iters: int = 10) -> dict:
     need(2 * size + GiB, "the copy-bandwidth test")
-    bufs = [torch.empty(size, dtype=torch.uint8, device=DEV) for _ in range(2)]
-    bufs[0].random_(0, 255)
-    t = timed(lambda: bufs[1].copy_(bufs[0]), iters)
-    bufs.clear()
-    empty_cache()
-    bw = 2 * size / (t["median_ms"] / 1e3)
-    return {"bytes": size, **t, "read_plus_write_bytes_per_s": bw}
+    return common.copy_bandwidth(size, DEV, iters)
 
 
 class Bench:
@@ -368,27 +337,6 @@ class Bench:
         self.ceager = GraphRunner(self.model, self.cache, ctx + 64, capture=False,
                                   compile=True, attention=attention, fused=fused)
 
-    def variants_table(self):
-        tim = self.report.get("timings", {})
-        base = tim.get("bf16_compiled", {})
-        floor = self.report.get("floor_ms")
-        tags = list(self.report.get("variants", {}))
-        if not base or not tags:
-            return
-        print("\ncompiled variants (median ms; x floor; base / variant, base = compiled with "
-              "SDPA and separate projections)")
-        print(f"{'T':>4}{'base':>10}" + "".join(f"{t:>22}" for t in tags))
-        for t in self.args.ts:
-            b = base.get(f"graph_T{t}", {}).get("median_ms")
-            if b is None:
-                continue
-            line = f"{t:>4}{b:>10.3f}"
-            for tag in tags:
-                v = tim.get(tag, {}).get(f"graph_T{t}", {}).get("median_ms")
-                line += (f"{v:>9.3f} {v / floor:>5.3f}x {b / v:>5.3f}" if v and floor
-                         else f"{'-':>22}")
-            print(line)
-
     def w12(self, kernel: str = "gemm"):
         import kernels.w12.linear as w12
 
@@ -476,25 +424,6 @@ class Bench:
         self.new_compiled_runners(self.crunner.attention, fused)
         return self.compiled(tag)
 
-    def compiled_summary(self):
-        """Every compiled step timed (bf16 base and variants, W12 kernels), side by side:
-        median ms per T and the stock default's (fused_attn, else base) time over it."""
-        tim = self.report.get("timings", {})
-        tags = [k for k in tim if k == "bf16_compiled" or k in self.report.get("variants", {})
-                or k.endswith(("_compiled", "_compiled_unfused", "_compiled_retuned"))]
-        ref_tag = "fused_attn" if "fused_attn" in tim else "bf16_compiled"
-        if len(tags) < 2 or ref_tag not in tim:
-            return
-        print(f"\ncompiled steps, median ms (ratio: {ref_tag} / this)")
-        print(f"{'tag':<28}" + "".join(f"{'T=' + str(t):>18}" for t in self.args.ts))
-        for tag in tags:
-            line = f"{tag:<28}"
-            for t in self.args.ts:
-                v = tim[tag].get(f"graph_T{t}", {}).get("median_ms")
-                r = tim[ref_tag].get(f"graph_T{t}", {}).get("median_ms")
-                line += f"{v:>10.3f} ({r / v:.3f})" if v and r else f"{'-':>18}"
-            print(line)
-
     def w12_kernel(self, kernel: str):
         """The same W12 model on another kernel: gemv (kernels/w12/gemv.py, split-K) or
         auto (the faster of the two per shape and row bucket, as the engine runs it)."""
@@ -560,21 +489,19 @@ class Bench:
 
     # -- table ---------------------------------------------------------------------------------
     def table(self):
+        """Notes (device, floors, compile times, checks), then one table: every timed step, one
+        row per (step, T): median ms, p10-p90, this T over the same step's T = 1, over the
+        bf16 weight-bytes floor; "bf16 base / this": the bf16 graph step of the same layers
+        (eager or compiled; for the compiled bf16 step, the eager one; for the dynamic
+        forward, the graph step timed beside it) over this; and stock's default compiled
+        step (fused_attn when timed, else the base compiled one) over this."""
         tim = self.report.get("timings", {})
-        bf = tim.get("bf16", {})
-        c = tim.get("bf16_compiled", {})
-        main = "eager"
-        if not bf and c:  # --compile on: the compiled timings are the main columns
-            bf, c, main = c, {}, "compiled"
-        w = tim.get("w12", {})
-        extra = {k[4:]: v for k, v in tim.items() if k.startswith("w12_")}
         bw = self.report.get("copy", {}).get("read_plus_write_bytes_per_s")
         wb = self.report.get("weights", {})
         floor = (wb["weight_bytes_excl_embedding"] / bw * 1e3) if bw and wb else None
         floor_kv = ((wb["weight_bytes_excl_embedding"] + wb["kv_bytes_at_context"]) / bw * 1e3
                     if bw and wb else None)
         self.report["floor_ms"], self.report["floor_with_kv_ms"] = floor, floor_kv
-        ar = bf.get("graph_T1", {}).get("median_ms")
         env = self.report.get("env", {})
         print(f"\n{env.get('device')}  torch {env.get('torch')}  preset {self.args.preset}  "
               f"context {self.args.context}")
@@ -583,68 +510,10 @@ class Bench:
                   f"{wb['weight_bytes_excl_embedding'] / 1e9:.2f} GB (embedding table "
                   f"{wb['embedding_bytes_excluded'] / 1e9:.2f} GB excluded, lm_head included); "
                   f"floor {floor:.3f} ms ({floor_kv:.3f} ms with the KV cache read)")
-        if "ar_eager" in bf:
-            e = bf["ar_eager"]
-            print(f"AR step eager (dynamic forward): {e['median_ms']:.3f} ms "
-                  f"(p10-p90 {e['p10_ms']:.3f}-{e['p90_ms']:.3f})"
-                  + (f", x floor {e['median_ms'] / floor:.3f}" if floor else ""))
-        c1 = c.get("graph_T1", {}).get("median_ms")
-        print(f"graph steps: {main} layers" + (" | compiled layers (option compile)" if c else ""))
-        head = f"{'T':>4}{'ms':>10}{'p10-p90':>18}{'x AR':>8}{'x floor':>9}"
-        if extra:
-            print("bf16/<kernel>: the eager-layer bf16 graph step over that W12 kernel's step")
-        if c:
-            head += f"{'comp ms':>10}{'p10-p90':>18}{'x AR':>8}{'x floor':>9}{'comp/eag':>9}"
-        if w:
-            head += f"{'W12 ms':>10}{'p10-p90':>18}{'W12/bf16':>10}"
-        for k in extra:
-            wk = max(10, len(k) + 4), max(10, len(k) + 6)
-            head += f"{k + ' ms':>{wk[0]}}{'p10-p90':>18}{'bf16/' + k:>{wk[1]}}"
-        print(head)
-        rows = []
-        for t in self.args.ts:
-            r = bf.get(f"graph_T{t}")
-            if r is None:
-                continue
-            row = {"T": t, "ms": r["median_ms"], "p10": r["p10_ms"], "p90": r["p90_ms"],
-                   "x_ar": r["median_ms"] / ar if ar else None,
-                   "x_floor": r["median_ms"] / floor if floor else None}
-            line = (f"{t:>4}{r['median_ms']:>10.3f}{r['p10_ms']:>9.3f}-{r['p90_ms']:<8.3f}"
-                    f"{_f(row['x_ar']):>8}{_f(row['x_floor']):>9}")
-            q = c.get(f"graph_T{t}")
-            if q:
-                row.update(compiled_ms=q["median_ms"], compiled_p10=q["p10_ms"],
-                           compiled_p90=q["p90_ms"],
-                           compiled_x_ar=q["median_ms"] / c1 if c1 else None,
-                           compiled_x_floor=q["median_ms"] / floor if floor else None,
-                           compiled_over_eager=q["median_ms"] / r["median_ms"])
-                line += (f"{q['median_ms']:>10.3f}{q['p10_ms']:>9.3f}-{q['p90_ms']:<8.3f}"
-                         f"{_f(row['compiled_x_ar']):>8}{_f(row['compiled_x_floor']):>9}"
-                         f"{row['compiled_over_eager']:>9.3f}")
-            q = w.get(f"graph_T{t}")
-            if q:
-                row.update(w12_ms=q["median_ms"], w12_p10=q["p10_ms"], w12_p90=q["p90_ms"],
-                           w12_over_bf16=q["median_ms"] / r["median_ms"])
-                line += (f"{q['median_ms']:>10.3f}{q['p10_ms']:>9.3f}-{q['p90_ms']:<8.3f}"
-                         f"{row['w12_over_bf16']:>10.3f}")
-            for k, g in extra.items():
-                q = g.get(f"graph_T{t}")
-                if q:
-                    row.update({f"{k}_ms": q["median_ms"], f"{k}_p10": q["p10_ms"],
-                                f"{k}_p90": q["p90_ms"],
-                                f"bf16_over_{k}": r["median_ms"] / q["median_ms"]})
-                    wk = max(10, len(k) + 4), max(10, len(k) + 6)
-                    line += (f"{q['median_ms']:>{wk[0]}.3f}{q['p10_ms']:>9.3f}-{q['p90_ms']:<8.3f}"
-                             f"{row[f'bf16_over_{k}']:>{wk[1]}.3f}")
-            rows.append(row)
-            print(line)
-        self.report["table"] = rows
         wq = self.report.get("w12", {})
-        if "floor_ms" in wq and ar:
-            q1 = w.get("graph_T1", {}).get("median_ms")
+        if "floor_ms" in wq:
             print(f"W12: weight bytes {wq['weight_bytes_excl_embedding'] / 1e9:.2f} GB, floor "
-                  f"{wq['floor_ms']:.3f} ms" + (f", AR step x W12 floor {q1 / wq['floor_ms']:.3f}"
-                                                 if q1 else ""))
+                  f"{wq['floor_ms']:.3f} ms")
         for tag, per_t in self.report.get("compile_s", {}).items():
             print(f"{tag}: compile + capture per T (s): "
                   + ", ".join(f"T={t} {v['compile_and_capture_s']} ({v['graphs']} graphs)"
@@ -657,6 +526,51 @@ class Bench:
         fb = {k: v for k, v in self.report.get("compile_fallbacks", {}).items() if v}
         if fb:
             print(f"COMPILED REGIONS THAT FELL BACK TO EAGER: {fb}")
+        variants = self.report.get("variants", {})
+
+        def compiled(tag: str) -> bool:
+            return (tag == "bf16_compiled" or tag in variants
+                    or tag.endswith(("_compiled", "_compiled_unfused", "_compiled_retuned")))
+
+        default = "fused_attn" if "fused_attn" in tim else "bf16_compiled"
+        rows, cells = [], []
+        for tag, res in tim.items():
+            # the bf16 step of the same layers; for the compiled bf16 step itself, the eager one
+            base = ("bf16_compiled" if compiled(tag) and tag != "bf16_compiled"
+                    and "bf16_compiled" in tim else "bf16")
+            keys = (["ar_eager"] if "ar_eager" in res else []) + [
+                f"graph_T{t}" for t in self.args.ts if f"graph_T{t}" in res]
+            for key in keys:
+                r = res[key]
+                t = 1 if key == "ar_eager" else int(key[len("graph_T"):])
+                one = res.get("graph_T1", {}).get("median_ms")
+                ms = r["median_ms"]
+                if key == "ar_eager":  # the dynamic forward: against this tag's graph step
+                    name = "bf16 AR step, dynamic forward (no graph, eager layers)"
+                    b = one
+                    d = tim.get(default, {}).get("graph_T1", {}).get("median_ms")
+                else:
+                    name = f"{tag} ({'compiled' if compiled(tag) else 'eager'} layers)"
+                    b = (tim.get(base, {}).get(key, {}).get("median_ms")
+                         if tag != base else None)
+                    d = (tim.get(default, {}).get(key, {}).get("median_ms")
+                         if compiled(tag) else None)
+                row = {"step": name, "tag": tag, "T": t, "ms": ms, "p10": r["p10_ms"],
+                       "p90": r["p90_ms"],
+                       "x_T1": ms / one if one and key != "ar_eager" else None,
+                       "x_floor": ms / floor if floor else None,
+                       "bf16_over_this": b / ms if b else None,
+                       "default_over_this": d / ms if d else None}
+                rows.append(row)
+                cells.append([name, t, f"{ms:.3f}", f"{r['p10_ms']:.3f}-{r['p90_ms']:.3f}",
+                              _f(row["x_T1"]), _f(row["x_floor"]), _f(row["bf16_over_this"]),
+                              _f(row["default_over_this"])])
+        self.report["table"] = rows
+        cols = ["step", "T", "median ms", "p10-p90 ms", "x its T=1", "x floor",
+                "bf16 base / this", f"{default} / this"]
+        if default not in tim:  # no compiled step timed: no default column
+            cols, cells = cols[:-1], [c[:-1] for c in cells]
+        print_table(cols, cells)
         if self.report["errors"]:
             print(f"errors: {self.report['errors']}")
 
@@ -709,13 +623,20 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="run the script's logic on CPU in fp32 (use a tiny --preset)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="--cpu-smoke on tiny-qwen3, context 64, T = 1 and 16, 3 iterations, "
+                         "a 16 MiB copy, eager layers, W12 (CPU decode) with the gemv kernel")
     args = ap.parse_args()
+    if args.smoke:
+        args.cpu_smoke, args.preset, args.context, args.ts, args.iters = (
+            True, "tiny-qwen3", 64, "1,16", 3)
+        args.copy_gib, args.compile, args.w12, args.w12_kernels = 1 / 64, "off", True, "gemv"
     args.ts = [int(t) for t in args.ts.split(",")]
     global DEV, DTYPE
     if args.cpu_smoke:
         DEV, DTYPE = "cpu", torch.float32
     elif not torch.cuda.is_available():
-        sys.exit("gpu_27b: needs a CUDA device (or --cpu-smoke)")
+        sys.exit("step_27b: needs a CUDA device (or --smoke)")
     for spec in filter(None, args.w12_extra.split(";")):
         from kernels.w12 import gemv
         m, _, srcs = spec.partition("=")
@@ -752,8 +673,6 @@ def main() -> None:
                     b.part(f"profile w12 T={t}",
                            lambda t=t: b.profile(f"w12_{kernels[-1]}_T{t}", t))
     b.table()
-    b.variants_table()
-    b.compiled_summary()
     _write(b)
 
 
@@ -761,8 +680,8 @@ def _write(b: Bench) -> None:
     out = Path(b.args.out)
     out.mkdir(parents=True, exist_ok=True)
     b.report["total_s"] = round(time.perf_counter() - T0, 1)
-    (out / "gpu_27b.json").write_text(json.dumps(b.report, indent=1, default=str))
-    log(f"wrote {out / 'gpu_27b.json'}")
+    (out / "step_27b.json").write_text(json.dumps(b.report, indent=1, default=str))
+    log(f"wrote {out / 'step_27b.json'}")
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
 Builds a throw-away repository about the size of this project (stock/, kernels/,
 specpilot/, tests/: 200 files, ~1.6 MB), records 50 entries with chains and diamonds
 (each entry depends on up to two earlier ones), then times verify per source, in process
-and through the CLI. Goal: under 5 s. Prints a table.
+and through the CLI. Goal: under 5 s. Prints one table.
 
-    python bench/bench_memory_verify.py [--entries 50] [--files 200] [--repeat 3]
+    python bench/memory_verify.py [--entries 50] [--files 200] [--repeat 3]
+    python bench/memory_verify.py --smoke      # 6 entries over 20 files, once (CPU, seconds)
 """
 
 from __future__ import annotations
@@ -19,8 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from common import ROOT, print_table  # noqa: E402 - sets sys.path first
 
 from specpilot.memory.dag import ancestors  # noqa: E402
 from specpilot.memory.record import record  # noqa: E402
@@ -97,7 +97,11 @@ def main() -> None:
     parser.add_argument("--files", type=int, default=200)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--repo", type=Path, help="Build here and keep it (reused if built).")
+    parser.add_argument("--smoke", action="store_true",
+                        help="6 entries over 20 files, one repeat: a plumbing check")
     args = parser.parse_args()
+    if args.smoke:
+        args.entries, args.files, args.repeat = 6, 20, 1
     with tempfile.TemporaryDirectory(prefix="specpilot-bench-") as tmp:
         repo = args.repo or Path(tmp) / "repo"
         setup = 0.0
@@ -124,9 +128,9 @@ def main() -> None:
         rows.append(("specpilot memory verify (CLI, all)", 2 * args.entries, times))
     print(f"repo: {args.files} files, {size / 1e6:.1f} MB; {args.entries} entries "
           f"recorded in {setup:.1f} s; {os.cpu_count()} CPUs; best of {args.repeat}")
-    print(f"{'what':<40} {'checks':>6} {'best s':>8} {'median s':>9}")
-    for what, checks, times in rows:
-        print(f"{what:<40} {checks:>6} {min(times):>8.2f} {statistics.median(times):>9.2f}")
+    print_table(["what", "checks", "best s", "median s"],
+                [[what, checks, f"{min(times):.2f}", f"{statistics.median(times):.2f}"]
+                 for what, checks, times in rows])
     worst = min(rows[-1][2])
     print(f"goal < 5 s: {'met' if worst < 5 else 'NOT met'} ({worst:.2f} s for the CLI)")
 

