@@ -2,7 +2,7 @@
 
 On the H200 the 27B-class step in a CUDA graph spent about a fifth of its time in some
 3,000 small kernels around the GEMMs (norms, RoPE, the K/V cache write, SiLU * up, residual
-adds, casts; bench/NOTES.md, "Where the 27B-class AR step goes"). Here each decoder layer
+adds, casts; bench/archive/NOTES-2026.md, "Where the 27B-class AR step goes"). Here each decoder layer
 runs as two compiled regions with eager attention between them, the way gpt-fast does it:
 
 - region A (`attn_in`): input RMSNorm, q/k/v projections, q/k norm, RoPE, and the K/V

@@ -4,7 +4,7 @@ At one to a few rows a GEMM's time is its weight bytes plus a fixed cost per lau
 small k and v projections of a grouped-query model (an eighth of q's bytes each in the
 27B-class config) run at half the copy bandwidth, and cuBLAS splits them over K with a reduction kernel each. On the H200
 the three q/k/v GEMMs of the 27B-class config took 39.3 µs a layer, one GEMM over the
-concatenated weight 28.3 µs (bench/NOTES.md, `bench/gpu_layer_ops.py`).
+concatenated weight 28.3 µs (bench/archive/NOTES-2026.md, `bench/gpu_layer_ops.py`).
 
 `fuse_projections(model)` stores each layer's q/k/v weights as consecutive row blocks of one
 tensor (and gate/up likewise) and makes each module's weight a view of its block: the

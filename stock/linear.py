@@ -3,7 +3,7 @@
 On the CPU, `F.linear(x, W)` (x [M, K], W [N, K]) runs the BLAS GEMM with W transposed, and
 for 2..16 rows it was 1.07-3.3x slower than the same product written as `W @ x^T` on every
 layer shape of the embedded model (this project's 2-core machine, fp32, weights from
-memory: `python bench/cpu_linear_rows.py`, bench/NOTES.md). One
+memory: `python bench/cpu_linear_rows.py`, bench/archive/NOTES-2026.md). One
 row (the autoregressive step) and larger batches keep `F.linear`. Both are fp32 GEMMs with
 fp32 accumulation; they differ only in summation order, as any two BLAS kernels do.
 

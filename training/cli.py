@@ -31,7 +31,7 @@ answers and caches its own shard, gradients are averaged every step, rank 0 vali
 saves; bench/gpu_train_ddp.sh). On CUDA the head and loss run compiled (training/loss.py). The
 training loop is training/loop.py; the flags, set-ups and saving are this module's.
 
-Scale-out (bench/NOTES.md "Block drafter"): --prompt-shard I/N answers only prompts
+Scale-out (bench/archive/NOTES-2026.md "Block drafter"): --prompt-shard I/N answers only prompts
 i % N == I of the corpus; --data-out FILE saves the answers (stages 1 and 2) and exits;
 --data-in FILE[,FILE...] trains on merged saved answers instead of answering (the
 training.data module); --features live computes the target's hidden states per

@@ -11,7 +11,7 @@ x block_size rows): the head's GEMM stays cuBLAS, and the fp32 upcast of the log
 log-softmax, the gather, the argmax and the backward's softmax become a few fused passes
 over the [rows, vocab] logits instead of one kernel (and one fp32 copy) each. On the H200
 these passes were ~12 of a step's ~27 ms of device time (`bench/gpu_train_step.py
---profile`, bench/NOTES.md). A compile that fails falls back to the eager path, said once.
+--profile`, bench/archive/NOTES-2026.md). A compile that fails falls back to the eager path, said once.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ count, so the AR step and a verify step computed the same token's row with diffe
 (on Hopper, different tensor-core instructions); on the H200 the embedded model's
 speculative outputs then left AR's at bf16 near-ties on 4 of 5 requests. The price of one
 plan for every T: a verify step of many rows writes one partial per row and chunk (at
-T = 64 over 4,096 slots the kernel is barely faster than SDPA; bench/NOTES.md).
+T = 64 over 4,096 slots the kernel is barely faster than SDPA; bench/archive/NOTES-2026.md).
 """
 
 from __future__ import annotations

@@ -280,7 +280,7 @@ def pick(configs, time_us):
     is skipped), then the FINALISTS fastest timed again in reverse order, each keeping the
     lower of its two times; ties go to the earlier candidate. One timing a candidate picked
     configurations that ran 4% slower end to end on one machine than on another
-    (bench/NOTES.md). None if none ran."""
+    (bench/archive/NOTES-2026.md). None if none ran."""
     timed = []
     for i, cfg in enumerate(configs):
         try:

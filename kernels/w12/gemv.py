@@ -24,15 +24,15 @@ slow). Designed for M <= 16 (decode and short verify), with a tensor-core path f
   accumulation, BLOCK_M >= 16. Without `swap`, two tl.dot per chunk (even and odd k), x
   first. With `swap` the decoded weight tile is the first operand and x^T the second (acc is
   y^T [BLOCK_N, BLOCK_M]): on the H200 the best swapped configuration ran 1.16-3.4x faster
-  than the earlier candidates at M = 4 and 16 on 27B-class shapes (bench/NOTES.md). The
+  than the earlier candidates at M = 4 and 16 on 27B-class shapes (bench/archive/NOTES-2026.md). The
   decoded bf16 weights are the halves of the assembled word, truncated and reinterpreted.
   With `shared_k` as well, one dot per chunk over K in a permuted order shared by both
   operands (`_swap_k`), so that each decoded word already is a register of the tensor-core
   operand: fewer instructions, but on the H200 slower at M <= 16 (the tile is
-  latency-bound: Nsight Compute, bench/NOTES.md) and faster at M = 64 on wide shapes, so
+  latency-bound: Nsight Compute, bench/archive/NOTES-2026.md) and faster at M = 64 on wide shapes, so
   only the 17..64 bucket lists it. `maxnreg` caps registers a thread: at M = 1 a cap of 96
   (more programs an SM) won every 27B-class layer shape on the H200, so four of that
-  bucket's candidates carry it; at M = 4 and 16 caps lost (bench/NOTES.md).
+  bucket's candidates carry it; at M = 4 and 16 caps lost (bench/archive/NOTES-2026.md).
 - Exceptions exactly, as in the first kernel: the planes give w0 = 2**(b-127) at an
   exception's slot, and the program owning split 0 of a tile adds x[:, k] * w_exc -
   x[:, k] * w0 for each exception of its rows, by selects (never a multiply by 0); the
@@ -82,13 +82,13 @@ class GemvConfig:
 
 BUCKETS = (1, 4, 16, 64)  # an M bucket is the smallest of these >= M
 C = GemvConfig
-# Candidates per M bucket, from the H200 sweeps (bench/gpu_w12_sweep.py, bench/NOTES.md
+# Candidates per M bucket, from the H200 sweeps (bench/gpu_w12_sweep.py, bench/archive/NOTES-2026.md
 # "W12 GEMV sweep" and "PTX pair decode"): the fastest configuration of each 27B-class layer
 # shape at M = 1, 4, 16 (the second sweep, with the PTX decode), the split given explicitly
 # where "auto" lost (one split skips the reduce launch).
 CONFIGS: dict[int, tuple[GemvConfig, ...]] = {
     # M = 1: CUDA-core FMAs, the PTX pair decode (about 6.8 SASS instructions a weight);
-    # the winners of the register-cap sweep (bench/NOTES.md, 2026-11-30 09:24 UTC: 96
+    # the winners of the register-cap sweep (bench/archive/NOTES-2026.md, 2026-11-30 09:24 UTC: 96
     # registers a thread, more programs an SM) on the groups qkv, gate/up and on o, down and
     # head, then two uncapped winners of the earlier sweeps (q, head)
     1: (C(16, 512, 4, 3, split=1, maxnreg=96), C(8, 1024, 4, 1, split=1, maxnreg=96),
@@ -109,7 +109,7 @@ CONFIGS: dict[int, tuple[GemvConfig, ...]] = {
          C(64, 256, 4, 3, split=8, dot=True, swap=True),
          C(64, 256, 4, 3, dot=True, swap=True)),
     # M = 17..64: the two swapped tiles that won M = 32/64 with two dots a chunk, and the
-    # winners of the shared-K sweep (bench/NOTES.md "shared K order"): q/gate/up, o, down
+    # winners of the shared-K sweep (bench/archive/NOTES-2026.md "shared K order"): q/gate/up, o, down
     64: (C(64, 128, 4, 3, dot=True, swap=True), C(64, 256, 4, 3, split=2, dot=True, swap=True),
          C(64, 128, 4, 3, dot=True, swap=True, shared_k=True),
          C(128, 128, 8, 3, split=4, dot=True, swap=True, shared_k=True),
@@ -205,7 +205,7 @@ def _swap_k(t, OTHER: tl.constexpr, HALF: tl.constexpr, K_FIRST: tl.constexpr):
     layout holds pairs c, c+4, c+8, c+12 of a group, which are then the four pairs it loaded
     next to each other. Any order gives the same sum when both operands share it; this one
     lets the compiler keep the decoded words in place (6.5 -> 5.0 SASS instructions a
-    weight at M = 16 under Triton 3.6, bench/NOTES.md)."""
+    weight at M = 16 under Triton 3.6, bench/archive/NOTES-2026.md)."""
     if K_FIRST:
         t = t.reshape(HALF // 16, 4, 2, 2, 2, OTHER).permute(0, 2, 3, 1, 4, 5)
         return t.reshape(2 * HALF, OTHER)

@@ -8,7 +8,7 @@ layers take it, stock/linear.py): exact, with no speed gain.
 `view` selects what the fused forward multiplies by: "w12" (exact) or "w8" (the nested
 8-bit view; see kernels/w12/reference.py). `kernel` selects the CUDA kernel: "gemm" (the
 first, kernels/w12/gemm.py), "gemv" (split-K, kernels/w12/gemv.py; the default: the faster
-end to end at every step size measured on the H200, bench/NOTES.md) or "auto" (per weight
+end to end at every step size measured on the H200, bench/archive/NOTES-2026.md) or "auto" (per weight
 shape and row bucket, both kernels are tuned and timed once, outside any CUDA graph capture,
 and the faster one is kept; a shape first met inside a capture runs "gemm"). Both kernels
 compute the same products with a different fp32 summation order, so "auto" is not

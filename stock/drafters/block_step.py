@@ -3,7 +3,7 @@
 On the H200 a block step of the embedded model's shape spent, besides its 1.14 ms verify,
 0.5 ms of host time on the eager context update while the GPU waited (its length is that of
 the newly committed span, so it stayed out of the drafter's graph) and 0.45 ms in that graph
-of small kernels (bench/NOTES.md, "H200: the block drafter's step, one graph and compiled").
+of small kernels (bench/archive/NOTES-2026.md, "H200: the block drafter's step, one graph and compiled").
 Here:
 
 - **Fixed-shape context update.** The committed span has n <= block_size + 1 = R rows (the

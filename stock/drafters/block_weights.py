@@ -23,7 +23,7 @@ FORMAT = "specpilot-block-drafter/1"
 MAX_SHARD_BYTES = 16_000_000
 DEFAULT_DIR = Path(__file__).resolve().parent / "weights" / "embedded"
 TRAIN_HINT = ("train them with `python -m training.block --out "
-              "stock/drafters/weights/embedded --seed 0 --device cuda` (see bench/NOTES.md, "
+              "stock/drafters/weights/embedded --seed 0 --device cuda` (see bench/archive/NOTES-2026.md, "
               "'Block drafter'), or pass a trained folder with --opt block_weights=DIR")
 
 
