@@ -27,7 +27,8 @@ else
     OUT=${OUT:-.}
     set -- --requests 4 --max-new 32 "$@"
 fi
-stage wheels bwrap || exit 1
+# the smoke runs where the project is installed: no wheels (.whl/ holds the device's)
+if [ -n "$SMOKE" ]; then stage bwrap || exit 1; else stage wheels bwrap || exit 1; fi
 stage_repo "$REPO" w12=w12-weights || exit 1
 command -v nvidia-smi >/dev/null \
     && nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader

@@ -5,10 +5,12 @@ one (`static_step.static_forward`, CUDA graphs) and the compiled one (`compiled.
 torch.compile regions) differ only in how they drive the pieces, never in the math:
 
 - `step_inputs`: the one place where positions and masks enter. A step is its token ids,
-  their positions (an int64 device tensor) and `kv_len`, the cache slots it reads; key j is
-  visible to query i iff j <= positions[i] (`visible`), unless the caller hands its own
-  [T, kv_len] visibility (a tree's ancestor mask). Returns the RoPE rows, the additive mask
-  folded onto the K/V heads (or None where every slot is visible) and the embeddings.
+  their positions (an int64 device tensor), the cache slots they are written to (the
+  positions, or start.. for rows at positions of their own) and `kv_len`, the slots it
+  reads; key j is visible to query i iff j <= positions[i] (`visible`), unless the caller
+  hands its own visibility (a tree's ancestor mask, padded rows). Returns the RoPE rows,
+  the additive mask folded onto the K/V heads (or None where every slot is visible) and the
+  embeddings.
 - `qkv`: q/k/v projections (three modules, or one GEMM by a fused group); `rotate`: q/k
   norms and RoPE; `write_kv`: K/V into the cache at the step's positions; `attend`: the
   folded queries over the first kv_len slots; `merge`: heads back to the hidden size.
@@ -53,19 +55,23 @@ def step_mask(positions: torch.Tensor, kv_len: int, dtype: torch.dtype) -> torch
 
 def step_inputs(model, ids: torch.Tensor, positions: torch.Tensor, kv_len: int,
                 seen: torch.Tensor | None = None, mask: bool = True):
-    """A step's RoPE rows [1, 1, T, D], its additive mask folded onto the K/V heads
-    [1, 1, G*T, kv_len] (None without `mask`: the caller's attention masks by positions
-    itself, or every slot is visible) and its embeddings. `seen`: the caller's own [T, kv_len]
-    visibility (a tree), instead of the causal one from `positions`."""
+    """A step's RoPE rows [B or 1, 1, T, D], its additive mask folded onto the K/V heads
+    [B or 1, 1, G*T, kv_len] (None without `mask` and `seen`: every slot is visible, or the
+    caller's attention masks by positions itself) and its embeddings. `positions`: [T], or
+    [B, T] for rows at positions of their own (RoPE only). `seen`: the caller's own
+    visibility ([T, kv_len], [B, T, kv_len] or [B, 1, T, kv_len]: a tree, padded rows)
+    instead of the causal one from `positions`."""
     t = ids.shape[1]
+    rows = positions.shape[0] if positions.dim() == 2 else 1
     rope_pos = positions.clamp(max=model.cos.shape[0] - 1)  # padding past the table
-    cos = model.cos[rope_pos].view(1, 1, t, -1)
-    sin = model.sin[rope_pos].view(1, 1, t, -1)
+    cos = model.cos[rope_pos].view(rows, 1, t, -1)
+    sin = model.sin[rope_pos].view(rows, 1, t, -1)
     mask_g = None
     if mask or seen is not None:
         g = model.cfg.num_heads // model.cfg.num_kv_heads
         seen = visible(positions, kv_len) if seen is None else seen
-        mask_g = additive(seen, model.dtype).repeat(g, 1).view(1, 1, g * t, kv_len)
+        seen = seen if seen.dim() == 4 else seen.view(-1, 1, t, kv_len)
+        mask_g = additive(seen, model.dtype).repeat(1, 1, g, 1)   # row g*T + i is query i
     return cos, sin, mask_g, model.model.embed_tokens(ids)
 
 
@@ -127,10 +133,11 @@ def mlp(call, module, x: torch.Tensor, gate_up=None) -> torch.Tensor:
     return call(module.down_proj, F.silu(g) * u)
 
 
-def eager_layers(model, x, cos, sin, cache, positions, kv_len: int, mask_g,
+def eager_layers(model, x, cos, sin, cache, slots, kv_len: int, mask_g,
                  hidden_layers=(), num_layers: int | None = None):
-    """The layers of an eager step (dynamic or static), with the profile's regions:
-    returns the last hidden state and the chosen layers' hidden states."""
+    """The layers of an eager step (dynamic or static), with the profile's regions; K/V
+    are written at cache slots `slots` [T]. Returns the last hidden state and the chosen
+    layers' hidden states."""
     hidden = {}
     layers = model.model.layers if num_layers is None else model.model.layers[:num_layers]
     for i, layer in enumerate(layers):
@@ -141,7 +148,7 @@ def eager_layers(model, x, cos, sin, cache, positions, kv_len: int, mask_g,
             q, k, v = qkv(plain, attn, hx)
         with region("attention"):
             q, k, v = rotate(plain, attn, q, k, v, cos, sin)
-            write_kv(cache.k[attn.layer], cache.v[attn.layer], positions, k, v)
+            write_kv(cache.k[attn.layer], cache.v[attn.layer], slots, k, v)
             out = merge(attn, attend(fold(attn, q), cache.k[attn.layer], cache.v[attn.layer],
                                      kv_len, mask_g), b, t)
         with region("gemm"):

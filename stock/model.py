@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from stock.body import eager_layers, step_inputs
+from stock import body
 from stock.cache import KVCache
 from stock.config import ModelConfig
 from stock.errors import StockError
@@ -89,20 +89,30 @@ class Transformer(nn.Module):
                 logits: str = "all", hidden_layers: tuple[int, ...] = (),
                 num_layers: int | None = None, kv_len: int | None = None) -> Output:
         """ids [B, T]; logits 'all' | 'last' | 'none'; num_layers truncates the stack.
-        positions [T] (int64, on the model's device; default start..start+T-1), kv_len the
-        cache slots read (default start + T), mask a [T, kv_len] boolean visibility
-        (default: key j visible iff j <= the query's position)."""
+        positions: [T] int64 on the model's device, where the tokens sit in the cache (the
+        static step, a tree), or [B, T], each row's RoPE positions with the tokens written
+        to slots start..start+T-1 (padded rows); default start..start+T-1. kv_len: the
+        cache slots read (default start + T). mask: a boolean visibility ([T, kv_len] or
+        per row); default, for [T] positions, key j visible iff j <= the query's position,
+        and for [B, T] positions every slot (give a mask with them)."""
         b, t = ids.shape
-        # one new token at the end of the context sees every slot it reads: no mask
-        everything = positions is None and mask is None and t == 1 and kv_len is None
-        if positions is None:
+        default = positions is None
+        if positions is None or positions.dim() == 2:
             cache.check_room(start, t)
-            positions = torch.arange(start, start + t, device=ids.device)
+            slots = torch.arange(start, start + t, device=ids.device)
+            positions = slots if positions is None else positions
+        else:
+            slots = positions
         kv_len = start + t if kv_len is None else kv_len
-        cos, sin, mask_g, x = step_inputs(self, ids, positions, kv_len, mask,
-                                          mask=not everything)
-        x, hidden = eager_layers(self, x, cos, sin, cache, positions, kv_len, mask_g,
-                                 hidden_layers, num_layers)
+        if mask is not None:
+            seen = mask
+        elif positions.dim() == 2 or (default and t == 1 and kv_len == start + 1):
+            seen = None   # one new token at the context's end, or rows given their own
+        else:
+            seen = body.visible(slots, kv_len)
+        cos, sin, mask_g, x = body.step_inputs(self, ids, positions, kv_len, seen, mask=False)
+        x, hidden = body.eager_layers(self, x, cos, sin, cache, slots, kv_len, mask_g,
+                                      hidden_layers, num_layers)
         if logits == "none":
             return Output(None, hidden)
         if logits == "last":
