@@ -213,10 +213,11 @@ def test_compare_cli_prints_the_verdict_and_exits_3_when_not_adopted(project, mo
     res = CliRunner().invoke(cli, args + ["--json", "--opt-b", "repeat_work=x"])
     assert res.exit_code == 1 and "repeat_work" in res.output
     res = CliRunner().invoke(cli, args + ["--json"])
-    dec = json.loads(res.output)["decision"]
+    assert "stock's reference outputs" in res.stderr   # progress on stderr, with --json too
+    dec = json.loads(res.stdout)["decision"]
     assert dec["sigma"] >= 0.01   # --sigma is a floor: the run's own σ when larger
     assert dec["threshold"] == pytest.approx(0.01 + 2 * dec["sigma"])
-    assert dec["sigma"] == pytest.approx(max(0.01, json.loads(res.output)["estimate"]["sigma"]))
+    assert dec["sigma"] == pytest.approx(max(0.01, json.loads(res.stdout)["estimate"]["sigma"]))
 
 
 def test_workers_compute_in_stock_dtype_bf16_on_cuda_fp32_on_cpu():
