@@ -15,6 +15,7 @@ import math
 from typing import Callable
 
 from specpilot.agents.context import AgentContext, base_candidate
+from specpilot.cycle.devices import slot_device
 from specpilot.cycle.state import Candidate
 
 
@@ -77,8 +78,6 @@ def produce(ctx: AgentContext) -> Candidate:
 
     name = ctx.direction.option
     configs = [{name: v} for v in ctx.direction.values]
-    from specpilot.cycle.runner import slot_device
-
     res = judges.tune_options(ctx.root, ctx.cfg, ctx.base, configs, ctx.ex.prescreen_max_new,
                               ctx.log_dir, slot_device(ctx.device_env)
                               if "CUDA_VISIBLE_DEVICES" in ctx.device_env else None)

@@ -27,6 +27,7 @@ from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
 from specpilot.judges.worker_proc import Worker, WorkerError, clean_checkout
 
+from specpilot.cycle.devices import default_device
 from specpilot.cycle.state import System
 
 
@@ -219,17 +220,6 @@ def gates_passed(reports: list[dict]) -> tuple[bool, list[str]]:
     reasons = [f"{r.get('gate')}/{r.get('check')}: {why}" for r in reports
                for why in r.get("reasons", [])]
     return all(r.get("passed") for r in reports) and bool(reports), reasons
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def default_device() -> str:
-    """Where a judge runs when no slot names a device: the first GPU, else the CPU."""
-    return "cuda:0" if _cuda() else "cpu"
 
 
 def require(cond: bool, message: str) -> None:

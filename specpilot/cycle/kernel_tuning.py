@@ -22,6 +22,7 @@ import re
 
 from specpilot.agents.tune import default_values
 from specpilot.cycle import judges
+from specpilot.cycle.devices import device_slots
 from specpilot.cycle.state import Direction, DirectionState, System
 
 WORDS = {"gemm": ("gemm", "matmul", "linear", "w12", "weight"),
@@ -171,7 +172,6 @@ def _autotune(cycle, entry: dict, configs: list[dict], log_dir) -> None:
 def _agent(cycle, row: dict, backend: str) -> dict:
     """A code change for the worst category by a sub-agent, from the integrated system."""
     from specpilot.cycle.pipeline import run_direction
-    from specpilot.cycle.runner import device_slots
 
     cat = row["category"]
     d = Direction(id=f"kernel-{cat}", title=f"Faster {cat} kernels",

@@ -13,6 +13,7 @@ import traceback
 from pathlib import Path
 
 from specpilot.cycle import judges
+from specpilot.cycle.devices import slot_device
 from specpilot.cycle.state import DirectionState, StepTime, System
 from specpilot.errors import SpecPilotError
 
@@ -35,8 +36,6 @@ def backend_for(name: str):
 
 def run_direction(cycle, ds: DirectionState, device_env: dict) -> None:
     """Drive `ds` to a final status; every exception becomes status 'error' with a reason."""
-    from specpilot.cycle.runner import slot_device
-
     ds.attempts += 1
     ds.status = "running"
     ds.started = ds.started or time.time()

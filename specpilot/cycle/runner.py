@@ -15,6 +15,7 @@ from specpilot import worktrees
 from specpilot.agents import sandbox
 from specpilot.config import load_config
 from specpilot.cycle import judges
+from specpilot.cycle.devices import device_slots, slot_device  # noqa: F401 (re-exported)
 from specpilot.cycle.settings import (controller_for_cycle, explore_settings, gates_for_cycle,
                                       validate_length)
 from specpilot.cycle.state import (FINAL, PHASES, DirectionState, RunState, RunStore, System,
@@ -204,40 +205,6 @@ def agent_sandbox(ex, client) -> str:
     if coding_backend(ex, client) is not None:
         sandbox.policy(ex.agent_sandbox)
     return sandbox.describe(ex.agent_sandbox)
-
-
-def device_slots(ex) -> list[dict]:
-    """One environment per concurrent sub-agent: a CUDA device each, or N CPU slots.
-
-    `CUDA_VISIBLE_DEVICES` in a slot names a device as this process's own environment does
-    (an index into its CUDA_VISIBLE_DEVICES list when that is set), so a child started with
-    the slot sees exactly that one device."""
-    devices = list(ex.devices)
-    if not devices:
-        try:
-            import torch
-
-            devices = [str(i) for i in range(torch.cuda.device_count())]
-        except ImportError:
-            devices = []
-    if devices:
-        parent = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
-                  if d.strip()]
-        return [{"CUDA_VISIBLE_DEVICES": parent[int(d)] if parent and d.isdigit()
-                 and int(d) < len(parent) else d} for d in devices]
-    return [{"CUDA_VISIBLE_DEVICES": ""} for _ in range(ex.parallel_cpu)]
-
-
-def slot_device(env: dict) -> str:
-    """The device a slot's environment names, as this process addresses it: `cuda:N`, or
-    `cpu` for a CPU slot. The controller's workers inherit this process's environment, so
-    a physical id listed in our own CUDA_VISIBLE_DEVICES maps back to its index there."""
-    phys = env.get("CUDA_VISIBLE_DEVICES", "")
-    if not phys:
-        return "cpu"
-    parent = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
-              if d.strip()]
-    return f"cuda:{parent.index(phys) if phys in parent else phys}"
 
 
 def start(root: Path, progress=lambda who, msg: None, client=None) -> Cycle:
