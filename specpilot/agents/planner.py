@@ -19,7 +19,8 @@ import re
 
 from pydantic import TypeAdapter, ValidationError
 
-from specpilot.cycle.state import Direction
+from specpilot.cycle.search import default_values
+from specpilot.cycle.types import Direction
 
 # Registered options a tuner may search, with the factor each acts on.
 TUNABLE = {"draft_len": ("tau", "draft tokens per step trade acceptance against verify cost"),
@@ -37,7 +38,6 @@ def offline_plan(analysis: dict, memory_entries: list, drafter: str, max_directi
     comes before the reuse and tune directions: the user asked for their agent."""
     from stock.options import REGISTRY
 
-    from specpilot.agents.tune import default_values
 
     factors = {k: v for k, v in ((analysis or {}).get("factors") or {}).items()
                if v is not None}   # a factor the cost model could not compute is null

@@ -21,11 +21,8 @@ from pathlib import Path
 
 from specpilot import worktrees
 from specpilot.cycle import judges
-from specpilot.cycle.state import System
+from specpilot.cycle.types import AGENT_IDENTITY, STACK_REF, System
 from specpilot.gitstore import GitStore
-
-STACK_REF = "refs/specpilot/candidates/integrate-"   # the stack so far, kept reachable
-
 
 def integrate(cycle) -> None:
     state = cycle.state
@@ -64,7 +61,7 @@ def integrate(cycle) -> None:
                 cycle.progress("integrate", f"dropped {d.direction.id}: {why[:120]}")
                 continue
             head = store.commit_tree(tree, [head], f"integrate {d.direction.id}", None,
-                                     _identity())
+                                     AGENT_IDENTITY)
             ref = STACK_REF + state.run_id
             store.update_ref(ref, head, store.resolve(ref), f"specpilot integrate {d.direction.id}")
         changed.update(mine)
@@ -154,9 +151,3 @@ def _conflict_worktree(cycle, head: str, patch: bytes, n: int) -> Path:
     finally:
         Path(fh.name).unlink(missing_ok=True)
     return wt
-
-
-def _identity() -> dict:
-    from specpilot.agents.context import AGENT_IDENTITY
-
-    return AGENT_IDENTITY

@@ -28,7 +28,8 @@ from specpilot.gitstore import GitStore
 from specpilot.judges.worker_proc import Worker, WorkerError, clean_checkout
 
 from specpilot.cycle.devices import default_device
-from specpilot.cycle.state import System
+from specpilot.cycle.search import halving
+from specpilot.cycle.types import System
 
 
 @contextlib.contextmanager
@@ -93,11 +94,9 @@ def analyze(root: Path, cfg: Config, system: System, requests: int, max_new: int
 
 def tune_options(root: Path, cfg: Config, system: System, configs: list[dict], max_new: int,
                  log_dir: Path, device: str | None = None, requests: int = 4) -> dict:
-    """Successive halving (agents/tune.halving) of option `configs` over `system`, timed by
+    """Successive halving (cycle/search.halving) of option `configs` over `system`, timed by
     short generations of the judges' worker on the system's clean checkout (one model load
     for the whole search); the search itself runs here."""
-    from specpilot.agents.tune import halving
-
     t0 = time.perf_counter()
     reqs = prompts.pick_requests(cfg.model.path, requests, "dev")
     lines: list[str] = []

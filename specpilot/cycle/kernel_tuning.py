@@ -7,7 +7,7 @@
 3. For each of the worst `[explore] kernel_categories`: autotune the configurations of the
    registered options that act on the category (named in `[explore] kernel_options`, or
    whose name or help names the category) by successive halving in one worker on the
-   system's checkout (agents/tune.halving); a configuration whose estimated gain reaches
+   system's checkout (cycle/search.halving); a configuration whose estimated gain reaches
    the pre-screen bar goes through the dev forcing gate and the controller against the
    current best, and becomes the best if adopted.
 4. With a coding backend (`[explore] backend`: Claude with a key, or the command backend),
@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import re
 
-from specpilot.agents.tune import default_values
 from specpilot.cycle import judges
 from specpilot.cycle.devices import device_slots
-from specpilot.cycle.state import Direction, DirectionState, System
+from specpilot.cycle.search import default_values
+from specpilot.cycle.state import DirectionState
+from specpilot.cycle.types import Direction, System
 
 WORDS = {"gemm": ("gemm", "matmul", "linear", "w12", "weight"),
          "attention": ("attention", "attn", "sdpa", "kv"),

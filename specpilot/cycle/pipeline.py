@@ -14,7 +14,8 @@ from pathlib import Path
 
 from specpilot.cycle import judges
 from specpilot.cycle.devices import slot_device
-from specpilot.cycle.state import DirectionState, StepTime, System
+from specpilot.cycle.state import DirectionState, StepTime
+from specpilot.cycle.types import System
 from specpilot.errors import SpecPilotError
 
 

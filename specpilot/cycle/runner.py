@@ -18,13 +18,11 @@ from specpilot.cycle import judges
 from specpilot.cycle.devices import device_slots, slot_device  # noqa: F401 (re-exported)
 from specpilot.cycle.settings import (controller_for_cycle, explore_settings, gates_for_cycle,
                                       validate_length)
-from specpilot.cycle.state import (FINAL, PHASES, DirectionState, RunState, RunStore, System,
+from specpilot.cycle.state import (FINAL, PHASES, DirectionState, RunState, RunStore,
                                    list_runs, new_run_id)
+from specpilot.cycle.types import BEST_REF, System
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
-
-BEST_REF = "refs/specpilot/best"
-
 
 class Cycle:
     def __init__(self, root: Path, state: RunState,

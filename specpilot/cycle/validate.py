@@ -16,11 +16,7 @@ import json
 import time
 
 from specpilot.cycle import judges
-from specpilot.cycle.state import System
-
-BEST_REF = "refs/specpilot/best"
-BEST_FILE = ".specpilot/runs/best.json"
-
+from specpilot.cycle.types import BEST_FILE, BEST_REF, System
 
 def best_options(root) -> dict:
     path = root / BEST_FILE
