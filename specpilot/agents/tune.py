@@ -4,9 +4,10 @@ Successive halving over candidate configurations (option values): every configur
 one short timed generation, paired with a timing of the base's own options on the same
 request; the better half gets another request; the best configuration wins. The timings
 come from the judges' worker on a clean checkout of the system being tuned (its "timed"
-command, through `cycle/judges.tune_options`; the search, `cycle/search.halving`, runs in the judges' process), so a
-system with code changes (Phase 3 tunes the integrated one) is timed with its own code. The estimated gain is the
-pre-screen evidence; the gates and the controller then judge it on clean checkouts.
+command, through `cycle/judges.tune_options`; the search itself, cycle/search.halving, runs
+in the judges' process), so a system with code changes (Phase 3 tunes the integrated one) is
+timed with its own code. The estimated gain is the pre-screen evidence; the gates and the
+controller then judge it on clean checkouts.
 """
 
 from __future__ import annotations
