@@ -30,6 +30,8 @@ from specpilot.judges.worker_proc import Worker, WorkerError, clean_checkout
 from specpilot.cycle.devices import default_device
 from specpilot.cycle.search import halving
 from specpilot.cycle.types import System
+from specpilot.judges.analyze import report
+from specpilot.judges.hardware import for_device
 
 
 @contextlib.contextmanager
@@ -72,9 +74,6 @@ def analyze(root: Path, cfg: Config, system: System, requests: int, max_new: int
     """Phase 0: the judges' cost model (`specpilot analyze`, specpilot/judges/analyze.py) of
     `system` at its options: measured by the judges' worker on its clean checkout, the
     factors computed here; the report as a dict."""
-    from specpilot.judges.analyze import report
-    from specpilot.judges.hardware import for_device
-
     t0 = time.perf_counter()
     reqs = prompts.pick_requests(cfg.model.path, requests, "dev")
     device = device or default_device()
