@@ -58,6 +58,7 @@ def init(path: Path | str = ".") -> list[str]:
 
 
 def _ensure_sealed(root: Path) -> list[str]:
+    # lazy: CLI startup time (specpilot.requests reads the dev set; init loads at every start)
     from specpilot.requests.sealed import default_sealed_dir, ensure_sealed
 
     if load_config(root).requests.sealed:

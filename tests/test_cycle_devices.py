@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from specpilot.cycle.runner import device_slots, slot_device
+from specpilot.cycle.devices import device_slots, slot_device
 
 
 def _ex(devices=(), parallel_cpu=1):

@@ -16,7 +16,7 @@ import time
 from specpilot.agents.context import AgentContext, commit_worktree
 from specpilot.agents.toolspec import TOOLS, dispatch
 from specpilot.agents.tools import Workspace
-from specpilot.cycle.state import Candidate
+from specpilot.cycle.types import Candidate
 from specpilot.errors import SpecPilotError
 
 # USD per million tokens (input, output); unknown models count at the highest.

@@ -15,7 +15,7 @@ from __future__ import annotations
 from specpilot.agents import sandbox
 from specpilot.agents.claude import task_prompt
 from specpilot.agents.context import AgentContext, commit_worktree
-from specpilot.cycle.state import Candidate
+from specpilot.cycle.types import Candidate
 from specpilot.errors import SpecPilotError
 
 

@@ -9,13 +9,9 @@ from typing import Callable
 
 from specpilot.config import Config
 from specpilot.cycle.settings import ExploreSection
-from specpilot.cycle.state import Candidate, Direction, System
+from specpilot.cycle.types import AGENT_IDENTITY, CANDIDATES_PREFIX, Candidate, Direction, System
 from specpilot.gitstore import GitStore
 
-CANDIDATES_PREFIX = "refs/specpilot/candidates/"
-AGENT_IDENTITY = {"GIT_AUTHOR_NAME": "specpilot-agent", "GIT_AUTHOR_EMAIL": "agent@specpilot",
-                  "GIT_COMMITTER_NAME": "specpilot-agent",
-                  "GIT_COMMITTER_EMAIL": "agent@specpilot"}
 
 
 @dataclass

@@ -16,6 +16,7 @@ from pathlib import Path
 from specpilot.agents import sandbox
 from specpilot.agents.claude import ToolLoop, Transcript
 from specpilot.agents.tools import Workspace
+from specpilot.cycle.context import CycleContext
 from specpilot.errors import SpecPilotError
 
 SYSTEM = """You integrate adopted speculative-decoding patches in one git worktree of
@@ -43,18 +44,19 @@ def markers_left(root: Path, paths: list[str]) -> list[str]:
             and MARKER.search((root / p).read_text(errors="replace"))]
 
 
-def resolve(cycle, worktree: Path, conflicted: list[str], stacked: list, incoming) -> str | None:
+def resolve(ctx: CycleContext, worktree: Path, conflicted: list[str], stacked: list,
+            incoming) -> str | None:
     """Ask the agent to resolve the conflict in `worktree`. None on success, else why not."""
-    ex = cycle.ex
+    ex = ctx.ex
     try:   # no agent without its sandbox (or the user's explicit opt-out)
         sandbox.policy(ex.agent_sandbox)
     except SpecPilotError as exc:
         return f"integration agent not started: {exc}"
     ws = Workspace(worktree, ex.command_timeout_s, sandboxed=ex.agent_sandbox)
-    log = Transcript(cycle.runs.transcript("integrate"))
+    log = Transcript(ctx.runs.transcript("integrate"))
     log({"event": "conflict", "incoming": incoming.direction.id, "files": conflicted})
-    loop = ToolLoop(cycle.client, ex.model, ws, log, ex.agent_steps, ex.agent_tokens,
-                    ex.agent_cost_usd, cycle.spent, ex.cycle_cost_usd, cycle.sleep,
+    loop = ToolLoop(ctx.client, ex.model, ws, log, ex.agent_steps, ex.agent_tokens,
+                    ex.agent_cost_usd, ctx.spent, ex.cycle_cost_usd, ctx.sleep,
                     system=SYSTEM)
     sub, why = loop.run(task(conflicted, stacked, incoming))
     if sub is None:

@@ -19,7 +19,10 @@ import re
 
 from pydantic import TypeAdapter, ValidationError
 
-from specpilot.cycle.state import Direction
+from specpilot.cycle.search import default_values
+from specpilot.cycle.types import Direction
+from specpilot.judges.analyze import DIRECTIONS
+from stock.options import REGISTRY
 
 # Registered options a tuner may search, with the factor each acts on.
 TUNABLE = {"draft_len": ("tau", "draft tokens per step trade acceptance against verify cost"),
@@ -35,10 +38,6 @@ def offline_plan(analysis: dict, memory_entries: list, drafter: str, max_directi
     """`coding`: the backend that writes code changes ([explore] backend: command or
     anthropic), or None. With one, a direction per cost-model factor (largest first) for it
     comes before the reuse and tune directions: the user asked for their agent."""
-    from stock.options import REGISTRY
-
-    from specpilot.agents.tune import default_values
-
     factors = {k: v for k, v in ((analysis or {}).get("factors") or {}).items()
                if v is not None}   # a factor the cost model could not compute is null
     code = code_directions(factors, coding) if coding else []
@@ -78,8 +77,6 @@ def code_directions(factors: dict, backend: str) -> list[Direction]:
     """One code-change direction per factor of the cost model, largest first, for `backend`
     (the command backend's agent, or Claude): the option guarding the patch is named after
     the factor."""
-    from specpilot.judges.analyze import DIRECTIONS
-
     out = []
     for factor, value in sorted(factors.items(), key=lambda kv: -kv[1]):
         if factor not in DIRECTIONS:
@@ -148,8 +145,6 @@ Past cycles: {past}
 
 def anthropic_plan(client, model: str, analysis: dict, memory_entries: list, past: list,
                    max_directions: int, transcript) -> tuple[list[Direction] | None, str]:
-    from stock.options import REGISTRY
-
     prompt = PLAN_PROMPT.format(
         n=max_directions, analysis=json.dumps(analysis, indent=1),
         memory="\n".join(f"- {m.id}: {m.title} ({', '.join(o.name for o in m.options)})"

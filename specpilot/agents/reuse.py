@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from specpilot.agents.context import AgentContext, commit_worktree
-from specpilot.cycle.state import Candidate
+from specpilot.cycle.types import Candidate
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
 from specpilot.memory.store import Memory

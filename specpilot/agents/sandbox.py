@@ -29,6 +29,7 @@ from pathlib import Path
 from specpilot import lifeline
 from specpilot.errors import SpecPilotError
 from specpilot.judges.confine import python_roots, usable_bwrap
+from specpilot.requests.sealed import default_sealed_dir, private_dir
 
 # Only these variables reach an agent's command; everything else (API keys, tokens,
 # credentials, SPECPILOT_* knobs) is dropped.
@@ -58,8 +59,6 @@ def agent_env(worktree: Path, extra: dict | None = None) -> dict[str, str]:
 def sealed_dirs() -> list[Path]:
     """The sealed folder (seed, sealed requests, sealed references), created (0700) if
     missing so that it can be hidden, and its `specpilot` parent when it has one."""
-    from specpilot.requests.sealed import default_sealed_dir, private_dir
-
     sealed = private_dir(default_sealed_dir()).resolve()
     return [sealed, sealed.parent] if sealed.parent.name == "specpilot" else [sealed]
 

@@ -8,6 +8,7 @@ import os
 import click
 
 from specpilot.config import require_root
+from specpilot.cycle.state import RunStore, read_runs
 from specpilot.errors import SpecPilotError
 
 EXIT_VALIDATION_FAILED = 5
@@ -30,6 +31,7 @@ def make_client():
 
 
 def _drive(cycle_factory, until: str, as_json: bool):
+    # lazy: CLI startup time (the cycle's modules load the judges and numpy)
     from specpilot.cycle.display import LiveView, footer, summary_table
 
     if as_json:
@@ -67,6 +69,7 @@ def _exit_for(state) -> None:
 def explore_cmd(resume_id, until, as_json):
     """Run one optimization cycle: analyze, plan, explore, integrate, tune kernels,
     validate. Offline without ANTHROPIC_API_KEY. Exit 5 if validation fails."""
+    # lazy: CLI startup time (the cycle's modules load the judges and numpy)
     from specpilot.cycle import runner
 
     root, client = _root(), make_client()
@@ -80,6 +83,7 @@ def explore_cmd(resume_id, until, as_json):
 @click.option("--json", "as_json", is_flag=True)
 def integrate_cmd(run_id, as_json):
     """Phase 2 (and 3) of a run: stack its adopted entries and measure them together."""
+    # lazy: CLI startup time (the cycle's modules load the judges and numpy)
     from specpilot.cycle import runner
 
     root = _root()
@@ -99,6 +103,7 @@ def integrate_cmd(run_id, as_json):
 def validate_cmd(run_id, as_json):
     """Phase 4 of a run: sealed token forcing and the controller against stock. Only a pass
     moves refs/specpilot/best. Exit 5 on failure."""
+    # lazy: CLI startup time (the cycle's modules load the judges and numpy)
     from specpilot.cycle import runner
 
     root = _root()
@@ -123,8 +128,6 @@ def runs_group():
 def runs_list(as_json):
     """The run records, oldest first. Exit 1 if any cannot be read (the readable ones are
     still listed; the first unreadable one is named)."""
-    from specpilot.cycle.state import read_runs
-
     runs, unreadable = read_runs(_root())
     _print_runs(runs, as_json)
     if unreadable:
@@ -151,10 +154,9 @@ def _print_runs(runs, as_json: bool) -> None:
 def runs_show(run_id, as_json):
     from rich.console import Console
 
+    # lazy: CLI startup time (the cycle's modules load the judges and numpy)
     from specpilot.cycle.display import footer, summary_table
     from specpilot.cycle.runner import find_run
-    from specpilot.cycle.state import RunStore
-
     root = _root()
     state = RunStore(root, find_run(root, run_id)).load()
     if as_json:

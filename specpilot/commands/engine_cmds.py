@@ -12,6 +12,7 @@ from specpilot.errors import SpecPilotError
 
 
 def _system(model, opts, opts_file, device, max_context=None):
+    # lazy: CLI startup time (stock.system and engine_bench import torch)
     from stock.options import resolve
     from stock.system import load_system
 
@@ -85,6 +86,7 @@ def bench_cmd(request_set, categories, limit, max_new, modes, drafter, model, op
     from rich.progress import Progress
     from rich.table import Table
 
+    # lazy: CLI startup time (stock.system and engine_bench import torch)
     from specpilot.engine_bench import parse_modes, run_bench
     from specpilot.requests import load_dev, load_jsonl, select
 

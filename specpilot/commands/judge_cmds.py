@@ -7,7 +7,7 @@ import sys
 import click
 
 from specpilot.commands.params import device_checked, devices_checked
-from specpilot.config import find_root, require_root
+from specpilot.config import find_root, load_config, require_root
 from specpilot.errors import SpecPilotError
 
 EXIT_NOT_ADOPTED = 3
@@ -70,6 +70,7 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
                 family, model, drafter_a, drafter_b, as_json):
     """Paired benchmark of B against A (commits, or `stock` for HEAD). Exit 0 if B is
     adopted, 3 if not."""
+    # lazy: CLI startup time (the judges import numpy and their workers' machinery)
     from specpilot.judges.controller import compare
 
     def progress(msg):   # stderr, with --json too: stdout carries only the report
@@ -137,6 +138,7 @@ def gate_cmd(check, opts, default_gate, exact, n_requests, length, candidate, ba
              as_json):
     """Correctness gates of a candidate commit against stock's cached reference outputs,
     each run in its own worker from a clean checkout. Exit 0 if it passes, 4 if it fails."""
+    # lazy: CLI startup time (the judges import numpy and their workers' machinery)
     from specpilot.judges.gates import run_gate
 
     rep = run_gate(_root(), check, _pairs(opts, "--opt"), default_gate, exact, n_requests,
@@ -174,8 +176,8 @@ def gate_cmd(check, opts, default_gate, exact, n_requests, length, candidate, ba
 @click.option("--json", "as_json", is_flag=True)
 def analyze_cmd(n_requests, max_new, drafter, model, device, as_json):
     """Cost model: τ, kernel and overhead factors, per-category measured vs bound."""
+    # lazy: CLI startup time (the judges import numpy and their workers' machinery)
     from specpilot.judges.analyze import analyze
-    from specpilot.config import load_config
 
     root = find_root()
     cfg_model = model or load_config(root).model.path

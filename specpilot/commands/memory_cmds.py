@@ -16,6 +16,8 @@ from specpilot.memory.rebase import rebase as rebase_entries
 from specpilot.memory.record import record as record_entry
 from specpilot.memory.store import Memory
 from specpilot.memory.verify import verify as verify_entries
+from specpilot.memory.repair import repair
+from specpilot.memory.results import add_result, describe, from_comparison, typed_in
 
 SOURCE = click.Choice(["refs", "files"])
 JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -160,8 +162,6 @@ def import_cmd(ids, folder, force, as_json):
 @JSON
 def repair_cmd(folder, drop, as_json):
     """Restore unreadable or missing notes of entry refs from memory/<id>.toml."""
-    from specpilot.memory.repair import repair
-
     done = repair(Memory(), folder, list(drop))
     _emit(as_json, [d.to_json() for d in done],
           "\n".join(f"{d.action:<9} {d.id} {d.commit[:12]}" for d in done)
@@ -211,8 +211,6 @@ def add_result_cmd(entry_id, comparison, gain, lower_bound, hardware, model, ver
     """Attach a controller verdict to an entry's metadata (its note; the tree is unchanged).
     From a report (--comparison), or typed in (--gain, --lower-bound, --hardware, --model,
     --verdict) when the report itself did not survive."""
-    from specpilot.memory.results import add_result, from_comparison, typed_in
-
     if (comparison is None) == (gain is None):
         raise SpecPilotError("give either --comparison REPORT.json or --gain (with "
                              "--lower-bound, --hardware, --model, --verdict)", code=2)
@@ -240,8 +238,6 @@ def add_result_cmd(entry_id, comparison, gain, lower_bound, hardware, model, ver
 def describe_cmd(entry_id, summary, applicability, untested, no_files, as_json):
     """Rewrite an entry's prose when measurements overtake it: its summary, applicability
     limits or untested list (its note only; the tree, the patch and the results stay)."""
-    from specpilot.memory.results import describe
-
     meta = describe(Memory(), entry_id, summary=summary,
                     applicability=list(applicability) if applicability else None,
                     untested=list(untested) if untested else None, write_files=not no_files)

@@ -5,13 +5,12 @@ from __future__ import annotations
 import click
 
 from specpilot.errors import SpecPilotError
+from stock.devices import check_device
+from stock.errors import StockError
 
 
 def device_checked(ctx, param, value):
     """--device: a device that exists here, or a usage error naming it."""
-    from stock.devices import check_device
-    from stock.errors import StockError
-
     try:
         return check_device(value)
     except StockError as exc:
@@ -30,9 +29,6 @@ def utf8_checked(text: str, what: str) -> str:
 
 def devices_checked(names: list[str]) -> list[str]:
     """--devices: every name a device that exists here."""
-    from stock.devices import check_device
-    from stock.errors import StockError
-
     try:
         return [check_device(name) for name in names]
     except StockError as exc:

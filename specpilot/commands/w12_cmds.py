@@ -11,6 +11,7 @@ from specpilot.errors import SpecPilotError
 
 def _model_folder(model: str) -> Path:
     if model == "embedded":
+        # lazy: CLI startup time (kernels.w12 and stock.weights import torch)
         from stock.weights import resolve
 
         return resolve("embedded")
@@ -30,6 +31,7 @@ def w12_group():
 def convert_cmd(model_dir, out_dir, device, as_json):
     """Convert a Hugging Face safetensors folder (or 'embedded') into a W12 folder: 2-D linear
     weights become W12 planes, every other tensor and file is copied."""
+    # lazy: CLI startup time (kernels.w12 and stock.weights import torch)
     from kernels.w12.format import W12Error
     from kernels.w12.store import convert_folder, dumps
 
@@ -56,6 +58,7 @@ def convert_cmd(model_dir, out_dir, device, as_json):
 def stats_cmd(model, as_json, top):
     """Bits per parameter, exception rate and a per-layer table of MODEL: a W12 folder, a
     safetensors folder (encoded on the fly, bf16-cast) or 'embedded'."""
+    # lazy: CLI startup time (kernels.w12 and stock.weights import torch)
     from kernels.w12.format import W12Error
     from kernels.w12.store import dumps, model_stats
 

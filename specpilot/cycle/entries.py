@@ -7,7 +7,10 @@ from pathlib import Path
 
 import tomli_w
 
+from specpilot.cycle.context import CycleContext
+from specpilot.memory.patches import PatchApplyError
 from specpilot.memory.record import record
+from specpilot.memory.results import set_validation
 from specpilot.memory.store import Memory
 
 
@@ -34,13 +37,13 @@ def _typed(typ: str, value: str):
     return text
 
 
-def record_adopted(cycle, ds) -> str:
+def record_adopted(ctx: CycleContext, ds) -> str:
     d, cand, v = ds.direction, ds.candidate, ds.verdict
-    state = cycle.state
+    state = ctx.state
     base = ds.base or state.base
     run_short = state.run_id.removeprefix("run-")
     entry_id = f"{d.id}-{run_short}"[:64].rstrip("-.")
-    memory = Memory(cycle.root)
+    memory = Memory(ctx.root)
     known = memory.ref_entries().get(entry_id)
     if known is not None:  # recorded before (a resumed cycle, `integrate` run again)
         if known.meta.source_tree == memory.store.system_tree(cand.commit, memory.system_paths):
@@ -59,11 +62,11 @@ def record_adopted(cycle, ds) -> str:
                                        if "option_specs" in g), {})),
         "constraints": [{"kind": "token_forcing",
                          "detail": f"dev token forcing gate passed "
-                                   f"({cycle.gates_cfg.dev_length} tokens, "
-                                   f"{cycle.ex.gate_requests} requests)"}],
+                                   f"({ctx.gates_cfg.dev_length} tokens, "
+                                   f"{ctx.ex.gate_requests} requests)"}],
         "results": [{"metric": "controller_gain", "value": v["gain"],
-                     "ci_low": v["lower_bound"], "confidence": cycle.cfg.controller.confidence,
-                     "hardware": v.get("hardware", ""), "model": cycle.cfg.model.path,
+                     "ci_low": v["lower_bound"], "confidence": ctx.cfg.controller.confidence,
+                     "hardware": v.get("hardware", ""), "model": ctx.cfg.model.path,
                      "request_set": f"dev: {', '.join(v.get('requests', []))}; "
                                     f"max_new {v.get('max_new')}",
                      "controller_run": f"{state.run_id}/{d.id}"}],
@@ -85,18 +88,16 @@ def provisional(run_id: str) -> dict:
                       "the cycle's final validation on sealed requests passes"}
 
 
-def mark_validated(cycle, passed: bool, why: str) -> dict[str, str]:
+def mark_validated(ctx: CycleContext, passed: bool, why: str) -> dict[str, str]:
     """After Phase 4: the cycle's entries that make up its best system (the entry whose tree
     is the system's and, transitively, its dependencies among this cycle's entries) become
     `validated` when validation passed, `rejected` when it failed. The cycle's other entries
     were never validated and stay provisional. Returns {entry: status} for every entry of
     the cycle."""
-    from specpilot.memory.results import set_validation
-
-    state = cycle.state
+    state = ctx.state
     if not state.entries:
         return {}
-    memory = Memory(cycle.root)
+    memory = Memory(ctx.root)
     known = memory.ref_entries()
     tree = memory.store.system_tree(state.best.commit, memory.system_paths)
     mine = [e for e in state.entries if e in known]
@@ -121,16 +122,15 @@ def mark_validated(cycle, passed: bool, why: str) -> dict[str, str]:
     return out
 
 
-def record_integration(cycle, stacked: list, stack, verdict: dict, resolved: list[str]) -> dict:
+def record_integration(ctx: CycleContext, stacked: list, stack, verdict: dict,
+                       resolved: list[str]) -> dict:
     """The integration as an entry whose dependencies are the stacked entries (in the order
     they were stacked) and whose own patch is what the stack adds to them: nothing for a
     clean stack, the resolution where the integration agent resolved a conflict. Where the
     entries' own patches do not compose by a plain apply (a resolved conflict), the
     dependencies are the longest prefix that does, and the integration's patch carries the
     rest (as resolved). Returns {"entry", "deps", "carried"}."""
-    from specpilot.memory.patches import PatchApplyError
-
-    state = cycle.state
+    state = ctx.state
     entries = [d.entry for d in stacked if d.entry]
     specs: dict = {}
     for d in stacked:
@@ -138,7 +138,7 @@ def record_integration(cycle, stacked: list, stack, verdict: dict, resolved: lis
             specs.update(g.get("option_specs") or {})
     options = {k: v for k, v in stack.options.items() if state.base.options.get(k) != v}
     entry_id = f"integrate-{state.run_id.removeprefix('run-')}"[:60].rstrip("-.")
-    memory = Memory(cycle.root)
+    memory = Memory(ctx.root)
     tree = memory.store.system_tree(stack.commit, memory.system_paths)
     known = memory.ref_entries()
     stem = entry_id
@@ -165,8 +165,8 @@ def record_integration(cycle, stacked: list, stack, verdict: dict, resolved: lis
                                    "is validated on sealed requests in Phase 4"}],
         "results": [{"metric": "controller_gain", "value": verdict["gain"],
                      "ci_low": verdict["lower_bound"],
-                     "confidence": cycle.cfg.controller.confidence,
-                     "hardware": verdict.get("hardware", ""), "model": cycle.cfg.model.path,
+                     "confidence": ctx.cfg.controller.confidence,
+                     "hardware": verdict.get("hardware", ""), "model": ctx.cfg.model.path,
                      "request_set": f"dev: {', '.join(verdict.get('requests', []))}; "
                                     f"max_new {verdict.get('max_new')}",
                      "controller_run": f"{state.run_id}/integrate"}],
@@ -182,7 +182,7 @@ def record_integration(cycle, stacked: list, stack, verdict: dict, resolved: lis
             if not deps and stack.commit == state.base.commit:
                 break
             try:
-                rec = record(Memory(cycle.root), stack.commit, entry_id, deps, path,
+                rec = record(Memory(ctx.root), stack.commit, entry_id, deps, path,
                              base=None if deps else state.base.commit, allow_empty=True)
             except PatchApplyError as exc:   # these dependencies do not compose
                 last_error = str(exc)

@@ -20,15 +20,15 @@ import tempfile
 from pathlib import Path
 
 from specpilot import worktrees
+from specpilot.agents.integrator import resolve
 from specpilot.cycle import judges
-from specpilot.cycle.state import System
+from specpilot.cycle.context import CycleContext
+from specpilot.cycle.entries import record_integration
+from specpilot.cycle.types import AGENT_IDENTITY, STACK_REF, System
 from specpilot.gitstore import GitStore
 
-STACK_REF = "refs/specpilot/candidates/integrate-"   # the stack so far, kept reachable
-
-
-def integrate(cycle) -> None:
-    state = cycle.state
+def integrate(ctx: CycleContext) -> None:
+    state = ctx.state
     adopted = sorted([d for d in state.directions if d.status == "adopted"],
                      key=lambda d: -(d.gain or 0))
     rec: dict = {"order": [d.direction.id for d in adopted],
@@ -45,7 +45,7 @@ def integrate(cycle) -> None:
         rec.update(stack=[adopted[0].direction.id], result="one adopted direction; its "
                    "controller verdict stands", verdict=adopted[0].verdict)
         return
-    store = cycle.store
+    store = ctx.store
     head = state.base.commit
     options = dict(state.base.options)
     changed: dict[str, str] = {}      # option values the stack sets away from the base
@@ -58,19 +58,19 @@ def integrate(cycle) -> None:
             rec["dropped"].append({"direction": d.direction.id, "reason": f"option clash {clash}"})
             continue
         if c.code_changed:
-            tree, why = _apply(cycle, head, d, stacked, rec)
+            tree, why = _apply(ctx, head, d, stacked, rec)
             if why:
                 rec["dropped"].append({"direction": d.direction.id, "reason": why})
-                cycle.progress("integrate", f"dropped {d.direction.id}: {why[:120]}")
+                ctx.progress("integrate", f"dropped {d.direction.id}: {why[:120]}")
                 continue
             head = store.commit_tree(tree, [head], f"integrate {d.direction.id}", None,
-                                     _identity())
+                                     AGENT_IDENTITY)
             ref = STACK_REF + state.run_id
             store.update_ref(ref, head, store.resolve(ref), f"specpilot integrate {d.direction.id}")
         changed.update(mine)
         options.update(mine)
         stacked.append(d)
-        cycle.save()
+        ctx.save()
     rec["stack"] = [d.direction.id for d in stacked]
     if len(stacked) == 1:
         c = stacked[0].candidate
@@ -80,12 +80,12 @@ def integrate(cycle) -> None:
         return
     stack = System(commit=head, options=options)
     rec["system"] = stack.model_dump()
-    cycle.progress("integrate", f"controller: stack {rec['stack']} against the base")
-    verdict = judges.compare(cycle.root, cycle.cfg, state.base, stack, cycle.ex.controller_rounds,
-                             cycle.ex.controller_requests, cycle.ex.controller_max_new,
-                             progress=lambda m: cycle.progress("integrate", f"controller: {m}"))
+    ctx.progress("integrate", f"controller: stack {rec['stack']} against the base")
+    verdict = judges.compare(ctx.root, ctx.cfg, state.base, stack, ctx.ex.controller_rounds,
+                             ctx.ex.controller_requests, ctx.ex.controller_max_new,
+                             progress=lambda m: ctx.progress("integrate", f"controller: {m}"))
     rec["verdict"] = verdict
-    why = judges.implausible(verdict, cycle.analysis_of(state.base), cycle.ex.plausible_margin) \
+    why = judges.implausible(verdict, ctx.analysis_of(state.base), ctx.ex.plausible_margin) \
         if verdict["adopted"] else None
     if not verdict["adopted"] or why:
         best = stacked[0].candidate
@@ -96,20 +96,19 @@ def integrate(cycle) -> None:
     state.best = stack
     rec["result"] = "stack adopted"
     if any(d.entry for d in stacked) or stack.commit != state.base.commit:
-        from specpilot.cycle.entries import record_integration
-
-        with cycle._lock:
-            out = record_integration(cycle, stacked, stack, verdict, rec["resolved"])
+        with ctx.lock:
+            out = record_integration(ctx, stacked, stack, verdict, rec["resolved"])
             state.entries.append(out["entry"])
         rec.update(out)
 
 
-def _apply(cycle, head: str, d, stacked: list, rec: dict) -> tuple[str | None, str | None]:
+def _apply(ctx: CycleContext, head: str, d, stacked: list,
+           rec: dict) -> tuple[str | None, str | None]:
     """3-way apply `d`'s patch onto the stack `head` in a private index: (tree, None), or
     (None, why not)."""
     c = d.candidate
-    store, paths = cycle.store, cycle.cfg.system_paths
-    patch = store.diff_patch(cycle.state.base.commit, c.commit, paths)
+    store, paths = ctx.store, ctx.cfg.system_paths
+    patch = store.diff_patch(ctx.state.base.commit, c.commit, paths)
     with store.private_index() as index:
         index.load(store.tree_of(head))
         res = index.apply(patch, three_way=True)
@@ -120,16 +119,14 @@ def _apply(cycle, head: str, d, stacked: list, rec: dict) -> tuple[str | None, s
             return None, f"does not apply: {res.err.strip()[:200]}"
         if index.resolve_additions() and not index.unmerged():
             return index.write(), None
-    if cycle.client is None:
+    if ctx.client is None:
         return None, (f"3-way conflict in {', '.join(conflicted)}; no integration agent "
                       f"offline (set ANTHROPIC_API_KEY)")
-    from specpilot.agents.integrator import resolve
-
     agents = rec.setdefault("agent_worktrees", [])
-    wt = _conflict_worktree(cycle, head, patch, len(agents))
+    wt = _conflict_worktree(ctx, head, patch, len(agents))
     agents.append(wt.name)
-    cycle.progress("integrate", f"conflict in {', '.join(conflicted)}: integration agent")
-    why = resolve(cycle, wt, conflicted, stacked, d)
+    ctx.progress("integrate", f"conflict in {', '.join(conflicted)}: integration agent")
+    why = resolve(ctx, wt, conflicted, stacked, d)
     if why:
         return None, f"3-way conflict in {', '.join(conflicted)}; {why}"
     tree = store.capture_tree(wt, paths, head)   # never git in the agent's worktree
@@ -137,16 +134,16 @@ def _apply(cycle, head: str, d, stacked: list, rec: dict) -> tuple[str | None, s
     return tree, None
 
 
-def _conflict_worktree(cycle, head: str, patch: bytes, n: int) -> Path:
+def _conflict_worktree(ctx: CycleContext, head: str, patch: bytes, n: int) -> Path:
     """A fresh worktree at the stack `head` with the patch 3-way applied: git's conflict
     markers in the files, for the integration agent. Fresh for every conflict: once an
     agent has written in a worktree, no git runs in it again."""
-    name = f"{cycle.state.run_id.removeprefix('run-')}-integrate"[:60] + (f"-{n + 1}" if n else "")
-    existing = [w for w in worktrees.list_all(cycle.store) if w.name == name]
+    name = f"{ctx.state.run_id.removeprefix('run-')}-integrate"[:60] + (f"-{n + 1}" if n else "")
+    existing = [w for w in worktrees.list_all(ctx.store) if w.name == name]
     if existing:   # resumed: start that conflict over
-        worktrees.remove(cycle.store, name, force=True)
-        cycle.store.call("branch", "-D", worktrees.BRANCH_PREFIX + name)
-    wt = Path(worktrees.new(cycle.store, name, head).path)
+        worktrees.remove(ctx.store, name, force=True)
+        ctx.store.call("branch", "-D", worktrees.BRANCH_PREFIX + name)
+    wt = Path(worktrees.new(ctx.store, name, head).path)
     with tempfile.NamedTemporaryFile(suffix=".patch", delete=False) as fh:
         fh.write(patch)
     try:   # a worktree no agent has touched yet: git may run in it
@@ -154,9 +151,3 @@ def _conflict_worktree(cycle, head: str, patch: bytes, n: int) -> Path:
     finally:
         Path(fh.name).unlink(missing_ok=True)
     return wt
-
-
-def _identity() -> dict:
-    from specpilot.agents.context import AGENT_IDENTITY
-
-    return AGENT_IDENTITY

@@ -27,7 +27,11 @@ from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
 from specpilot.judges.worker_proc import Worker, WorkerError, clean_checkout
 
-from specpilot.cycle.state import System
+from specpilot.cycle.devices import default_device
+from specpilot.cycle.search import halving
+from specpilot.cycle.types import System
+from specpilot.judges.analyze import report
+from specpilot.judges.hardware import for_device
 
 
 @contextlib.contextmanager
@@ -70,9 +74,6 @@ def analyze(root: Path, cfg: Config, system: System, requests: int, max_new: int
     """Phase 0: the judges' cost model (`specpilot analyze`, specpilot/judges/analyze.py) of
     `system` at its options: measured by the judges' worker on its clean checkout, the
     factors computed here; the report as a dict."""
-    from specpilot.judges.analyze import report
-    from specpilot.judges.hardware import for_device
-
     t0 = time.perf_counter()
     reqs = prompts.pick_requests(cfg.model.path, requests, "dev")
     device = device or default_device()
@@ -92,11 +93,9 @@ def analyze(root: Path, cfg: Config, system: System, requests: int, max_new: int
 
 def tune_options(root: Path, cfg: Config, system: System, configs: list[dict], max_new: int,
                  log_dir: Path, device: str | None = None, requests: int = 4) -> dict:
-    """Successive halving (agents/tune.halving) of option `configs` over `system`, timed by
+    """Successive halving (cycle/search.halving) of option `configs` over `system`, timed by
     short generations of the judges' worker on the system's clean checkout (one model load
     for the whole search); the search itself runs here."""
-    from specpilot.agents.tune import halving
-
     t0 = time.perf_counter()
     reqs = prompts.pick_requests(cfg.model.path, requests, "dev")
     lines: list[str] = []
@@ -219,17 +218,6 @@ def gates_passed(reports: list[dict]) -> tuple[bool, list[str]]:
     reasons = [f"{r.get('gate')}/{r.get('check')}: {why}" for r in reports
                for why in r.get("reasons", [])]
     return all(r.get("passed") for r in reports) and bool(reports), reasons
-
-
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def default_device() -> str:
-    """Where a judge runs when no slot names a device: the first GPU, else the CPU."""
-    return "cuda:0" if _cuda() else "cpu"
 
 
 def require(cond: bool, message: str) -> None:

@@ -7,7 +7,7 @@
 3. For each of the worst `[explore] kernel_categories`: autotune the configurations of the
    registered options that act on the category (named in `[explore] kernel_options`, or
    whose name or help names the category) by successive halving in one worker on the
-   system's checkout (agents/tune.halving); a configuration whose estimated gain reaches
+   system's checkout (cycle/search.halving); a configuration whose estimated gain reaches
    the pre-screen bar goes through the dev forcing gate and the controller against the
    current best, and becomes the best if adopted.
 4. With a coding backend (`[explore] backend`: Claude with a key, or the command backend),
@@ -20,9 +20,13 @@ from __future__ import annotations
 
 import re
 
-from specpilot.agents.tune import default_values
 from specpilot.cycle import judges
-from specpilot.cycle.state import Direction, DirectionState, System
+from specpilot.cycle.context import CycleContext
+from specpilot.cycle.pipeline import run_direction
+from specpilot.cycle.planning import coding_backend
+from specpilot.cycle.search import default_values
+from specpilot.cycle.state import DirectionState
+from specpilot.cycle.types import Direction, System
 
 WORDS = {"gemm": ("gemm", "matmul", "linear", "w12", "weight"),
          "attention": ("attention", "attn", "sdpa", "kv"),
@@ -88,16 +92,16 @@ def best_entries(state) -> list[str]:
             if d.entry and d.candidate and d.candidate.commit == state.best.commit][:1]
 
 
-def tune_kernels(cycle) -> None:
-    state, ex = cycle.state, cycle.ex
+def tune_kernels(ctx: CycleContext) -> None:
+    state, ex = ctx.state, ctx.ex
     rec: dict = {"system": state.best.model_dump(), "categories": [], "agent": None}
     state.kernel_tuning = rec
-    log_dir = cycle.runs.log_dir("tune-kernels")
+    log_dir = ctx.runs.log_dir("tune-kernels")
     if state.best == state.base and state.analysis:
         analysis, rec["profile"] = state.analysis, "phase 0 report (the same system)"
     else:
-        cycle.progress("tune-kernels", "cost model on the integrated system")
-        analysis = judges.analyze(cycle.root, cycle.cfg, state.best, ex.analyze_requests,
+        ctx.progress("tune-kernels", "cost model on the integrated system")
+        analysis = judges.analyze(ctx.root, ctx.cfg, state.best, ex.analyze_requests,
                                   ex.analyze_max_new, log_dir)
         rec["profile"] = "cost model on the integrated system"
         rec["analysis"] = analysis
@@ -114,27 +118,25 @@ def tune_kernels(cycle) -> None:
         configs = configs_for(names, registry, state.best.options, ex.kernel_configs)
         if not configs:
             entry["result"] = f"no registered option acts on {cat}"
-            cycle.save()
+            ctx.save()
             continue
-        _autotune(cycle, entry, configs, log_dir)
-        cycle.save()
-    from specpilot.cycle.planning import coding_backend
-
-    coding = coding_backend(ex, cycle.client)
+        _autotune(ctx, entry, configs, log_dir)
+        ctx.save()
+    coding = coding_backend(ex, ctx.client)
     if ranking and coding:
-        rec["agent"] = _agent(cycle, ranking[0], coding)
+        rec["agent"] = _agent(ctx, ranking[0], coding)
     elif ranking:
         rec["agent"] = {"result": "skipped: code changes need an agent (ANTHROPIC_API_KEY, "
                                   "or [explore] backend = \"command\")"}
     worst = ", ".join(f"{r['category']} {r['over_bound']:.1f}x" for r in ranking) or "none"
-    cycle.progress("tune-kernels", f"over bound: {worst}; best {state.best.options}")
+    ctx.progress("tune-kernels", f"over bound: {worst}; best {state.best.options}")
 
 
-def _autotune(cycle, entry: dict, configs: list[dict], log_dir) -> None:
-    state, ex = cycle.state, cycle.ex
+def _autotune(ctx: CycleContext, entry: dict, configs: list[dict], log_dir) -> None:
+    state, ex = ctx.state, ctx.ex
     cat = entry["category"]
-    cycle.progress("tune-kernels", f"{cat}: successive halving over {configs}")
-    res = judges.tune_options(cycle.root, cycle.cfg, state.best, configs, ex.prescreen_max_new,
+    ctx.progress("tune-kernels", f"{cat}: successive halving over {configs}")
+    res = judges.tune_options(ctx.root, ctx.cfg, state.best, configs, ex.prescreen_max_new,
                               log_dir / cat)
     entry["tried"] = res["scores"]
     entry["best_config"], entry["estimated_gain"] = res["config"], res["gain"]
@@ -143,20 +145,20 @@ def _autotune(cycle, entry: dict, configs: list[dict], log_dir) -> None:
                            f"< {ex.prescreen_min_gain:.0%}; kept {state.best.options}")
         return
     cand = System(commit=state.best.commit, options={**state.best.options, **res["config"]})
-    refs = cycle.references("dev")
-    gates = judges.run_gates(cycle.root, cycle.cfg, cycle.gates_cfg, cand.commit, cand.options,
+    refs = ctx.references("dev")
+    gates = judges.run_gates(ctx.root, ctx.cfg, ctx.gates_cfg, cand.commit, cand.options,
                              refs, "dev", False, log_dir / cat)
     ok, reasons = judges.gates_passed(gates)
     entry["gates"] = gates
     if not ok:
         entry["result"] = "gate failed: " + "; ".join(reasons[:3])
         return
-    v = judges.compare(cycle.root, cycle.cfg, state.best, cand, ex.controller_rounds,
+    v = judges.compare(ctx.root, ctx.cfg, state.best, cand, ex.controller_rounds,
                        ex.controller_requests, ex.controller_max_new,
-                       progress=lambda m: cycle.progress("tune-kernels", f"controller: {m}"),
+                       progress=lambda m: ctx.progress("tune-kernels", f"controller: {m}"),
                        family=max(1, ex.kernel_categories))   # one verdict per category
     entry["verdict"] = v
-    why = judges.implausible(v, cycle.analysis_of(state.best), ex.plausible_margin) \
+    why = judges.implausible(v, ctx.analysis_of(state.best), ex.plausible_margin) \
         if v["adopted"] else None
     if why:
         entry["result"] = f"{why}; kept {state.best.options}"
@@ -168,11 +170,8 @@ def _autotune(cycle, entry: dict, configs: list[dict], log_dir) -> None:
         entry["result"] = f"controller: {v['verdict']} for {res['config']}"
 
 
-def _agent(cycle, row: dict, backend: str) -> dict:
+def _agent(ctx: CycleContext, row: dict, backend: str) -> dict:
     """A code change for the worst category by a sub-agent, from the integrated system."""
-    from specpilot.cycle.pipeline import run_direction
-    from specpilot.cycle.runner import device_slots
-
     cat = row["category"]
     d = Direction(id=f"kernel-{cat}", title=f"Faster {cat} kernels",
                   hypothesis=f"{cat} takes {row['measured_ms']:.3f} ms per step, "
@@ -184,8 +183,8 @@ def _agent(cycle, row: dict, backend: str) -> dict:
                   predicted_gain=round(min(1.0, max(0.0, 1 - 1 / row["over_bound"]) / 2), 3),
                   files=["stock/layers.py", "stock/model.py", "kernels/"],
                   option=f"{cat}_kernel_patch", backend=backend)
-    ds = DirectionState(direction=d, base=cycle.state.best, deps=best_entries(cycle.state))
-    run_direction(cycle, ds, device_slots(cycle.ex)[0])
+    ds = DirectionState(direction=d, base=ctx.state.best, deps=best_entries(ctx.state))
+    run_direction(ctx, ds, ctx.devices[0])
     if ds.status == "adopted":
-        cycle.state.best = System(commit=ds.candidate.commit, options=ds.candidate.options)
+        ctx.state.best = System(commit=ds.candidate.commit, options=ds.candidate.options)
     return ds.model_dump(mode="json")

@@ -12,61 +12,59 @@ import time
 import traceback
 from pathlib import Path
 
+from specpilot.agents import claude, command, reuse, tune
 from specpilot.cycle import judges
-from specpilot.cycle.state import DirectionState, StepTime, System
+from specpilot.cycle.context import CycleContext
+from specpilot.cycle.devices import slot_device
+from specpilot.cycle.state import DirectionState, StepTime
+from specpilot.cycle.types import System
 from specpilot.errors import SpecPilotError
 
 
 def backend_for(name: str):
     if name == "reuse":
-        from specpilot.agents import reuse
         return reuse.produce
     if name == "tune":
-        from specpilot.agents import tune
         return tune.produce
     if name == "anthropic":
-        from specpilot.agents import claude
         return claude.produce
     if name == "command":
-        from specpilot.agents import command
         return command.produce
     raise SpecPilotError(f"unknown sub-agent backend {name!r}")
 
 
-def run_direction(cycle, ds: DirectionState, device_env: dict) -> None:
+def run_direction(ctx: CycleContext, ds: DirectionState, device_env: dict) -> None:
     """Drive `ds` to a final status; every exception becomes status 'error' with a reason."""
-    from specpilot.cycle.runner import slot_device
-
     ds.attempts += 1
     ds.status = "running"
     ds.started = ds.started or time.time()
     ds.device = slot_device(device_env)
-    cycle.save()
+    ctx.save()
     try:
-        _steps(cycle, ds, device_env)
+        _steps(ctx, ds, device_env)
     except Exception as exc:  # one direction's failure never stops the cycle
         ds.status = "error"
         ds.reasons.append(f"{type(exc).__name__}: {exc}")
-        (cycle.runs.log_dir(ds.direction.id) / "error.txt").write_text(traceback.format_exc())
+        (ctx.runs.log_dir(ds.direction.id) / "error.txt").write_text(traceback.format_exc())
     ds.finished = time.time()
-    cycle.save()
-    cycle.progress(ds.direction.id, f"{ds.status}: {'; '.join(ds.reasons[-1:])}")
+    ctx.save()
+    ctx.progress(ds.direction.id, f"{ds.status}: {'; '.join(ds.reasons[-1:])}")
 
 
-def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
+def _steps(ctx: CycleContext, ds: DirectionState, device_env: dict) -> None:
     d = ds.direction
-    ex, cfg, root = cycle.ex, cycle.cfg, cycle.root
-    base = ds.base or cycle.state.base
-    log_dir = cycle.runs.log_dir(d.id)
-    say = lambda msg: cycle.progress(d.id, msg)  # noqa: E731
+    ex, cfg, root = ctx.ex, ctx.cfg, ctx.root
+    base = ds.base or ctx.state.base
+    log_dir = ctx.runs.log_dir(d.id)
+    say = lambda msg: ctx.progress(d.id, msg)  # noqa: E731
     device = ds.device or "cpu"
     if ds.step == "start":
-        ctx = cycle.agent_context(ds, device_env)
+        agent_ctx = ctx.agent_context(ds, device_env)
         say(f"{d.backend}: producing a candidate")
         with timed(ds, "candidate"):
-            ds.candidate = backend_for(d.backend)(ctx)
+            ds.candidate = backend_for(d.backend)(agent_ctx)
         ds.step = "candidate"
-        cycle.save()
+        ctx.save()
     cand = ds.candidate
     cand_sys = System(commit=cand.commit, options=cand.options)
     if ds.step == "candidate":
@@ -83,7 +81,7 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
                 ds.prescreen = judges.prescreen(root, cfg, base, cand_sys,
                                                 ex.prescreen_requests, ex.prescreen_max_new,
                                                 log_dir / "prescreen", device,
-                                                cycle.stock_commit())
+                                                ctx.stock_commit())
             gain = ds.prescreen["gain"]
         ds.step = "prescreen"
         if ds.prescreen.get("faults"):
@@ -96,15 +94,15 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
             ds.gain = gain
             ds.reasons.append(f"pre-screen gain {gain:+.1%} < {ex.prescreen_min_gain:.0%}")
             return
-        cycle.save()
+        ctx.save()
     if ds.step == "prescreen":
         if ds.status == "prescreen-rejected":
             return
         say("gates: option-default and dev token forcing")
         with timed(ds, "references"):   # shared by all directions, computed once
-            refs = cycle.references("dev", device)
+            refs = ctx.references("dev", device)
         with timed(ds, "gates"):
-            ds.gates = judges.run_gates(root, cfg, cycle.gates_cfg, cand.commit, cand.options,
+            ds.gates = judges.run_gates(root, cfg, ctx.gates_cfg, cand.commit, cand.options,
                                         refs, "dev", cand.code_changed, log_dir, device)
         ok, reasons = judges.gates_passed(ds.gates)
         ds.step = "gates"
@@ -112,7 +110,7 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
             ds.status = "gate-failed"
             ds.reasons += reasons or ["gates did not pass"]
             return
-        cycle.save()
+        ctx.save()
     if ds.step == "gates":
         if ds.status == "gate-failed":
             return
@@ -123,7 +121,7 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
                                         ex.controller_max_new,
                                         progress=lambda m: say(f"controller: {m}"),
                                         devices=[device],
-                                        family=max(1, len(cycle.state.directions)))
+                                        family=max(1, len(ctx.state.directions)))
         ds.gain, ds.lower_bound = ds.verdict["gain"], ds.verdict["lower_bound"]
         ds.step = "controller"
         if ds.verdict.get("faults"):
@@ -137,17 +135,17 @@ def _steps(cycle, ds: DirectionState, device_env: dict) -> None:
                               f"lower bound {ds.lower_bound:+.1%} <= threshold "
                               f"{ds.verdict['threshold']:.1%})")
             return
-        why = judges.implausible(ds.verdict, cycle.analysis_of(base), ex.plausible_margin)
+        why = judges.implausible(ds.verdict, ctx.analysis_of(base), ex.plausible_margin)
         if why:   # more than the cost model allows: a measurement fault, never adopted
             ds.status = "implausible"
             ds.reasons.append(why)
             return
-        cycle.save()
+        ctx.save()
     if ds.step == "controller":
         if ds.status in ("rejected", "implausible"):
             return
         if cand.code_changed:
-            ds.entry = cycle.record_entry(ds)
+            ds.entry = ctx.record_entry(ds)
             ds.reasons.append(f"adopted; memory entry {ds.entry}")
         else:
             ds.reasons.append(f"adopted; options {cand.options} (no code change, no entry)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from specpilot.agents.planner import anthropic_plan, offline_plan, with_backend
+from specpilot.cycle.context import CycleContext
 from specpilot.cycle.state import list_runs
 from specpilot.errors import SpecPilotError
 from specpilot.memory.store import Memory
@@ -40,27 +41,27 @@ def coding_backend(ex, client) -> str | None:
     return None
 
 
-def plan(cycle) -> list:
-    ex, state = cycle.ex, cycle.state
-    metas = memory_metas(cycle.root)
-    coding = coding_backend(ex, cycle.client)
+def plan(ctx: CycleContext) -> list:
+    ex, state = ctx.ex, ctx.state
+    metas = memory_metas(ctx.root)
+    coding = coding_backend(ex, ctx.client)
     state.backend = {"command": f"command: {' '.join(ex.agent_command)}",
                      "anthropic": f"anthropic ({ex.model})"}.get(
         coding, "none (reuse and tuning only)")
-    offline = lambda: offline_plan(state.analysis, metas, cycle.cfg.controller.drafter,  # noqa
+    offline = lambda: offline_plan(state.analysis, metas, ctx.cfg.controller.drafter,  # noqa
                                    ex.max_directions, ex.tune_values, coding)
-    use_claude = ex.planner == "anthropic" or (ex.planner == "auto" and cycle.client)
-    if not use_claude or cycle.client is None:
+    use_claude = ex.planner == "anthropic" or (ex.planner == "auto" and ctx.client)
+    if not use_claude or ctx.client is None:
         state.planner = "offline" + (" (no API key)" if ex.planner != "offline" else "")
         return offline()
-    path = cycle.runs.transcript("planner")
+    path = ctx.runs.transcript("planner")
     path.parent.mkdir(parents=True, exist_ok=True)
 
     def log(event: dict) -> None:
         with open(path, "a") as fh:
             fh.write(json.dumps({"schema_version": 1, **event}) + "\n")
-    dirs, how = anthropic_plan(cycle.client, ex.model, state.analysis, metas,
-                               past_cycles(cycle.root, state.run_id), ex.max_directions, log)
+    dirs, how = anthropic_plan(ctx.client, ex.model, state.analysis, metas,
+                               past_cycles(ctx.root, state.run_id), ex.max_directions, log)
     state.planner = how
     if dirs is None:
         state.notes.append(how)

@@ -13,17 +13,24 @@ from typing import Callable
 
 from specpilot import worktrees
 from specpilot.agents import sandbox
+from specpilot.agents.context import AgentContext
 from specpilot.config import load_config
 from specpilot.cycle import judges
+from specpilot.cycle.context import CycleContext
+from specpilot.cycle.devices import device_slots
+from specpilot.cycle.entries import record_adopted
+from specpilot.cycle.integrate import integrate
+from specpilot.cycle.kernel_tuning import tune_kernels
+from specpilot.cycle.pipeline import run_direction, worktree_name
+from specpilot.cycle.planning import coding_backend, plan
 from specpilot.cycle.settings import (controller_for_cycle, explore_settings, gates_for_cycle,
                                       validate_length)
-from specpilot.cycle.state import (FINAL, PHASES, DirectionState, RunState, RunStore, System,
+from specpilot.cycle.state import (FINAL, PHASES, DirectionState, RunState, RunStore,
                                    list_runs, new_run_id)
+from specpilot.cycle.types import BEST_REF, System
+from specpilot.cycle.validate import best_options, validate
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
-
-BEST_REF = "refs/specpilot/best"
-
 
 class Cycle:
     def __init__(self, root: Path, state: RunState,
@@ -93,10 +100,7 @@ class Cycle:
         rep = (self.state.kernel_tuning or {}).get("analysis")
         return rep if rep and rep.get("system") == system.model_dump() else None
 
-    def agent_context(self, ds: DirectionState, device_env: dict):
-        from specpilot.agents.context import AgentContext
-        from specpilot.cycle.pipeline import worktree_name
-
+    def agent_context(self, ds: DirectionState, device_env: dict) -> AgentContext:
         wt = None
         if ds.direction.backend != "tune":
             name = worktree_name(self.state.run_id, ds.direction.id)
@@ -115,12 +119,22 @@ class Cycle:
                             self.spent, self.sleep)
 
     def record_entry(self, ds: DirectionState) -> str:
-        from specpilot.cycle.entries import record_adopted
-
         with self._lock:
             entry = record_adopted(self, ds)
             self.state.entries.append(entry)
             return entry
+
+    def context(self) -> CycleContext:
+        """What a phase gets: the cycle's settings as they are now, its record, and the
+        runner's services."""
+        return CycleContext(
+            root=self.root, cfg=self.cfg, ex=self.ex, gates_cfg=self.gates_cfg,
+            state=self.state, runs=self.runs, store=self.store, lock=self._lock,
+            devices=device_slots(self.ex), client=self.client, spent=self.spent,
+            sleep=self.sleep, save=self.save, progress=self.progress,
+            stock_commit=self.stock_commit, validate_length=self.validate_length,
+            references=self.references, analysis_of=self.analysis_of,
+            agent_context=self.agent_context, record_entry=self.record_entry)
 
     # -- phases -----------------------------------------------------------------------
 
@@ -146,15 +160,14 @@ class Cycle:
             f"{k} {v:.2f}" if v is not None else f"{k} n/a" for k, v in f.items()))
 
     def phase_plan(self) -> None:
-        from specpilot.cycle.planning import plan
-
-        self.state.directions = [DirectionState(direction=d) for d in plan(self)]
+        self.state.directions = [DirectionState(direction=d) for d in plan(self.context())]
         self.progress("plan", f"{len(self.state.directions)} directions: "
                       + ", ".join(d.direction.id for d in self.state.directions))
 
     def phase_explore(self) -> None:
         todo = [d for d in self.state.directions if d.status not in FINAL]
-        slots = device_slots(self.ex)
+        ctx = self.context()
+        slots = ctx.devices
         free = list(slots)
         lock = threading.Lock()
         # Crash tests: hold (never return) once this many directions have finished, so a
@@ -166,9 +179,7 @@ class Cycle:
             with lock:
                 env = free.pop(0)
             try:
-                from specpilot.cycle.pipeline import run_direction
-
-                run_direction(self, ds, env)
+                run_direction(ctx, ds, env)
             finally:
                 with lock:
                     finished[0] += 1
@@ -179,19 +190,13 @@ class Cycle:
             list(pool.map(work, todo))
 
     def phase_integrate(self) -> None:
-        from specpilot.cycle.integrate import integrate
-
-        integrate(self)
+        integrate(self.context())
 
     def phase_tune_kernels(self) -> None:
-        from specpilot.cycle.kernel_tuning import tune_kernels
-
-        tune_kernels(self)
+        tune_kernels(self.context())
 
     def phase_validate(self) -> None:
-        from specpilot.cycle.validate import validate
-
-        validate(self)
+        validate(self.context())
 
 
 def agent_sandbox(ex, client) -> str:
@@ -199,45 +204,9 @@ def agent_sandbox(ex, client) -> str:
     (anthropic, command) without a working bubblewrap is refused (a one-line error) unless
     the user opted out ([explore] agent_sandbox = false); the offline backends run no agent
     command and need none."""
-    from specpilot.cycle.planning import coding_backend
-
     if coding_backend(ex, client) is not None:
         sandbox.policy(ex.agent_sandbox)
     return sandbox.describe(ex.agent_sandbox)
-
-
-def device_slots(ex) -> list[dict]:
-    """One environment per concurrent sub-agent: a CUDA device each, or N CPU slots.
-
-    `CUDA_VISIBLE_DEVICES` in a slot names a device as this process's own environment does
-    (an index into its CUDA_VISIBLE_DEVICES list when that is set), so a child started with
-    the slot sees exactly that one device."""
-    devices = list(ex.devices)
-    if not devices:
-        try:
-            import torch
-
-            devices = [str(i) for i in range(torch.cuda.device_count())]
-        except ImportError:
-            devices = []
-    if devices:
-        parent = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
-                  if d.strip()]
-        return [{"CUDA_VISIBLE_DEVICES": parent[int(d)] if parent and d.isdigit()
-                 and int(d) < len(parent) else d} for d in devices]
-    return [{"CUDA_VISIBLE_DEVICES": ""} for _ in range(ex.parallel_cpu)]
-
-
-def slot_device(env: dict) -> str:
-    """The device a slot's environment names, as this process addresses it: `cuda:N`, or
-    `cpu` for a CPU slot. The controller's workers inherit this process's environment, so
-    a physical id listed in our own CUDA_VISIBLE_DEVICES maps back to its index there."""
-    phys = env.get("CUDA_VISIBLE_DEVICES", "")
-    if not phys:
-        return "cpu"
-    parent = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
-              if d.strip()]
-    return f"cuda:{parent.index(phys) if phys in parent else phys}"
 
 
 def start(root: Path, progress=lambda who, msg: None, client=None) -> Cycle:
@@ -252,8 +221,6 @@ def start(root: Path, progress=lambda who, msg: None, client=None) -> Cycle:
     base = System(commit=head)
     best = store.resolve(BEST_REF)
     if best:
-        from specpilot.cycle.validate import best_options
-
         base = System(commit=best, options=best_options(root))
     state = RunState(run_id=new_run_id(), created=time.strftime("%Y-%m-%dT%H:%M:%SZ",
                                                                  time.gmtime()),

@@ -5,6 +5,7 @@ specpilot/explore_config.py) and the gate, controller and validation settings sc
 from __future__ import annotations
 
 from specpilot.config import Config, ControllerSection, GatesSection
+from specpilot.cycle.devices import cuda_available
 from specpilot.errors import SpecPilotError
 from specpilot.explore_config import BACKENDS, ExploreSection  # noqa: F401 (re-exported)
 
@@ -16,10 +17,7 @@ def explore_settings(cfg: Config) -> ExploreSection:
     return cfg.explore
 
 
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
+_cuda = cuda_available   # a module attribute (tests replace it)
 
 
 def dev_length(cfg: Config, ex: ExploreSection) -> int:

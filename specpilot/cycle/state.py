@@ -15,9 +15,9 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from specpilot.cycle.types import SCHEMA_VERSION, Candidate, Direction, System  # noqa: F401
 from specpilot.errors import SpecPilotError
 
-SCHEMA_VERSION = 1
 RUNS_DIR = Path(".specpilot") / "runs"
 
 Phase = Literal["analyze", "plan", "explore", "integrate", "tune-kernels", "validate", "done"]
@@ -29,38 +29,6 @@ Status = Literal["pending", "running", "prescreen-rejected", "gate-failed", "rej
                  "implausible", "adopted", "error", "skipped"]
 FINAL: tuple[str, ...] = ("prescreen-rejected", "gate-failed", "rejected", "implausible",
                           "adopted", "error", "skipped")
-
-
-class Direction(BaseModel):
-    """What the planner asks a sub-agent to try (validated structured data)."""
-    schema_version: int = SCHEMA_VERSION
-    id: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]{0,63}$")
-    title: str
-    hypothesis: str
-    target_factor: Literal["tau", "kernel", "overhead"]
-    evidence_plan: str
-    predicted_gain: float = Field(ge=0, le=10)
-    files: list[str] = Field(default_factory=list)
-    option: str                       # the option that guards (or is) the change
-    backend: Literal["reuse", "tune", "anthropic", "command"]
-    entry: str | None = None          # reuse: the memory entry to replay
-    values: list[str] = Field(default_factory=list)  # tune: candidate values
-    counted: bool = True              # reused entries are not counted as discoveries
-
-
-class Candidate(BaseModel):
-    """What a sub-agent produced: a commit of the system and the options that switch it on."""
-    commit: str
-    options: dict[str, str] = Field(default_factory=dict)
-    summary: str = ""
-    predicted_gain: float | None = None
-    code_changed: bool = True         # False: the current best's code with tuned options
-
-
-class System(BaseModel):
-    """A system: a commit and the option values it runs with."""
-    commit: str
-    options: dict[str, str] = Field(default_factory=dict)
 
 
 class StepTime(BaseModel):

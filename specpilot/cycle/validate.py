@@ -16,11 +16,9 @@ import json
 import time
 
 from specpilot.cycle import judges
-from specpilot.cycle.state import System
-
-BEST_REF = "refs/specpilot/best"
-BEST_FILE = ".specpilot/runs/best.json"
-
+from specpilot.cycle.context import CycleContext
+from specpilot.cycle.entries import mark_validated
+from specpilot.cycle.types import BEST_FILE, BEST_REF, System
 
 def best_options(root) -> dict:
     path = root / BEST_FILE
@@ -29,20 +27,20 @@ def best_options(root) -> dict:
     return {}
 
 
-def validate(cycle) -> dict:
-    state = cycle.state
+def validate(ctx: CycleContext) -> dict:
+    state = ctx.state
     best = state.best
-    stock = System(commit=cycle.stock_commit())
-    rec: dict = {"system": best.model_dump(), "length": cycle.validate_length(),
-                 "requests": cycle.ex.validate_requests, "reasons": []}
-    if cycle.validate_length() < cycle.cfg.gates.sealed_length:
-        rec["note"] = (f"sealed forcing length {cycle.validate_length()} < "
-                       f"{cycle.cfg.gates.sealed_length} ([explore] validate_length; CPU budget),"
-                       f" twice the dev length {cycle.gates_cfg.dev_length} or more")
-    refs = cycle.references("sealed")
-    code_changed = cycle.store.system_tree(best.commit, cycle.cfg.system_paths) != \
-        cycle.store.system_tree(stock.commit, cycle.cfg.system_paths)
-    rec["gates"] = judges.run_gates(cycle.root, cycle.cfg, cycle.gates_cfg, best.commit,
+    stock = System(commit=ctx.stock_commit())
+    rec: dict = {"system": best.model_dump(), "length": ctx.validate_length(),
+                 "requests": ctx.ex.validate_requests, "reasons": []}
+    if ctx.validate_length() < ctx.cfg.gates.sealed_length:
+        rec["note"] = (f"sealed forcing length {ctx.validate_length()} < "
+                       f"{ctx.cfg.gates.sealed_length} ([explore] validate_length; CPU budget),"
+                       f" twice the dev length {ctx.gates_cfg.dev_length} or more")
+    refs = ctx.references("sealed")
+    code_changed = ctx.store.system_tree(best.commit, ctx.cfg.system_paths) != \
+        ctx.store.system_tree(stock.commit, ctx.cfg.system_paths)
+    rec["gates"] = judges.run_gates(ctx.root, ctx.cfg, ctx.gates_cfg, best.commit,
                                     best.options, refs, "sealed", code_changed,
                                     judges.sealed_logs(state.run_id, "validate"))
     ok, reasons = judges.gates_passed(rec["gates"])
@@ -51,8 +49,8 @@ def validate(cycle) -> dict:
         rec["controller"] = None
         rec["reasons"].append("best system is stock: nothing to measure against stock")
     elif ok:
-        v = judges.compare(cycle.root, cycle.cfg, stock, best, cycle.ex.controller_rounds,
-                           cycle.ex.validate_requests, cycle.ex.controller_max_new,
+        v = judges.compare(ctx.root, ctx.cfg, stock, best, ctx.ex.controller_rounds,
+                           ctx.ex.validate_requests, ctx.ex.controller_max_new,
                            source="sealed")
         rec["controller"] = v
         if v.get("faults"):
@@ -65,16 +63,14 @@ def validate(cycle) -> dict:
                                   f"(lower bound {v['lower_bound']:+.1%})")
     rec["passed"] = ok
     if ok:
-        old = cycle.store.resolve(BEST_REF)
-        cycle.store.update_ref(BEST_REF, best.commit, old, f"specpilot validate {state.run_id}")
-        (cycle.root / BEST_FILE).write_text(json.dumps(
+        old = ctx.store.resolve(BEST_REF)
+        ctx.store.update_ref(BEST_REF, best.commit, old, f"specpilot validate {state.run_id}")
+        (ctx.root / BEST_FILE).write_text(json.dumps(
             {"run": state.run_id, "commit": best.commit, "options": best.options,
              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1))
         rec["reasons"].append(f"passed: {BEST_REF} -> {best.commit[:12]} {best.options}")
     else:
         rec["reasons"].insert(0, "failed: the cycle's system is rejected")
-    from specpilot.cycle.entries import mark_validated
-
-    rec["entries"] = mark_validated(cycle, ok, "; ".join(rec["reasons"][:3]))
+    rec["entries"] = mark_validated(ctx, ok, "; ".join(rec["reasons"][:3]))
     state.validation = rec
     return rec

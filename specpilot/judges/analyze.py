@@ -16,6 +16,8 @@ from pydantic import BaseModel
 
 from specpilot.judges import costmodel
 from specpilot.judges.hardware import Hardware, for_device
+from specpilot.judges.worker_main import measure
+from specpilot.requests import load_dev, select
 
 SCHEMA_VERSION = 1
 DIRECTIONS = {"tau": "drafting / tree verification (raise accepted tokens per step)",
@@ -59,8 +61,7 @@ def analyze(root: Path | None, model: str, device: str | None, n_requests: int, 
     where the system has no tokenizer (random test models); `system` may carry non-default
     options. The cycle measures in a worker instead (cycle/judges.analyze) and computes the
     same report with `report()`."""
-    from specpilot.judges.worker_main import measure
-    from specpilot.requests import load_dev, select
+    # lazy: stock.system imports torch (seconds); only the in-process analysis needs it
     from stock.system import load_system
 
     system = system or load_system(model, None, device)

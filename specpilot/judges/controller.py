@@ -50,6 +50,7 @@ from specpilot.judges.outputs import (Expected, OutputCheck, Tolerance, check_re
                                       near_tie_budget, tolerance)
 from specpilot.judges.prompts import Req
 from specpilot.judges.worker_proc import Checkout, Reply, Worker, clean_checkout
+from specpilot.requests.sealed import logs_dir
 
 SCHEMA_VERSION = 2
 RUNS_DIR = Path(".specpilot") / "runs"
@@ -417,8 +418,6 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
         job.drafter_b = drafter_b
     log_dir = root / RUNS_DIR / time.strftime("compare-%Y%m%d-%H%M%S")
     if source == "sealed":   # logs and report of sealed requests stay outside the repository
-        from specpilot.requests.sealed import logs_dir
-
         log_dir = logs_dir(log_dir.name)
     progress("stock's reference outputs")
     job, expected = stock_outputs(co_stock, job, cfg, log_dir, devices[0])

@@ -36,6 +36,7 @@ from specpilot.errors import SpecPilotError
 from specpilot.judges.outputs import (Expected, OutputCheck, Tolerance, check_request,
                                       near_tie_budget, tolerance)
 from specpilot.requests.sealed import private_dir, references_dir, write_private
+from specpilot.judges.worker_main import reference_pass
 
 SCHEMA_VERSION = 2   # 2: stock's noise pass (noise, noise_flips)
 REFS_DIR = Path(".specpilot") / "cache" / "references"   # the dev requests' references
@@ -160,8 +161,6 @@ def compute_reference(stock_engine, prompt_ids: list[int], request_id: str, leng
                       model: str, stock_tree: str, cfg: GatesSection) -> Reference:
     """Stock's reference in this process (tests, fault injection): the same computation as
     the judges' stock worker (`worker_main.reference_pass`)."""
-    from specpilot.judges.worker_main import reference_pass
-
     base = stock_engine.options.non_default()
     if base:
         raise SpecPilotError(f"the reference engine must be stock at defaults, has {base}")
@@ -269,6 +268,7 @@ def gate_tolerance(refs: list[Reference], cfg: GatesSection) -> Tolerance:
 def option_default_gate(candidate_engine, refs: list[Reference], cfg: GatesSection,
                         drafter: str = "ngram", check: str = "dev") -> GateReport:
     """All options at defaults: stock's logits bit for bit, and the reference's tokens."""
+    # lazy: stock.system imports torch (seconds); only the in-process gate needs it
     from stock.system import make_drafter
 
     changed = candidate_engine.options.non_default()

@@ -19,6 +19,8 @@ from specpilot.judges.forcing import (GateReport, Reference, ReferenceCache, for
 from specpilot.gitstore import GitStore
 from specpilot.judges.worker_main import DEFAULT_CONTEXT
 from specpilot.judges.worker_proc import Worker, clean_checkout
+from specpilot.requests import load_dev, load_jsonl, spread
+from specpilot.requests.sealed import ensure_sealed, logs_dir
 
 RUNS_DIR = Path(".specpilot") / "runs"
 
@@ -27,9 +29,6 @@ Request = tuple[str, "str | None", "list[int] | None"]   # (id, prompt, token id
 
 
 def check_requests(check: str, count: int):
-    from specpilot.requests import load_dev, load_jsonl, spread
-    from specpilot.requests.sealed import ensure_sealed
-
     reqs = load_dev() if check == "dev" else load_jsonl(ensure_sealed())
     return spread(reqs, count)
 
@@ -215,8 +214,6 @@ def log_folder(root: Path, check: str, name: str) -> Path:
     beside the secret seed for sealed (a candidate that prints its sealed inputs prints
     them outside the repository)."""
     if check == "sealed":
-        from specpilot.requests.sealed import logs_dir
-
         return logs_dir(name)
     return Path(root) / RUNS_DIR / name
 

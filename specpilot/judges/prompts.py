@@ -19,6 +19,8 @@ import random
 import secrets
 
 from specpilot.errors import SpecPilotError
+from specpilot.requests import load_dev, load_jsonl, spread
+from specpilot.requests.sealed import ensure_sealed, generate_sealed
 
 # (request id, prompt text or None, prompt ids or None)
 Req = tuple[str, str | None, list[int] | None]
@@ -33,8 +35,6 @@ def draw(model: str, source: str, rounds: int, per_round: int,
         return [[(f"rand-{r}-{i}", None, [rng.randrange(1, 256) for _ in range(16)])
                  for i in range(per_round)] for r in range(rounds)]
     if source == "fresh":
-        from specpilot.requests.sealed import generate_sealed
-
         out: list[list[Req]] = []
         seen: set[str] = set()
         for r in range(rounds):
@@ -62,9 +62,6 @@ def draw(model: str, source: str, rounds: int, per_round: int,
 
 
 def _pool(source: str):
-    from specpilot.requests import load_dev, load_jsonl
-    from specpilot.requests.sealed import ensure_sealed
-
     try:
         if source == "dev":
             return load_dev()
@@ -82,6 +79,4 @@ def pick_requests(model: str, count: int, source: str = "dev") -> list[Req]:
         rng = random.Random(0)
         return [(f"rand-{i}", None, [rng.randrange(1, 256) for _ in range(16)])
                 for i in range(count)]
-    from specpilot.requests import spread
-
     return [(r.id, r.prompt, None) for r in spread(_pool(source), count)]

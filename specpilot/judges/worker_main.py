@@ -131,6 +131,7 @@ def reference_pass(engine, ids: list[int], length: int, draft_len: int,
     stock's own kernels move each margin when only the summation order changes: `noise` per
     position (|margin change|; the two margins' sum where the argmax flips) and
     `noise_flips`, the positions whose argmax the change of shape alone flipped."""
+    # lazy: the checkout's stock, imported after setup hashed its tree
     import torch
     from stock.engine import Engine
     from stock.options import Options
@@ -159,6 +160,7 @@ def registry() -> dict:
     """The imported system's option registry: names, types, defaults, choices, help, the
     device types an option acts on (None for all) and the range of a numeric option (min,
     max; None where open); a system older than a field has None there."""
+    # lazy: the checkout's stock, imported after setup hashed its tree
     from stock.options import REGISTRY
 
     return {n: {"type": o.type.__name__, "default": o.default, "help": o.help,
@@ -175,6 +177,7 @@ def measure(engine, drafter, prompts: list[list[int]], max_new: int) -> dict:
     model's shapes. The judges' analyze.py turns it into the factors."""
     import dataclasses
 
+    # lazy: the checkout's stock, imported after setup hashed its tree
     import torch
     from stock.lattice_log import LatticeRecorder
     from stock.profile import Profiler
@@ -213,6 +216,7 @@ class Server:
         checkout = Path(setup["checkout"]).resolve()
         self.tree = tree_hash(checkout, setup["system_paths"])  # before importing any of it
         device = _place(setup["device"])
+        # lazy: the checkout's stock, imported after setup hashed its tree
         import stock
         import stock.system  # noqa: F401 - registers every option the system defines (drafters')
         import torch
@@ -226,6 +230,7 @@ class Server:
         options = Options(setup.get("options") or {})
         model = setup["model"]
         if model.startswith("random:"):
+            # lazy: the checkout's stock, imported after setup hashed its tree
             from stock.config import PRESETS
             from stock.engine import Engine
             from stock.model import Transformer
@@ -238,6 +243,7 @@ class Server:
             self.tokenizer = None
             self.drafter = make_drafter(setup.get("drafter"), self.engine)
         else:
+            # lazy: the checkout's stock, imported after setup hashed its tree
             from stock.system import load_system
 
             system = load_system(model, options, device, setup.get("max_context"))
@@ -280,6 +286,7 @@ class Server:
         evidence: its search is the pre-screen; gates and controller judge its pick in
         workers started at that pick): a fresh engine, and a drafter built for it, so that
         drafter options (ngram_max, ...) take effect."""
+        # lazy: the checkout's stock, imported after setup hashed its tree
         from stock.engine import Engine
         from stock.options import Options
         from stock.system import make_drafter

@@ -132,6 +132,7 @@ def model_reads(model: str, options: dict) -> list[tuple[Path, Path]]:
     block-drafter weights folder given as an option."""
     reads: list[tuple[Path, Path]] = []
     if not model.startswith("random:"):
+        # lazy: stock.weights imports torch (seconds); only a real model's files need it
         from stock.gguf_convert import cache_root
         from stock.weights import resolve
 

@@ -6,6 +6,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from specpilot import worktrees
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import ENTRY_PREFIX, GitStore
 from specpilot.memory import patches
@@ -100,8 +101,6 @@ def resolve_source(store: GitStore, source: str, system_paths: list[str]) -> str
     """A commit from a branch/rev, or from a worktree folder (its HEAD; must be clean). A
     sub-agent's worktree is read without running git inside it (an agent may have rewritten
     its `.git` file): its HEAD as this repository records it, its files by capture_tree."""
-    from specpilot import worktrees
-
     path = Path(source)
     if path.is_dir() and (path / ".git").exists():
         agents = {Path(w.path).resolve(): w for w in worktrees.list_all(store)}
