@@ -223,6 +223,10 @@ def main(argv: list[str] | None = None) -> None:
                 "categories": cats, "steps": stats["steps"]}
         ranks = dist.gather(mine)
         if not dist.main:
+            # wait for rank 0's save, then close together: a rank that tears the process
+            # group down while the other still uses it aborts under gloo (SIGABRT, seen in
+            # tests/test_training_dist.py on the 2-core CPU)
+            dist.barrier()
             dist.close()
             return
         stats["rank_data"] = ranks
@@ -262,4 +266,5 @@ def main(argv: list[str] | None = None) -> None:
     total = sum(s.bytes for s in man.shards)
     log(f"saved {len(man.shards)} shard(s), {total} bytes, to {args.out}; "
         f"total {time.perf_counter() - t0:.1f}s")
+    dist.barrier()   # the other ranks wait here for the save (above)
     dist.close()
