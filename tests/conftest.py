@@ -22,3 +22,10 @@ def dev_prompts(smol):
 
     reqs = select(load_dev(), None, 2)[:8]
     return [smol.tokenizer.chat(r.prompt) for r in reqs]
+
+
+@pytest.fixture(scope="session")
+def ar_64(smol, dev_prompts):
+    """The embedded default's greedy AR output on the eight dev prompts, 64 new tokens each
+    (computed once a session: tests that need fewer take prefixes, a greedy prefix)."""
+    return [smol.engine.generate(p, 64).tokens for p in dev_prompts]

@@ -188,8 +188,11 @@ def references(stock_system, requests, length: int, cache: ReferenceCache, model
 
 
 def forcing_gate(candidate_engine, refs: list[Reference], cfg: GatesSection,
-                 exact: bool = False, check: str = "custom") -> GateReport:
-    """Force each reference through the candidate; judge its mismatches (or its logits)."""
+                 exact: bool = False, check: str = "custom",
+                 drafter: str | None = None) -> GateReport:
+    """Force each reference through the candidate; judge its mismatches (or its logits).
+    `drafter`: the generation check's, for an engine in this process (a worker's engine
+    generates with its own)."""
     mismatches: list[Mismatch] = []
     differ: dict[str, int] = {}
     tokens = 0
@@ -218,7 +221,7 @@ def forcing_gate(candidate_engine, refs: list[Reference], cfg: GatesSection,
             if first is not None:
                 differ[ref.request_id] = first
     allowed = math.floor(tol.rate * tokens)
-    generation = generation_check(candidate_engine, refs, cfg)
+    generation = generation_check(candidate_engine, refs, cfg, drafter)
     reasons = list(generation.faults)
     hard = [m for m in mismatches if not m.near_tie]
     if exact:  # bit-identical logits is the whole criterion (it implies stock's choices)
@@ -239,10 +242,16 @@ def forcing_gate(candidate_engine, refs: list[Reference], cfg: GatesSection,
                       generation=generation, passed=not reasons, reasons=reasons)
 
 
-def generation_check(candidate_engine, refs: list[Reference], cfg: GatesSection) -> OutputCheck:
+def generation_check(candidate_engine, refs: list[Reference], cfg: GatesSection,
+                     drafter: str | None = None) -> OutputCheck:
     """The candidate's own generation (the path the controller times) against each
     reference: force() reports what the candidate says it would choose, generate() is what
-    it does. Near-ties are tolerated as in the controller (specpilot/judges/outputs.py)."""
+    it does. Near-ties are tolerated as in the controller (specpilot/judges/outputs.py).
+    `drafter` (in-process engines only): generate with it, lossless, fewer forwards."""
+    def gen(ids, n):
+        own = None if drafter is None else own_drafter(drafter, candidate_engine)
+        return candidate_engine.generate(ids, n, own).tokens
+
     check = OutputCheck(side="candidate")
     tol = gate_tolerance(refs, cfg)
     budget = near_tie_budget(sum(len(r.tokens) for r in refs), tol.rate)
@@ -253,10 +262,8 @@ def generation_check(candidate_engine, refs: list[Reference], cfg: GatesSection)
                        max_new=ref.length, tokens=ref.tokens, margins=ref.margins,
                        stop_reason=ref.stop_reason, noise=ref.noise,
                        noise_flips=ref.noise_flips)
-        got = candidate_engine.generate(ref.prompt_ids, ref.length).tokens
-        check_request(check, exp, got,
-                      lambda ids, n: (candidate_engine.generate(ids, n).tokens, 0.0),
-                      tol.epsilon, budget)
+        got = gen(ref.prompt_ids, ref.length)
+        check_request(check, exp, got, lambda ids, n: (gen(ids, n), 0.0), tol.epsilon, budget)
     return check
 
 
@@ -265,12 +272,17 @@ def gate_tolerance(refs: list[Reference], cfg: GatesSection) -> Tolerance:
     return tolerance(refs, cfg.near_tie_epsilon, cfg.near_tie_rate, cfg.noise_factor)
 
 
+def own_drafter(name: str, engine):
+    """The drafter `name` of an engine in this process."""
+    # lazy: stock.system imports torch (seconds); only the in-process gates need it
+    from stock.system import make_drafter
+
+    return make_drafter(name, engine)
+
+
 def option_default_gate(candidate_engine, refs: list[Reference], cfg: GatesSection,
                         drafter: str = "ngram", check: str = "dev") -> GateReport:
     """All options at defaults: stock's logits bit for bit, and the reference's tokens."""
-    # lazy: stock.system imports torch (seconds); only the in-process gate needs it
-    from stock.system import make_drafter
-
     changed = candidate_engine.options.non_default()
     if changed:
         raise SpecPilotError(f"the option-default gate needs every option at its default; "
@@ -283,7 +295,7 @@ def option_default_gate(candidate_engine, refs: list[Reference], cfg: GatesSecti
             continue
         # an engine served by a worker (gates.WorkerEngine) generates with its own drafter
         own = None if getattr(candidate_engine, "remote", False) else \
-            make_drafter(drafter, candidate_engine)
+            own_drafter(drafter, candidate_engine)
         got = candidate_engine.generate(ref.prompt_ids, n, own).tokens
         if got != ref.tokens[:n]:
             at = next((i for i, (a, b) in enumerate(zip(got, ref.tokens)) if a != b),
