@@ -2,39 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
-from click.exceptions import Abort, Exit
 
-from specpilot import failures, lifeline
-
-# click's own exits: help, version, and (click >= 8.2) help shown for a bare group
-PASS = (Exit, Abort) + tuple(e for e in (getattr(click.exceptions, "NoArgsIsHelpError", None),)
-                             if e is not None)
-
-
-class Group(click.Group):
-    """A click group whose every failure is one line, `error: …` (specpilot/failures.py):
-    usage errors included, and a bug as `error: internal: …`; `--debug` adds tracebacks."""
-
-    def make_context(self, info_name, args, parent=None, **extra):
-        try:
-            return super().make_context(info_name, args, parent, **extra)
-        except PASS:
-            raise
-        except click.ClickException as exc:   # the group's own options
-            sys.exit(failures.report(exc, "--debug" in args))
-
-    def invoke(self, ctx):
-        try:
-            return super().invoke(ctx)
-        except PASS:
-            raise
-        except Exception as exc:
-            sys.exit(failures.report(exc, bool(ctx.params.get("debug"))))
-        except KeyboardInterrupt as exc:
-            sys.exit(failures.report(exc, bool(ctx.params.get("debug"))))
+from specpilot import lifeline
+from specpilot.failures import OneLineGroup as Group
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})

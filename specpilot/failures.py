@@ -13,6 +13,7 @@ import sys
 import traceback
 
 import click
+from click.exceptions import Abort, Exit
 
 from specpilot.errors import SpecPilotError
 from stock.errors import StockError
@@ -57,3 +58,31 @@ def report(exc: BaseException, debug: bool) -> int:
     message, code = describe(exc, debug)
     click.echo(f"error: {message}", err=True)
     return code
+
+
+# click's own exits: help, version, and (click >= 8.2) help shown for a bare group
+PASS = (Exit, Abort) + tuple(e for e in (getattr(click.exceptions, "NoArgsIsHelpError", None),)
+                             if e is not None)
+
+
+class OneLineGroup(click.Group):
+    """A click group whose every failure is one line, `error: …` (specpilot/failures.py):
+    usage errors included, and a bug as `error: internal: …`; `--debug` adds tracebacks."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except PASS:
+            raise
+        except click.ClickException as exc:   # the group's own options
+            sys.exit(report(exc, "--debug" in args))
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except PASS:
+            raise
+        except Exception as exc:
+            sys.exit(report(exc, bool(ctx.params.get("debug"))))
+        except KeyboardInterrupt as exc:
+            sys.exit(report(exc, bool(ctx.params.get("debug"))))

@@ -12,11 +12,12 @@ from pathlib import Path
 import click
 
 from specpilot.errors import SpecPilotError
+from specpilot.failures import OneLineGroup
 from specpilot.memory.checkout import replay_one
 from specpilot.memory.store import Memory
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=OneLineGroup, context_settings={"help_option_names": ["-h", "--help"]})
 def git_cli():
     """SpecPilot's git door."""
 

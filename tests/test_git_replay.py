@@ -79,3 +79,13 @@ def test_the_git_door_works_through_git(chain_ab, tmp_path):
     bad = subprocess.run(["git", "specpilot", "replay", "zzz"], cwd=chain_ab.path, env=env,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "no memory entry 'zzz'" in bad.stderr
+
+
+def test_usage_errors_and_an_unknown_entry_are_one_line(chain_ab):
+    for args, words in ((["replay", "b", "--bogus"], "No such option '--bogus'"),
+                        (["replay"], "Missing argument"),
+                        (["replay", "nope"], "nope")):
+        res = chain_ab.git_specpilot(*args)
+        lines = [x for x in res.output.splitlines() if x.strip()]
+        assert res.exit_code >= 1 and len(lines) == 1, res.output
+        assert lines[0].startswith("error: ") and words in lines[0], res.output
