@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import random
-from contextlib import contextmanager
 
 import pytest
 import torch
 
 from specpilot.requests import load_dev
 from stock.config import PRESETS
-from stock.drafters.block import BlockConfig, BlockDrafter, BlockDrafterError, BlockNet
+from stock.drafters.block import BlockDrafter, BlockDrafterError
 from stock.drafters.block_weights import load_block
 from stock.model import Transformer
 from training.cli import main, toy_setup
@@ -22,47 +21,8 @@ from training.loop import (TrainConfig, block_forward, evaluate, extract_feature
                            sample_anchors, train, validation_split)
 from training.prompts import MIX, _math_more, build_prompts, dev_prompts, prompt_group
 
-TOY = dict(prompts=8, max_new=40, gen_batch=8, num_layers=1, num_target_layers=2, block_size=4,
-           batch=8, anchors=8, warmup=3, lr=3e-3)
-
-
-@contextmanager
-def one_thread():
-    """Tiny models run far faster on one thread of this shared 2-core machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    with one_thread():
-        yield
-
-
-@pytest.fixture(scope="module")
-def toy():
-    with one_thread():
-        target, prompts = toy_setup(0, TOY["prompts"])
-        data = generate_data(target, prompts, TOY["max_new"], 8, set(), progress=lambda m: None)
-    return target, prompts, data
-
-
-@pytest.fixture(scope="module")
-def toy_trained(toy):
-    target, prompts, data = toy
-    with one_thread():
-        net, stats, losses = train(target, prompts, TrainConfig(seed=0, steps=40, **TOY),
-                                   progress=lambda m: None, data=data)
-    return net, stats, losses
-
-
-def random_net(target, block_size=4, seed=1, **kw) -> BlockNet:
-    cfg = BlockConfig.for_target(target.cfg, num_layers=2, block_size=block_size, **kw)
-    return BlockNet(cfg).init_weights(seed, std=0.2)
+from block_fixtures import *  # noqa: F401,F403
+from block_fixtures import TOY, one_thread, random_net  # noqa: F401
 
 
 def test_toy_training_lowers_the_loss_and_repeats_bit_for_bit(toy, toy_trained):
