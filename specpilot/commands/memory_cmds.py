@@ -1,5 +1,5 @@
-"""`specpilot memory list|show|graph|verify|record|export|import|repair|rebase|add-result|
-describe`."""
+"""`specpilot memory list|show|graph|verify|record|export|import|repair|rebase|amend|
+add-result|describe`."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import click
 
 from specpilot.errors import SpecPilotError
 from specpilot.memory import graph as graph_mod
+from specpilot.memory.amend import amend as amend_entry
 from specpilot.memory.portable import export_entries, import_entries
 from specpilot.memory.rebase import rebase as rebase_entries
 from specpilot.memory.record import record as record_entry
@@ -188,6 +189,23 @@ def rebase_cmd(onto, ids, as_json):
         lines.append(line)
     _emit(as_json, [r.to_json() for r in results], "\n".join(lines) or "(no memory entries)")
     sys.exit(0 if all(r.status in ("moved", "unchanged") for r in results) else 1)
+
+
+@memory_group.command("amend")
+@click.argument("entry_id")
+@click.option("--from", "source", required=True,
+              help="Branch, commit or clean worktree on the entry's base with the new change.")
+@click.option("--reason", required=True, help="Why the change was replaced (kept in history).")
+@click.option("--no-files", is_flag=True, help="Do not rewrite memory/<id>.toml/.patch.")
+@JSON
+def amend_cmd(entry_id, source, reason, no_files, as_json):
+    """Give an entry a new change on its base (it must reproduce); results become stale."""
+    done = amend_entry(Memory(), entry_id, source, reason, write_files=not no_files)
+    text = (f"amended {done.id}: {done.old_commit[:12]} -> {done.new_commit[:12]}, tree "
+            f"{done.source_tree[:12]} (reproduced; {done.stale_results} results now stale)")
+    if done.files:
+        text += "\nwrote " + ", ".join(done.files) + " (commit them to share the entry)"
+    _emit(as_json, done.to_json(), text)
 
 
 @memory_group.command("add-result")

@@ -94,6 +94,14 @@ class Rebased(_Strict):
     date: datetime
 
 
+class Amended(_Strict):
+    """One replacement of the entry's change (`specpilot memory amend`), and why."""
+
+    from_commit: str = Field(pattern=HEX40)
+    reason: str
+    date: datetime
+
+
 class EntryMeta(_Strict):
     schema_version: Literal[1] = SCHEMA_VERSION
     id: str
@@ -111,6 +119,7 @@ class EntryMeta(_Strict):
     applicability: list[str] = Field(default_factory=list)
     untested: list[str] = Field(default_factory=list)
     rebased: list[Rebased] = Field(default_factory=list)
+    amended: list[Amended] = Field(default_factory=list)
     validation: Validation | None = None   # None: not recorded by a cycle
 
     @property
@@ -134,8 +143,11 @@ class EntryMeta(_Strict):
         return value
 
     def to_toml(self) -> bytes:
-        """The canonical serialization (fields in model order, no nulls)."""
+        """The canonical serialization (fields in model order, no nulls; `amended` only once
+        there is one, so entries written before the field existed keep their bytes)."""
         data = self.model_dump(mode="python", exclude_none=True)
+        if not data.get("amended"):
+            data.pop("amended", None)
         return tomli_w.dumps(data).encode()
 
     @classmethod

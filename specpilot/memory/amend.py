@@ -1,0 +1,92 @@
+"""`specpilot memory amend ID --from SRC`: give an entry a new change, keeping its identity.
+
+For a change a 3-way rebase cannot make: stock moved a module the entry's patch imports, so
+the rebased patch applies but no longer runs. The entry keeps its id, dependencies, base,
+options and prose; its patch becomes what SRC (a branch, commit or clean worktree on the
+entry's base) adds over the entry's dependencies, which must reproduce SRC's system tree as
+`record` demands. Its results are marked stale (they measured the old change), the old commit
+stays under `refs/specpilot/attic/<id>/<sha>`, and the move is kept in the entry's history.
+An entry that others depend on is refused: amend them from their own sources afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specpilot.errors import SpecPilotError
+from specpilot.gitstore import ENTRY_PREFIX
+from specpilot.memory import patches
+from specpilot.memory.entry import Amended, now
+from specpilot.memory.portable import _keep_in_attic
+from specpilot.memory.record import resolve_source
+from specpilot.memory.replay import Replayer
+from specpilot.memory.store import Memory, write_file_entry
+
+
+@dataclass
+class AmendOutcome:
+    id: str
+    old_commit: str
+    new_commit: str
+    source_tree: str
+    patch_sha256: str
+    stale_results: int
+    files: list[str]
+
+    def to_json(self) -> dict:
+        return self.__dict__.copy()
+
+
+def amend(memory: Memory, entry_id: str, source: str, reason: str,
+          write_files: bool = True) -> AmendOutcome:
+    store = memory.store
+    refs = memory.ref_entries()
+    if entry_id not in refs:
+        raise SpecPilotError(f"no memory entry {entry_id!r}", code=2)
+    if not reason.strip():
+        raise SpecPilotError("--reason is required: say why the change was amended", code=2)
+    entry, meta = refs[entry_id], refs[entry_id].meta
+    users = sorted(e for e, r in refs.items() if entry_id in r.meta.deps)
+    if users:
+        raise SpecPilotError(f"entry {entry_id!r} has dependents ({', '.join(users)}); "
+                             f"amending it would leave them on its old change", code=2)
+    source_commit = resolve_source(store, source, memory.system_paths)
+    if store.merge_base(source_commit, meta.base) != meta.base:
+        raise SpecPilotError(f"{source} does not contain the entry's base {meta.base[:12]}; "
+                             f"rebase the entry first (`specpilot memory rebase`)", code=2)
+    with store.private_index() as index:
+        replayer = Replayer(memory, refs, index)
+        deps_tree = replayer.tree_for_deps(meta.deps, meta.base, entry_id)
+        patch = store.diff_patch(deps_tree, source_commit, memory.system_paths)
+        if not patch:
+            raise SpecPilotError(f"entry {entry_id!r}: {source} changes nothing in the "
+                                 f"system paths over its base and dependencies", code=2)
+        tree = replayer.apply_patch(deps_tree, entry_id, patch)
+    source_tree = store.system_tree(source_commit, memory.system_paths)
+    if store.system_tree(tree, memory.system_paths) != source_tree:
+        raise SpecPilotError(f"entry {entry_id!r}: replaying the new patch does not give the "
+                             f"system tree of {source}; not amended")
+    if source_tree == meta.source_tree:
+        raise SpecPilotError(f"entry {entry_id!r}: {source} has the entry's own system tree; "
+                             f"nothing to amend", code=2)
+    new_meta = meta.model_copy(update={
+        "source_tree": source_tree,
+        "patch_sha256": patches.sha256(patch),
+        "results": [r.model_copy(update={"stale": True}) for r in meta.results],
+        "amended": [*meta.amended, Amended(from_commit=entry.commit, reason=reason.strip(),
+                                           date=now())],
+    })
+    new_meta = type(meta).validate_dict(new_meta.model_dump(), f"amended {entry_id}")
+    raw = new_meta.to_toml()
+    parents = [refs[d].commit for d in meta.deps] or [meta.base]
+    files: list[str] = []
+    with store.writer_lock():
+        commit = store.commit_tree(tree, parents, new_meta.commit_message(), new_meta.git_date())
+        store.write_system_tree(tree, memory.system_paths)
+        _keep_in_attic(memory, entry_id, entry.commit)
+        store.publish(ENTRY_PREFIX + entry_id, commit, entry.commit, raw, new_meta.git_date(),
+                      f"specpilot amend {entry_id}")
+        if write_files:
+            files = [memory.rel(p) for p in write_file_entry(memory.folder, raw, entry_id, patch)]
+    return AmendOutcome(entry_id, entry.commit, commit, source_tree, new_meta.patch_sha256,
+                        len(meta.results), files)

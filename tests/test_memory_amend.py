@@ -1,0 +1,61 @@
+"""`specpilot memory amend`: an entry gets a new change on its base, keeps its identity, and
+still reproduces; what cannot be amended is refused with nothing changed."""
+
+import tomllib
+
+from memory_fixtures import *  # noqa: F401,F403
+from memory_fixtures import engine_text
+from specpilot.memory.verify import verify
+
+RESULTS = '[[results]]\nmetric = "tok/s"\nvalue = 1.25\nhardware = "H200"\n'
+
+
+def _meta(project, entry_id):
+    return tomllib.loads(project.git("notes", "--ref", "refs/notes/specpilot", "show",
+                                     f"refs/specpilot/entries/{entry_id}"))
+
+
+def test_amend_replaces_the_change_and_keeps_the_entry(project):
+    meta = project.path.parent / "meta.toml"
+    meta.write_text('summary = "first"\n' + RESULTS)
+    project.entry("a", {1: "'a'"}, meta_file=meta)
+    old = project.git("rev-parse", "refs/specpilot/entries/a")
+    project.make_commit(project.base, {"stock/engine.py": engine_text({1: "'a2'", 2: "'a2'"})},
+                        "a, second take", branch="src/a2")
+    res = project.specpilot("memory", "amend", "a", "--from", "src/a2",
+                            "--reason", "stock moved a module")
+    assert res.exit_code == 0, res.output
+    assert "results now stale" in res.output
+    new = project.git("rev-parse", "refs/specpilot/entries/a")
+    assert new != old and project.git("rev-parse", f"{new}^") == project.base
+    engine = project.git("show", f"{new}:stock/engine.py")
+    assert "line_01 = 'a2'" in engine and "line_02 = 'a2'" in engine
+    m = _meta(project, "a")
+    assert m["summary"] == "first" and m["base"] == project.base
+    assert [r["stale"] for r in m["results"]] == [True]
+    assert m["amended"][0]["from_commit"] == old
+    assert m["amended"][0]["reason"] == "stock moved a module"
+    assert project.git("rev-parse", f"refs/specpilot/attic/a/{old[:12]}") == old
+    assert "line_02 = 'a2'" in (project.path / "memory" / "a.patch").read_text()
+    assert verify(project.memory()).ok
+
+
+def test_amend_refuses_and_changes_nothing(project):
+    project.entry("a", {1: "'a'"})
+    project.entry("b", {10: "'b'"}, ["a"])
+    refs = project.git("for-each-ref")
+    # a has a dependent
+    res = project.specpilot("memory", "amend", "a", "--from", "src/b", "--reason", "x")
+    assert res.exit_code == 2 and "has dependents (b)" in res.output
+    # no such entry; the entry's own tree; a source without the entry's base
+    res = project.specpilot("memory", "amend", "zz", "--from", "src/b", "--reason", "x")
+    assert res.exit_code == 2 and "no memory entry 'zz'" in res.output
+    res = project.specpilot("memory", "amend", "b", "--from", "src/b", "--reason", "x")
+    assert res.exit_code == 2 and "nothing to amend" in res.output
+    other = project.git("commit-tree", project.git("rev-parse", f"{project.base}^{{tree}}"),
+                        "-m", "unrelated root")
+    res = project.specpilot("memory", "amend", "b", "--from", other, "--reason", "x")
+    assert res.exit_code == 2 and "does not contain the entry's base" in res.output
+    res = project.specpilot("memory", "amend", "b", "--from", "src/b", "--reason", " ")
+    assert res.exit_code == 2 and "--reason is required" in res.output
+    assert project.git("for-each-ref") == refs
