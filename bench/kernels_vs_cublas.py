@@ -127,7 +127,7 @@ def read_bytes(t, m: int, k: int, view: str) -> int:
 
 # ---------------------------------------------------------------- one shape
 def _matmul(kernel: str):
-    from kernels.w12.linear import fused_matmul
+    from kernels.w12.ops import fused_matmul
 
     return fused_matmul(kernel)
 
@@ -404,7 +404,7 @@ def compile_task(task, dev: str = "cuda", n: int = PRE_N, k: int = PRE_K,
     kernel, view, cfg, m = task
     t0 = time.perf_counter()
     try:
-        from kernels.w12.linear import fused_matmul
+        from kernels.w12.ops import fused_matmul
 
         t = _standin(n, k, dev)
         x = torch.randn(m, k, generator=torch.Generator().manual_seed(m)).to(xdtype).to(dev)

@@ -15,7 +15,7 @@ Parts (each in its own try, so one failure keeps the rest):
   5. timings: the AR step eager (the dynamic forward, as the engine ran before graphs) and
      from a graph, then verify steps of each T from graphs; per-step CUDA events, median and
      p10-p90 of --iters replays;
-  6. --w12: kernels.w12.linear.convert_model(model) replaces nn.Linear modules in place, the
+  6. --w12: stock.w12_linear.convert_model(model) replaces nn.Linear modules in place, the
      graphs are captured again and the same steps timed; both printed side by side;
   7. --profile: GPU time of eager T = 1 and 16 steps by kernel and category (gemm,
      attention, other) and launches per step, for bf16 and for the last W12 kernel (and,
@@ -27,13 +27,13 @@ Parts (each in its own try, so one failure keeps the rest):
      |diff|, relative error, argmax agreement: bf16 rounding may differ). With `both` the
      table shows eager and compiled side by side (ms, x floor, compiled/eager). With
      --w12 --w12-compiled, each W12 kernel is timed compiled too (a W12Linear is one custom
-     op inside the compiled regions, kernels/w12/linear.py).
+     op inside the compiled regions, stock/w12_linear.py).
   9. --variants attn,fused_attn,fused: the compiled step again with stock's fast-path
      options (attention_kernel=triton: kernels/attention's split-KV kernel; fuse_projections:
      q/k/v and gate/up as one GEMM each, stock/fused.py), each compiled, checked and timed,
      beside the base compiled step (SDPA, separate projections). The W12 steps compiled
      after them run with the last variant's options: with fuse_projections, one W12 GEMV
-     per q/k/v and gate/up group (kernels/w12/linear.py); --w12-unfused times them module
+     per q/k/v and gate/up group (stock/w12_linear.py); --w12-unfused times them module
      by module too.
 
     python bench/step_27b.py --out $OUT            # about 60-90 s on an H200 (estimate)
@@ -338,7 +338,8 @@ class Bench:
                                   compile=True, attention=attention, fused=fused)
 
     def w12(self, kernel: str = "gemm"):
-        import kernels.w12.linear as w12
+        import stock.w12_linear as w12
+        from kernels.w12.ops import chosen_kernels
 
         # keep the bf16 logits of T=1 and 16 to compare against after the conversion
         ctx = self.args.context
@@ -427,14 +428,15 @@ class Bench:
     def w12_kernel(self, kernel: str):
         """The same W12 model on another kernel: gemv (kernels/w12/gemv.py, split-K) or
         auto (the faster of the two per shape and row bucket, as the engine runs it)."""
-        import kernels.w12.linear as w12
+        import stock.w12_linear as w12
+        from kernels.w12.ops import chosen_kernels
 
         changed = w12.set_kernel(self.model, kernel)
         log(f"W12 kernel -> {kernel} on {changed} linears")
         self.tune_then_time(f"w12_{kernel}")
         if kernel == "auto":
             self.report["w12_auto_choice"] = {"x".join(map(str, k[:3])) + f" {k[3]}": v
-                                              for k, v in w12.chosen_kernels().items()}
+                                              for k, v in chosen_kernels().items()}
             log(f"auto picked: {self.report['w12_auto_choice']}")
 
     def profile(self, tag: str, t: int = 1, steps: int = 3,
@@ -598,7 +600,7 @@ def main() -> None:
     ap.add_argument("--ts", default="1,8,16,32,64")
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--copy-gib", type=float, default=1.0)
-    ap.add_argument("--w12", action="store_true", help="also time kernels.w12.linear")
+    ap.add_argument("--w12", action="store_true", help="also time stock.w12_linear")
     ap.add_argument("--w12-kernels", default="gemm,gemv,auto",
                     help="W12 kernels to time with --w12, in order (gemm, gemv, auto)")
     ap.add_argument("--profile", action="store_true",

@@ -235,7 +235,7 @@ def run_region(name: str, *args):
 def _mark_dynamic_buffers(model) -> None:
     """Buffers a module names in `compile_dynamic_buffers` get a dynamic first dimension, so
     that one graph per region and T still serves every layer when their lengths differ from
-    layer to layer (W12's exception lists, kernels/w12/linear.py). Marks live on the tensor
+    layer to layer (W12's exception lists, stock/w12_linear.py). Marks live on the tensor
     objects; this runs in the compiled forward, which only warm-ups and captures call."""
     for mod in (*model.modules(), *groups(model)):
         for name in getattr(mod, "compile_dynamic_buffers", ()):
@@ -251,7 +251,7 @@ def uses_kernel(attention: str, device: torch.device, head_dim: int) -> bool:
         raise ValueError(f"attention must be 'triton' or 'sdpa', not {attention!r}")
     if attention == "sdpa" or device.type != "cuda":
         return False
-    from kernels.attention import supported
+    from kernels.attention import supported  # lazy: Triton kernels, CUDA only
 
     return supported(head_dim)
 
@@ -268,7 +268,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
     layers = list(model.model.layers)
     kernel = uses_kernel(attention, ids.device, layers[0].self_attn.d)
     if kernel:
-        from kernels.attention import decode_attention
+        from kernels.attention import decode_attention  # lazy: Triton, CUDA only
     cos, sin, mask_g, x = body.step_inputs(model, ids, positions, kv_len, mask=not kernel)
     hidden = {}
 

@@ -17,7 +17,7 @@ moved to another device), so a patch that swaps a projection is never bypassed.
 
 A patch whose projections are not plain linears can fuse them its own way: it builds one
 module whose output is the group's outputs concatenated (W12: one W12Linear over the
-concatenated planes, the members row slices of it, kernels/w12/linear.py) and installs it
+concatenated planes, the members row slices of it, stock/w12_linear.py) and installs it
 with `install_group(owner, names, module)`. `fused_qkv` / `fused_gate_up` then return that
 module (the compiled step calls it instead of multiplying by a matrix) for as long as every
 name still holds the very module object it held at installation and the group lives on

@@ -45,7 +45,7 @@ def static_forward(model: Transformer, ids: torch.Tensor, positions: torch.Tenso
     if not 0 < kv_len <= cache.max_len:
         raise ValueError(f"kv_len {kv_len} outside (0, {cache.max_len}]")
     if compiled and not profile_active():
-        from stock import compiled as compiled_step  # torch.compile's import: only when used
+        from stock import compiled as compiled_step  # lazy: torch.compile, only when used
 
         return compiled_step.forward(model, ids, positions, cache, kv_len, hidden_layers,
                                      logits, attention, fused)

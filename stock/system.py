@@ -71,7 +71,7 @@ def make_drafter(name: str | None, engine: Engine) -> Drafter | None:
     if name == "block":
         if "block" in engine.drafters:  # built once per engine: weights, CUDA graphs
             return engine.drafters["block"]
-        from stock.drafters.block_weights import load_block
+        from stock.drafters.block_weights import load_block  # lazy: only for block
 
         net, manifest = load_block(opts["block_weights"] or None, engine.model)
         if opts["block_size"] != manifest.config.block_size:

@@ -1,4 +1,6 @@
-"""W12Linear: an nn.Linear whose weight is stored as W12 planes, and `convert_model`.
+"""W12Linear: an nn.Linear whose weight is stored as W12 planes, and `convert_model` (model
+surgery lives in stock/; the kernels and their custom op in kernels/w12, which imports
+nothing of the project).
 
 On CUDA the forward runs the fused GEMM (kernels/w12/gemm.py) on the planes. On the CPU
 the weight is decoded once at load into a dense tensor (bit-identical to the bf16 weight)
@@ -22,15 +24,16 @@ import torch
 from torch import nn
 
 from kernels.w12.format import W12Tensor, decode, decode_w8, encode
+from kernels.w12.ops import fused_matmul
+from stock.fused import groups, install_group, unfuse
+from stock.linear import linear
 
 PLANES = ("hi", "lo", "base", "exc_idx", "exc_val")
-KERNELS = ("gemm", "gemv", "auto")
-_CHOICE: dict[tuple, str] = {}   # (row bucket, N, K, view, dtype, device) -> kernel
 
 
 class W12Linear(nn.Module):
     # stock/compiled.py traces modules that declare it: under torch.compile the CUDA forward
-    # is the custom op specpilot_w12::matmul below (dynamo keeps it whole)
+    # is the custom op specpilot_w12::matmul (kernels/w12/ops.py) (dynamo keeps it whole)
     compile_traceable = True
     # their lengths differ from layer to layer: dynamic in the compiled graphs, so that one
     # graph serves every layer (stock/compiled.py, _mark_dynamic_buffers)
@@ -106,8 +109,6 @@ class W12Linear(nn.Module):
             else:
                 y = fused_matmul(self.kernel)(x, self.w12, self.view)
             return y if self.bias is None else y + self.bias.to(y.dtype)
-        from stock.linear import linear  # stock's CPU dispatch: W @ x^T for 2-16 rows
-
         bias = None if self.bias is None else self.bias.to(x.dtype)
         return linear(x, self._dense_weight(x.device).to(x.dtype), bias)
 
@@ -127,78 +128,8 @@ class W12Linear(nn.Module):
                 f"view={self.view}, kernel={self.kernel}")
 
 
-def fused_matmul(kernel: str):
-    """The CUDA entry point of a W12 kernel: "gemm", "gemv" or "auto" (same signature)."""
-    if kernel == "auto":
-        return auto_matmul
-    if kernel == "gemm":
-        from kernels.w12.gemm import w12_matmul
-
-        return w12_matmul
-    if kernel == "gemv":
-        from kernels.w12.gemv import w12_gemv
-
-        return w12_gemv
-    raise ValueError(f"W12 kernel must be one of {KERNELS}, not {kernel!r}")
-
-
-# The fused kernels as one custom op, so that torch.compile (stock's `compile` option) treats
-# a W12 layer as an opaque call with a known output shape instead of tracing into the tuner's
-# Python and the Triton launches (graph breaks). Eager calls skip the op's dispatch cost and
-# call fused_matmul directly; both run the same kernels on the same planes.
-@torch.library.custom_op("specpilot_w12::matmul", mutates_args=())
-def w12_matmul_op(x: torch.Tensor, hi: torch.Tensor, lo: torch.Tensor, base: torch.Tensor,
-                  exc_idx: torch.Tensor, exc_val: torch.Tensor, row_ptr: torch.Tensor,
-                  in_features: int, view: str, kernel: str) -> torch.Tensor:
-    t = W12Tensor(hi, lo, base, exc_idx, exc_val, shape=(base.shape[0], in_features))
-    t._row_ptr = row_ptr
-    return fused_matmul(kernel)(x, t, view)
-
-
-@w12_matmul_op.register_fake
-def _(x, hi, lo, base, exc_idx, exc_val, row_ptr, in_features, view, kernel):
-    return x.new_empty((*x.shape[:-1], base.shape[0]))
-
-
-def auto_matmul(x: torch.Tensor, t: W12Tensor, view: str = "w12") -> torch.Tensor:
-    """The faster of the two kernels for this shape and row count (chosen once, timed)."""
-    from kernels.w12.gemm import MAX_M
-    from kernels.w12.gemv import bucket
-
-    m = x.numel() // max(1, x.shape[-1])
-    key = (bucket(min(m, MAX_M)), t.shape[0], t.shape[1], view, x.dtype, x.device)
-    kernel = _CHOICE.get(key)
-    if kernel is None:
-        if x.is_cuda and torch.cuda.is_current_stream_capturing():
-            kernel = "gemm"
-        else:
-            kernel = _CHOICE[key] = choose(x, t, view)
-    return fused_matmul(kernel)(x, t, view)
-
-
-def choose(x: torch.Tensor, t: W12Tensor, view: str) -> str:
-    """Tune both kernels on x (their own caches), then time each once more; the faster."""
-    if not x.is_cuda:
-        return "gemm"
-    from triton.testing import do_bench
-
-    times = {}
-    for name in ("gemm", "gemv"):
-        fn = fused_matmul(name)
-        fn(x, t, view)   # tunes its configuration for this shape
-        times[name] = do_bench(lambda: fn(x, t, view), warmup=5, rep=20)
-    return min(times, key=times.get)
-
-
-def chosen_kernels() -> dict[tuple, str]:
-    """What "auto" picked so far, for reports: {(rows, N, K, view): kernel}."""
-    return {k[:4]: v for k, v in _CHOICE.items()}
-
-
 def w12_modules(model: nn.Module) -> list[W12Linear]:
     """Every W12Linear of `model`: its modules, then its fused groups (stock/fused.py)."""
-    from stock.fused import groups
-
     mods = [m for m in model.modules() if isinstance(m, W12Linear)]
     if hasattr(model, "model") and hasattr(model.model, "layers"):
         mods += [g for g in groups(model) if isinstance(g, W12Linear)]
@@ -232,8 +163,6 @@ def _group(owner: nn.Module, names: tuple[str, ...], keep_dense: bool) -> W12Lin
     """Encode owner's linears `names` as one W12Linear over their concatenated weights and
     make each a row slice of it (module docstring of stock/fused.py); None if they are not
     bias-free nn.Linear layers of one input width, device and dtype."""
-    from stock.fused import install_group
-
     lins = [getattr(owner, n) for n in names]
     if not all(isinstance(m, nn.Linear) and m.bias is None for m in lins):
         return None
@@ -295,8 +224,6 @@ def convert_model(model: nn.Module, include_lm_head: bool = True,
                     count(lins, new)
                     stats["groups"] += 1
     if layers is not None:  # a bf16 fused matrix of members replaced above or below
-        from stock.fused import unfuse
-
         unfuse(model)
     names = [name for name, mod in model.named_modules()
              if isinstance(mod, nn.Linear) and (include_lm_head or name != "lm_head")]

@@ -38,7 +38,7 @@ def embedded_gguf() -> Path:
 
 def resolve(model: str | Path) -> Path:
     """An HF-style folder for `model` ('embedded', a folder, or a .gguf file)."""
-    from stock.gguf_convert import ensure_converted
+    from stock.gguf_convert import ensure_converted  # lazy: gguf, on a first load
 
     if str(model) == EMBEDDED:
         return ensure_converted(embedded_gguf())

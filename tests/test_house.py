@@ -15,26 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("specpilot", "stock", "kernels", "training")
 SYSTEM_PATHS = ("stock", "kernels")
 
-# kernels/w12/linear.py imports stock.linear and stock.fused (issue 22 item 1, another change;
-# tests/test_training_layout.py xfails it too): the one file left out of the kernels rule.
-KNOWN_KERNEL_ARROWS = {"kernels/w12/linear.py"}
-
-# Lazy project imports in the system paths without a `# lazy:` comment. stock/ and kernels/
-# are hashed for reproduction: a comment there changes the system tree every memory entry is
-# replayed onto, so these are annotated (or hoisted) with the next change of stock itself,
-# and leave this list then. The list only shrinks: each must still be there, uncommented.
-SYSTEM_PATH_LAZY = {
-    ("stock/compiled.py", "kernels.attention"),              # Triton kernels, CUDA only
-    ("stock/static_step.py", "stock.compiled"),              # torch.compile, only when used
-    ("stock/system.py", "stock.drafters.block_weights"),     # the block drafter's weights
-    ("stock/weights.py", "stock.gguf_convert"),              # GGUF conversion, when asked
-    ("stock/drafters/draft_model.py", "stock.cache"),
-    ("stock/drafters/block.py", "stock.graphs"),             # stock.graphs imports the model
-    ("kernels/w12/linear.py", "kernels.w12.gemm"),           # Triton kernels, CUDA only
-    ("kernels/w12/linear.py", "kernels.w12.gemv"),
-    ("kernels/w12/linear.py", "stock.linear"),               # issue 22 item 1
-    ("kernels/w12/linear.py", "stock.fused"),
-}
+# Every lazy project import in the system paths says why with `# lazy: ...` too (stock/ and
+# kernels/ are hashed into every entry's source tree, so they were annotated in one change).
 
 # Lazy project imports outside the system paths, all with their reason: CLI startup time
 # (commands/), torch behind stock.system/stock.weights, the judges' worker importing the
@@ -191,13 +173,12 @@ def test_no_import_loop_among_project_modules():
 
 def test_arrows_go_one_way():
     """specpilot -> stock -> kernels, training -> stock -> kernels; kernels import nothing of
-    the project (but kernels/w12/linear.py, issue 22 item 1)."""
+    the project."""
     bad = []
     for mod, imps in IMPORTS.items():
         top = mod.split(".")[0]
         forbidden = {"stock": ("specpilot", "training"),
-                     "kernels": () if _rel(mod) in KNOWN_KERNEL_ARROWS else
-                     ("specpilot", "training", "stock"),
+                     "kernels": ("specpilot", "training", "stock"),
                      "training": ("specpilot",)}.get(top, ())
         bad += [f"{_rel(mod)}:{i.line} imports {i.module}" for i in imps
                 if i.module.split(".")[0] in forbidden]
@@ -260,7 +241,5 @@ def test_project_imports_inside_functions_say_why():
     loose, system, count = _lazy()
     assert loose == [], "hoist these to module level, or say why with '# lazy: ...':\n" + \
         "\n".join(loose)
-    assert system == SYSTEM_PATH_LAZY, (
-        f"new in the system paths (say why with '# lazy: ...'): {system - SYSTEM_PATH_LAZY}; "
-        f"annotated or gone (drop them from SYSTEM_PATH_LAZY): {SYSTEM_PATH_LAZY - system}")
+    assert system == set(), f"say why with '# lazy: ...' in the system paths: {sorted(system)}"
     assert count <= LAZY_BUDGET, f"{count} lazy project imports (budget {LAZY_BUDGET})"

@@ -14,8 +14,6 @@ import tomllib
 from importlib import resources
 from pathlib import Path
 
-import pytest
-
 from training import prompts
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,20 +92,8 @@ def test_stock_holds_no_training_code():
     assert found == {}
 
 
-# kernels/w12/linear.py imports stock.linear and stock.fused inside functions; another change
-# moves that (issue 22 item 1). Every other kernel file is held to the rule now.
-KNOWN_KERNEL_ARROWS = {"kernels/w12/linear.py"}
-
-
 def test_kernels_import_nothing_of_the_project():
-    found = _project_imports("kernels", ("stock", "specpilot", "training"))
-    assert {f: m for f, m in found.items() if f not in KNOWN_KERNEL_ARROWS} == {}
-
-
-@pytest.mark.xfail(reason="kernels/w12/linear.py → stock (issue 22 item 1)", strict=False)
-def test_kernels_w12_linear_imports_nothing_of_the_project():
-    found = _project_imports("kernels", ("stock", "specpilot", "training"))
-    assert found.get("kernels/w12/linear.py") is None
+    assert _project_imports("kernels", ("stock", "specpilot", "training")) == {}
 
 
 def test_training_imports_stock_not_specpilot_without_loops_or_hidden_imports():

@@ -203,7 +203,8 @@ def test_buckets_configs_and_tuning_fallbacks():
 def test_linear_kernel_selection():
     from torch import nn
 
-    from kernels.w12.linear import W12Linear, fused_matmul, set_kernel
+    from kernels.w12.ops import fused_matmul
+    from stock.w12_linear import W12Linear, set_kernel
 
     assert fused_matmul("gemv") is gemv.w12_gemv
     with pytest.raises(ValueError, match="kernel"):

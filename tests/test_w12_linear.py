@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from kernels.w12.linear import W12Linear, convert_model
+from stock.w12_linear import W12Linear, convert_model
 from stock.config import PRESETS
 from stock.model import Transformer
 
@@ -75,7 +75,7 @@ def test_grouped_conversion_shares_planes_and_keeps_every_output():
     converting one by one), installed as the layer's fused group; the eager logits stay
     those of the bf16 model; a bf16 fused matrix is dropped; a replaced member disables the
     group; set_kernel and set_view reach the groups."""
-    from kernels.w12.linear import set_kernel, set_view
+    from stock.w12_linear import set_kernel, set_view
     from stock import fused as F_
 
     cfg = PRESETS["tiny-qwen3"]

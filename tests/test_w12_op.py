@@ -1,4 +1,4 @@
-"""The W12 kernels as one custom op (kernels/w12/linear.py, `specpilot_w12::matmul`), the
+"""The W12 kernels as one custom op (stock/w12_linear.py, `specpilot_w12::matmul`), the
 form W12Linear takes under torch.compile: same result as the direct call (Triton's
 interpreter on this CPU), a fake implementation with the right shape, and a compiled
 caller that keeps the op whole (fullgraph: a graph break would raise)."""
@@ -13,7 +13,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 from kernels.w12 import encode  # noqa: E402
-from kernels.w12.linear import fused_matmul, w12_matmul_op  # noqa: E402
+from kernels.w12.ops import fused_matmul, w12_matmul_op  # noqa: E402
 from kernels.w12.reference import w12_matmul_ref  # noqa: E402
 from w12_weights import check, student_t  # noqa: E402
 

@@ -275,7 +275,7 @@ class BlockDrafter(Drafter):
 
     def __init__(self, net: BlockNet, target, max_len: int, topk: int = 4,
                  graphs: bool = False, compiled: bool = False, static: bool = False):
-        from stock.graphs import kv_buckets  # late: stock.graphs imports the model stack
+        from stock.graphs import kv_buckets  # lazy: stock.graphs imports the model stack
 
         cfg = net.cfg
         cfg.check_target(target.cfg)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from stock.cache import KVCache
 from stock.drafters.base import DraftContext, DraftLattice, Drafter
 from stock.model import Transformer
 
@@ -21,8 +22,6 @@ class DraftModelDrafter(Drafter):
                  topk: int = 4):
         self.model, self.num_layers, self.topk = model, num_layers, topk
         n = model.cfg.num_layers if num_layers is None else num_layers
-        from stock.cache import KVCache
-
         self.cache = KVCache(model.cfg, max_len, 1, model.device, model.dtype, num_layers=n)
         self.seen: list[int] = []
 

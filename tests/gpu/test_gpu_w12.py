@@ -75,7 +75,8 @@ def test_gemv_tuned_odd_k_and_generic_x():
 
 @pytest.mark.parametrize("kernel", ["gemm", "gemv", "auto"])
 def test_converted_model_on_cuda_runs_the_fused_kernel_close_to_bf16(kernel):
-    from kernels.w12.linear import W12Linear, chosen_kernels, convert_model, set_kernel
+    from kernels.w12.ops import chosen_kernels
+    from stock.w12_linear import W12Linear, convert_model, set_kernel
     from stock.config import PRESETS
     from stock.model import Transformer
 
@@ -102,7 +103,7 @@ def test_w12_linear_under_torch_compile_is_one_op_with_eager_results():
     no break), running the same kernels as the eager forward."""
     from torch import nn
 
-    from kernels.w12.linear import W12Linear
+    from stock.w12_linear import W12Linear
 
     torch.manual_seed(0)
     lin = W12Linear.from_linear(nn.Linear(1000, 768, bias=False).to("cuda", torch.bfloat16))
@@ -115,11 +116,11 @@ def test_w12_linear_under_torch_compile_is_one_op_with_eager_results():
 
 
 def test_grouped_w12_in_the_compiled_step_matches_one_by_one():
-    """W12 groups on CUDA (kernels/w12/linear.py): a group's GEMV equals its members'
+    """W12 groups on CUDA (stock/w12_linear.py): a group's GEMV equals its members'
     outputs side by side (bf16 rounding of another split-K plan at most), and the compiled
     static forward with `fused` (one GEMV per group) gives the logits of the same forward
     without (one GEMV per module) to bf16 rounding."""
-    from kernels.w12.linear import convert_model
+    from stock.w12_linear import convert_model
     from stock import fused as F_
     from stock.config import PRESETS
     from stock.model import Transformer

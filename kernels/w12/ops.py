@@ -1,0 +1,84 @@
+"""The W12 CUDA kernels behind one entry point, and as one custom op for torch.compile.
+
+`fused_matmul(kernel)` returns the CUDA matmul of a W12 kernel: "gemm" (kernels/w12/gemm.py),
+"gemv" (split-K, kernels/w12/gemv.py) or "auto" (per weight shape and row bucket, both are
+tuned and timed once, outside any CUDA graph capture, and the faster is kept; a shape first
+met inside a capture runs "gemm"). stock/w12_linear.py's W12Linear calls these.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.w12.format import W12Tensor
+
+KERNELS = ("gemm", "gemv", "auto")
+_CHOICE: dict[tuple, str] = {}   # (row bucket, N, K, view, dtype, device) -> kernel
+
+
+def fused_matmul(kernel: str):
+    """The CUDA entry point of a W12 kernel: "gemm", "gemv" or "auto" (same signature)."""
+    if kernel == "auto":
+        return auto_matmul
+    if kernel == "gemm":
+        from kernels.w12.gemm import w12_matmul  # lazy: Triton, CUDA only
+
+        return w12_matmul
+    if kernel == "gemv":
+        from kernels.w12.gemv import w12_gemv  # lazy: Triton, CUDA only
+
+        return w12_gemv
+    raise ValueError(f"W12 kernel must be one of {KERNELS}, not {kernel!r}")
+
+
+# The fused kernels as one custom op, so that torch.compile (stock's `compile` option) treats
+# a W12 layer as an opaque call with a known output shape instead of tracing into the tuner's
+# Python and the Triton launches (graph breaks). Eager calls skip the op's dispatch cost and
+# call fused_matmul directly; both run the same kernels on the same planes.
+@torch.library.custom_op("specpilot_w12::matmul", mutates_args=())
+def w12_matmul_op(x: torch.Tensor, hi: torch.Tensor, lo: torch.Tensor, base: torch.Tensor,
+                  exc_idx: torch.Tensor, exc_val: torch.Tensor, row_ptr: torch.Tensor,
+                  in_features: int, view: str, kernel: str) -> torch.Tensor:
+    t = W12Tensor(hi, lo, base, exc_idx, exc_val, shape=(base.shape[0], in_features))
+    t._row_ptr = row_ptr
+    return fused_matmul(kernel)(x, t, view)
+
+
+@w12_matmul_op.register_fake
+def _(x, hi, lo, base, exc_idx, exc_val, row_ptr, in_features, view, kernel):
+    return x.new_empty((*x.shape[:-1], base.shape[0]))
+
+
+def auto_matmul(x: torch.Tensor, t: W12Tensor, view: str = "w12") -> torch.Tensor:
+    """The faster of the two kernels for this shape and row count (chosen once, timed)."""
+    from kernels.w12.gemm import MAX_M  # lazy: Triton, CUDA only
+    from kernels.w12.gemv import bucket
+
+    m = x.numel() // max(1, x.shape[-1])
+    key = (bucket(min(m, MAX_M)), t.shape[0], t.shape[1], view, x.dtype, x.device)
+    kernel = _CHOICE.get(key)
+    if kernel is None:
+        if x.is_cuda and torch.cuda.is_current_stream_capturing():
+            kernel = "gemm"
+        else:
+            kernel = _CHOICE[key] = choose(x, t, view)
+    return fused_matmul(kernel)(x, t, view)
+
+
+def choose(x: torch.Tensor, t: W12Tensor, view: str) -> str:
+    """Tune both kernels on x (their own caches), then time each once more; the faster."""
+    if not x.is_cuda:
+        return "gemm"
+    from triton.testing import do_bench
+
+    times = {}
+    for name in ("gemm", "gemv"):
+        fn = fused_matmul(name)
+        fn(x, t, view)   # tunes its configuration for this shape
+        times[name] = do_bench(lambda: fn(x, t, view), warmup=5, rep=20)
+    return min(times, key=times.get)
+
+
+def chosen_kernels() -> dict[tuple, str]:
+    """What "auto" picked so far, for reports: {(rows, N, K, view): kernel}."""
+    return {k[:4]: v for k, v in _CHOICE.items()}
