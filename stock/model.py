@@ -87,14 +87,17 @@ class Transformer(nn.Module):
     def forward(self, ids: torch.Tensor, cache: KVCache, start: int,
                 positions: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                 logits: str = "all", hidden_layers: tuple[int, ...] = (),
-                num_layers: int | None = None, kv_len: int | None = None) -> Output:
+                num_layers: int | None = None, kv_len: int | None = None,
+                rope: torch.Tensor | None = None) -> Output:
         """ids [B, T]; logits 'all' | 'last' | 'none'; num_layers truncates the stack.
         positions: [T] int64 on the model's device, where the tokens sit in the cache (the
         static step, a tree), or [B, T], each row's RoPE positions with the tokens written
         to slots start..start+T-1 (padded rows); default start..start+T-1. kv_len: the
         cache slots read (default start + T). mask: a boolean visibility ([T, kv_len] or
         per row); default, for [T] positions, key j visible iff j <= the query's position,
-        and for [B, T] positions every slot (give a mask with them)."""
+        and for [B, T] positions every slot (give a mask with them). rope: [T] RoPE positions
+        of tokens whose slots are `positions` (a tree: context length + depth; give the
+        tree's mask with them)."""
         b, t = ids.shape
         default = positions is None
         if positions is None or positions.dim() == 2:
@@ -110,7 +113,10 @@ class Transformer(nn.Module):
             seen = None   # one new token at the context's end, or rows given their own
         else:
             seen = body.visible(slots, kv_len)
-        cos, sin, mask_g, x = body.step_inputs(self, ids, positions, kv_len, seen, mask=False)
+        if rope is not None and mask is None:
+            raise ValueError("rope positions of their own need the step's mask")
+        cos, sin, mask_g, x = body.step_inputs(self, ids, positions if rope is None else rope,
+                                               kv_len, seen, mask=False)
         x, hidden = body.eager_layers(self, x, cos, sin, cache, slots, kv_len, mask_g,
                                       hidden_layers, num_layers)
         if logits == "none":

@@ -36,18 +36,24 @@ from stock.profile import profile_active
 def static_forward(model: Transformer, ids: torch.Tensor, positions: torch.Tensor,
                    cache: KVCache, kv_len: int, hidden_layers: tuple[int, ...] = (),
                    logits: bool = True, compiled: bool = False,
-                   attention: str = "sdpa", fused: bool = False) -> Output:
+                   attention: str = "sdpa", fused: bool = False,
+                   rope: torch.Tensor | None = None, seen: torch.Tensor | None = None) -> Output:
     """ids [B, T], positions [T] int64 (device tensors); logits [B, T, vocab] fp32.
     `compiled`: run the layers through stock/compiled.py's torch.compile regions (same
     contract; eager anyway while a profiler is active, whose regions synchronise), with
     `attention` ("sdpa" or "triton") between them and `fused` (see compiled.forward).
-    Eager: the model's own forward at these positions and slots (one layer body)."""
+    Eager: the model's own forward at these positions and slots (one layer body).
+    `rope` [T] and `seen` [T, kv_len] (bool, given together): the tokens' RoPE positions and
+    visibility when they are not their slots and the causal mask (a tree's depths and
+    ancestor mask); attention then runs SDPA with that mask."""
+    if (rope is None) != (seen is None):
+        raise ValueError("rope and seen are given together")
     if not 0 < kv_len <= cache.max_len:
         raise ValueError(f"kv_len {kv_len} outside (0, {cache.max_len}]")
     if compiled and not profile_active():
         from stock import compiled as compiled_step  # lazy: torch.compile, only when used
 
         return compiled_step.forward(model, ids, positions, cache, kv_len, hidden_layers,
-                                     logits, attention, fused)
-    return model(ids, cache, 0, positions=positions, kv_len=kv_len,
+                                     logits, attention, fused, rope, seen)
+    return model(ids, cache, 0, positions=positions, kv_len=kv_len, mask=seen, rope=rope,
                  logits="all" if logits else "none", hidden_layers=tuple(hidden_layers))

@@ -1,0 +1,192 @@
+"""Draft trees: a best-first tree over a draft lattice, and the tensors that verify one.
+
+A draft lattice holds, per drafted position, the top-k tokens and their log-probabilities
+(stock/drafters/base.py). A chain verifies only its top-1 tokens; a tree spends a node budget
+on the most probable paths through the lattice. `build` grows it best-first by cumulative
+path log-probability with a heap: each pop emits a node and pushes its next sibling (the
+next-ranked token at the same depth under the same parent) and its first child (the top
+token at the next depth). Every lattice log-probability is <= 0, so a node's parent always
+scores at least as high as the node and the emitted set is a tree (DDTree's construction).
+Node 0 is the root, the pending token; nodes are numbered in emission order, so a parent's
+index is below its children's (a topological order).
+
+The verification tensors work on a fixed number of nodes T (a step bucket), padding after
+the real nodes: padded nodes have depth 0 (never accepted) and the root as parent.
+
+- `ancestors(parents)`: [T, T] bool, node i sees node j iff j is i or one of its ancestors,
+  by pointer doubling (log2 T gathers, no host loop: a CUDA graph can run it);
+- `visibility(anc, start, kv_len)`: [T, kv_len] bool: the committed context [0, start)
+  plus the node's own ancestors at slots start + j;
+- `accept(ids, parents, depths, anc, target)`: the greedy walk on the device: node i is
+  accepted iff its token equals the target's argmax at its parent and so is every ancestor's;
+  returns the accepted depth n and `path` [T] (path[d] = the accepted node at depth d, path[0]
+  the root, identity past n);
+- `compact(cache, start, path)`: K/V of the accepted nodes moved from slots start + path[d]
+  to start + d, so the committed prefix is contiguous (a chain's path is already the
+  identity and moves nothing it did not hold).
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class DraftTree:
+    tokens: list[int]     # node tokens; node 0 is the root (the pending token)
+    parents: list[int]    # parents[0] = -1
+    depths: list[int]     # depths[0] = 0
+    scores: list[float]   # cumulative log-probability of the path to the node (root 0)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def is_chain(self) -> bool:
+        """Each node the child of the one before it: the chain's shape (no mask needed)."""
+        return all(p == i - 1 for i, p in enumerate(self.parents[1:], start=1))
+
+    @property
+    def max_depth(self) -> int:
+        return max(self.depths)
+
+    def children(self) -> list[list[int]]:
+        out: list[list[int]] = [[] for _ in self.tokens]
+        for i, p in enumerate(self.parents[1:], start=1):
+            out[p].append(i)
+        return out
+
+    def path_to(self, node: int) -> list[int]:
+        """Node indices from the root to `node`, both included."""
+        path = [node]
+        while path[-1] != 0:
+            path.append(self.parents[path[-1]])
+        return path[::-1]
+
+    def padded(self, t: int) -> tuple[list[int], list[int], list[int]]:
+        """(tokens, parents, depths) padded to t nodes; padding has depth 0, parent 0 and the
+        root's token (a valid id whose rows nobody reads)."""
+        if t < len(self):
+            raise ValueError(f"a tree of {len(self)} nodes does not fit {t}")
+        pad = t - len(self)
+        return (self.tokens + [self.tokens[0]] * pad, [0] + self.parents[1:] + [0] * pad,
+                self.depths + [0] * pad)
+
+
+def chain(root: int, tokens: list[int]) -> DraftTree:
+    n = len(tokens)
+    return DraftTree([root, *tokens], [-1, *range(n)], list(range(n + 1)), [0.0] * (n + 1))
+
+
+def build(ids: torch.Tensor, logprobs: torch.Tensor, root: int, budget: int,
+          max_depth: int | None = None) -> DraftTree:
+    """The best-first tree of at most `budget` nodes, the root included, over a lattice
+    (ids [n, K] with -1 padding, logprobs [n, K] with -inf padding), at most `max_depth`
+    (default n) deep. Ties go to the earlier push (the shallower, higher-ranked node)."""
+    if budget < 1:
+        raise ValueError(f"a tree needs a budget of at least 1 node, not {budget}")
+    n = ids.shape[0] if max_depth is None else min(max_depth, ids.shape[0])
+    rows = []   # per depth: the distinct valid (token, logprob), best rank first
+    for d in range(n):
+        seen, row = set(), []
+        for tok, lp in zip(ids[d].tolist(), logprobs[d].tolist()):
+            if tok >= 0 and lp != float("-inf") and tok not in seen:
+                seen.add(tok)
+                row.append((tok, min(float(lp), 0.0)))
+        if not row:
+            n = d
+            break
+        rows.append(row)
+    tree = DraftTree([root], [-1], [0], [0.0])
+    heap: list[tuple[float, int, int, int, int]] = []   # (-score, order, parent, depth, rank)
+    order = 0
+    if n:
+        heap.append((-rows[0][0][1], order, 0, 1, 0))
+    while heap and len(tree) < budget:
+        neg, _, parent, depth, rank = heapq.heappop(heap)
+        node = len(tree)
+        tree.tokens.append(rows[depth - 1][rank][0])
+        tree.parents.append(parent)
+        tree.depths.append(depth)
+        tree.scores.append(-neg)
+        base = tree.scores[parent]
+        if rank + 1 < len(rows[depth - 1]):   # next sibling
+            order += 1
+            heapq.heappush(heap, (-(base + rows[depth - 1][rank + 1][1]), order, parent,
+                                  depth, rank + 1))
+        if depth < n:                          # first child
+            order += 1
+            heapq.heappush(heap, (-(-neg + rows[depth][0][1]), order, node, depth + 1, 0))
+    return tree
+
+
+def walk(tree: DraftTree, target: list[int]) -> list[int]:
+    """Host reference of the greedy walk: the accepted nodes from the root (included),
+    following the child whose token is the target's argmax at the current node."""
+    kids = tree.children()
+    path = [0]
+    while True:
+        nxt = [c for c in kids[path[-1]] if tree.tokens[c] == target[path[-1]]]
+        if not nxt:
+            return path
+        path.append(nxt[0])
+
+
+def ancestors(parents: torch.Tensor) -> torch.Tensor:
+    """[T, T] bool from parents [T] (int64; the root's parent is itself or -1, clamped):
+    anc[i, j] iff j is i or an ancestor of i. Pointer doubling: ceil(log2 T) steps."""
+    t = parents.shape[0]
+    up = parents.clamp(min=0)
+    anc = torch.eye(t, dtype=torch.bool, device=parents.device)
+    anc = anc | torch.zeros_like(anc).scatter_(1, up.view(t, 1), True)
+    steps = max(1, (t - 1).bit_length())
+    for _ in range(steps):
+        anc = anc | anc[up]      # distances [0, 2^k] from [0, 2^(k-1)] twice
+        up = up[up]
+    return anc
+
+
+def visibility(anc: torch.Tensor, start: torch.Tensor | int, kv_len: int) -> torch.Tensor:
+    """[T, kv_len] bool: slots before `start` (the committed context) and the node's own
+    ancestors at slots start + j; nothing else (stale slots, other branches, padding)."""
+    t = anc.shape[0]
+    keys = torch.arange(kv_len, device=anc.device)
+    rel = keys - start
+    inside = (rel >= 0) & (rel < t)
+    own = anc.gather(1, rel.clamp(0, t - 1).unsqueeze(0).expand(t, kv_len))
+    return (keys < start).unsqueeze(0) | (inside.unsqueeze(0) & own)
+
+
+def accept(ids: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor,
+           anc: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The greedy walk on the device. ids, parents, depths, target [T] (target: the target's
+    argmax at each node). Returns n (0-dim int64: accepted draft nodes = the accepted depth)
+    and path [T] int64: path[0] = 0, path[d] the accepted node at depth d for d <= n, and d
+    itself past n (identity: `compact` then leaves those slots alone)."""
+    t = ids.shape[0]
+    up = parents.clamp(min=0)
+    good = (ids == target[up]) & (depths > 0)
+    good[0] = True
+    accepted = ~(anc & ~good.unsqueeze(0)).any(1) & (depths > 0)
+    n = (depths * accepted).max()
+    steps = torch.arange(t, device=ids.device)
+    at = accepted.unsqueeze(0) & (depths.unsqueeze(0) == steps.unsqueeze(1))   # [depth, node]
+    path = (at.long() * steps.unsqueeze(0)).sum(1)
+    path = torch.where(steps <= n, path, steps)
+    path[0] = 0
+    return n, path
+
+
+def compact(k_bufs: list[torch.Tensor], v_bufs: list[torch.Tensor], start: torch.Tensor | int,
+            path: torch.Tensor) -> None:
+    """Move the accepted nodes' K/V [B, Hkv, slots, D] from slots start + path[d] to start + d
+    in every layer. path[d] >= d (parents come first), and the rows are gathered before any
+    is written, so no source is overwritten before it is read."""
+    t = path.shape[0]
+    dst = start + torch.arange(t, device=path.device)
+    src = start + path
+    for buf in (*k_bufs, *v_bufs):
+        buf.index_copy_(2, dst, buf.index_select(2, src))
