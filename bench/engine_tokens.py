@@ -16,7 +16,9 @@ the real ones, so ms a step and its split are representative).
 Modes (--modes, AR first): `ar`, `ngram`, `draft` (the target truncated to draft_layers),
 `block` (as the options say: on CUDA its fixed-shape step replayed from CUDA graphs and
 compiled), `block-eager` (eager context update and forward) and `block-graphs` (from graphs
-whatever the options). "Block 16" is block_size 16 with draft_len 15: 16 tokens verified a
+whatever the options); `<mode>-tree<B>` (block-tree32, ngram-tree8) verifies that drafter's
+lattice as a best-first tree of B tokens (option tree_budget: needs the memory entry
+tree-verify applied, `git specpilot replay tree-verify --worktree DIR`). "Block 16" is block_size 16 with draft_len 15: 16 tokens verified a
 step. Per mode: tokens/s, the median request's tokens/s, τ, ms a decoding step, ms of it
 inside the drafter's draft() (which ends with its one host read), × AR (and decode alone:
 τ over step ms against AR's one token a step), outputs identical to AR, the largest AR
@@ -28,6 +30,8 @@ times and adds the rounds' tokens/s range.
     python3 bench/engine_tokens.py --graphs both --max-new 128 --modes ar,ngram           # H200
     python3 bench/engine_tokens.py --model random:smollm2-135m --modes ar,ngram,block,block-graphs
     python3 bench/engine_tokens.py --device cpu --per-category 1 --max-new 48 --no-force
+    python3 bench/engine_tokens.py --device cpu --per-category 4 --max-new 128 --no-force \
+        --modes ar,block,block-tree8,block-tree16,block-tree32,block-tree64   # τ table, tree-verify
     python3 bench/engine_tokens.py --smoke        # CPU: random:tiny-qwen3, 2 requests x 6 tokens
 
 Prints one table; writes engine_tokens.json to --out. (Before the suite: bench/gpu_block.py
@@ -43,6 +47,7 @@ import os
 import statistics
 import time
 import traceback
+from contextlib import contextmanager, nullcontext
 
 from common import first_divergence, log, print_table, smoke_device, write_json
 
@@ -56,19 +61,48 @@ SHORT = {"code": "code", "chat": "chat", "math": "math", "summarisation": "summ"
          "long-form": "long"}
 
 
-def time_drafts(drafter, key: str, totals: dict[str, float]):
-    """Wrap drafter.draft so each call's wall time adds to totals[key] (draft() ends with the
-    drafter's one host read, so its wall time is its launches plus its GPU work)."""
-    inner = drafter.draft
+class TimedDrafts:
+    """A drafter whose draft() calls add their wall time to totals[key] (draft() ends with
+    the drafter's one host read, so its wall time is its launches plus its GPU work); every
+    other attribute is the drafter's. Modes sharing one drafter (block, block-tree32) each
+    have their own."""
 
-    def timed(ctx, k):
+    def __init__(self, drafter, key: str, totals: dict[str, float]):
+        self.inner, self.key, self.totals = drafter, key, totals
+
+    def draft(self, ctx, k):
         t = time.perf_counter()
         try:
-            return inner(ctx, k)
+            return self.inner.draft(ctx, k)
         finally:
-            totals[key] = totals.get(key, 0.0) + time.perf_counter() - t
-    drafter.draft = timed
-    return drafter
+            self.totals[self.key] = self.totals.get(self.key, 0.0) + time.perf_counter() - t
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def tree_budget(mode: str) -> int:
+    """`block-tree32`: the block drafter verified as a best-first tree of 32 tokens (option
+    tree_budget, memory entry tree-verify); 0 for a chain mode."""
+    return int(mode.rsplit("-tree", 1)[1]) if "-tree" in mode else 0
+
+
+def mode_engine(eng: Engine, mode: str):
+    """The engine with the mode's tree_budget (a runtime option: the same model, cache,
+    graphs and drafter); the engine itself for chain modes."""
+    budget = tree_budget(mode)
+    if not budget:
+        return nullcontext(eng)
+    return _with_options(eng, eng.options.with_values(tree_budget=budget))
+
+
+@contextmanager
+def _with_options(eng: Engine, opts):
+    old, eng.options = eng.options, opts
+    try:
+        yield eng
+    finally:
+        eng.options = old
 
 
 def random_block_drafter(engine: Engine, block_size: int):
@@ -144,11 +178,12 @@ def run_setting(eng: Engine, reqs, args, errors: list[str]) -> dict:
                 on = m == "block-graphs"  # the plain path: eager context update and forward
                 d = BlockDrafter(d.net, d.target, d.max_len, d.topk, graphs=on,
                                  compiled=on and d.compiled, static=on)
-            drafters[m] = time_drafts(d, m, draft_s)
+            drafters[m] = TimedDrafts(d, m, draft_s)
         return drafters[m]
 
     for m in args.modes:  # warm-up: kernels, allocator, compiles
-        eng.generate(reqs[0][2], 8, make(m))
+        with mode_engine(eng, m) as e:
+            e.generate(reqs[0][2], 8, make(m))
     draft_s.clear()
     slots = lambda: len(eng.runner.slots) if eng.runner is not None else 0  # noqa: E731
     capture_s = 0.0
@@ -159,6 +194,8 @@ def run_setting(eng: Engine, reqs, args, errors: list[str]) -> dict:
         end = min(max(len(r[2]) for r in reqs) + args.max_new + 64, eng.max_context)
         for layers in {tuple(getattr(make(m), "hidden_layers", ())) for m in args.modes}:
             eng.runner.capture_upto(end, layers)
+        for layers in {tuple(make(m).hidden_layers) for m in args.modes if tree_budget(m)}:
+            eng.runner.capture_upto(end, layers, tree=True)
         drafts = sum(make(m).capture_upto(end) for m in args.modes if m.startswith("block"))
         capture_s = time.perf_counter() - t1
         log(f"captured {slots()} verify graphs and {drafts} drafter graphs in {capture_s:.1f}s")
@@ -177,7 +214,8 @@ def run_setting(eng: Engine, reqs, args, errors: list[str]) -> dict:
             for m in args.modes:
                 try:
                     before, d0 = slots(), draft_s.get(m, 0.0)
-                    res = eng.generate(prompt, max_new, make(m))
+                    with mode_engine(eng, m) as e:
+                        res = e.generate(prompt, max_new, make(m))
                     res.new_slots = slots() - before  # verify graphs captured inside the run
                     res.draft_ms = 1e3 * (draft_s.get(m, 0.0) - d0) / max(res.steps, 1)
                 except Exception as exc:  # one failure must not lose the rest

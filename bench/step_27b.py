@@ -41,6 +41,8 @@ Parts (each in its own try, so one failure keeps the rest):
     python bench/step_27b.py --compile both --ts 1,8,16 --iters 20 --out $OUT
     python bench/step_27b.py --compile on --ts 1,16 --iters 20 --variants fused_attn \
         --w12 --w12-kernels gemv --w12-compiled           # stock's default against W12
+    python bench/step_27b.py --compile on --ts 1,8,16,32,64 --variants fused_attn \
+        --trees 8,16,32,64                                 # tree-verify's verify steps
     python bench/step_27b.py --smoke     # CPU: tiny-qwen3, fp32, eager layers, then W12
 
 Prints progress, then one table: every timed step side by side, one row per (step, T), with
@@ -337,6 +339,34 @@ class Bench:
         self.ceager = GraphRunner(self.model, self.cache, ctx + 64, capture=False,
                                   compile=True, attention=attention, fused=fused)
 
+    def tree_steps(self, budgets: list[int]):
+        """Verify steps over best-first draft trees of each budget (memory entry tree-verify:
+        GraphRunner.tree_step, a graph with the ancestor mask, SDPA, the device walk and the
+        K/V compaction) on the last compiled runner, beside its chain steps of the same T.
+        Trees from a random lattice of 15 positions x top-4 (block 16's shape)."""
+        from stock.tree import build
+
+        r = self.crunner or self.runner
+        ctx, iters, res, shapes = self.args.context, self.args.iters, {}, {}
+        g = torch.Generator().manual_seed(5)
+        vocab = self.model.cfg.vocab_size
+        ids = torch.stack([torch.randperm(vocab, generator=g)[:4] for _ in range(15)])
+        lp = torch.log_softmax(2 * torch.randn(15, 4, generator=g), -1)
+        lp = lp.sort(-1, descending=True).values
+        for b in budgets:
+            tree = build(ids, lp, self.step_ids(1)[0], b)
+            s = r.slot(r.bucket(b), r.kv_bucket(ctx + b), (), tree=True)
+            toks, parents, depths = tree.padded(s.t)
+            r.load(s, toks[:len(tree)], ctx, len(tree) - 1, (depths, parents))
+            res[f"graph_T{b}"] = timed(lambda: r.launch(s), iters)
+            shapes[b] = {"nodes": len(tree), "depth": tree.max_depth, "bucket": s.t}
+            log(f"[tree] budget {b} ({shapes[b]}): {res[f'graph_T{b}']['median_ms']:.3f} ms")
+        base = next(reversed(self.report.get("variants", {})), "bf16")
+        tag = f"{base}_tree" + ("_compiled" if r is self.crunner else "")
+        self.report.setdefault("timings", {})[tag] = res
+        self.report.setdefault("trees", {})[tag] = shapes
+        return res
+
     def w12(self, kernel: str = "gemm"):
         import stock.w12_linear as w12
         from kernels.w12.ops import chosen_kernels
@@ -540,8 +570,8 @@ class Bench:
             # the bf16 step of the same layers; for the compiled bf16 step itself, the eager one
             base = ("bf16_compiled" if compiled(tag) and tag != "bf16_compiled"
                     and "bf16_compiled" in tim else "bf16")
-            keys = (["ar_eager"] if "ar_eager" in res else []) + [
-                f"graph_T{t}" for t in self.args.ts if f"graph_T{t}" in res]
+            keys = (["ar_eager"] if "ar_eager" in res else []) + sorted(
+                (k for k in res if k.startswith("graph_T")), key=lambda k: int(k[7:]))
             for key in keys:
                 r = res[key]
                 t = 1 if key == "ar_eager" else int(key[len("graph_T"):])
@@ -622,6 +652,8 @@ def main() -> None:
     ap.add_argument("--variants", default="",
                     help="with --compile on|both: compiled variants to time after the base, in "
                          f"order ({', '.join(VARIANTS)})")
+    ap.add_argument("--trees", default="",
+                    help="budgets of tree verify steps to time (entry tree-verify applied)")
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--cpu-smoke", action="store_true",
                     help="run the script's logic on CPU in fp32 (use a tiny --preset)")
@@ -660,6 +692,9 @@ def main() -> None:
         for v in [v for v in args.variants.split(",") if v and args.compile != "off"]:
             fuse, attention = VARIANTS[v]
             b.part(f"variant {v}", lambda v=v, f=fuse, a=attention: b.variant(v, f, a))
+        if args.trees:
+            budgets = [int(x) for x in args.trees.split(",")]
+            b.part("tree steps", lambda: b.tree_steps(budgets))
         if args.profile:
             for t in (1, 16):
                 b.part(f"profile bf16 T={t}", lambda t=t: b.profile(f"bf16_T{t}", t))

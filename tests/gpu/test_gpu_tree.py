@@ -1,0 +1,71 @@
+"""Memory entry tree-verify on CUDA: the tree slot replayed from a CUDA graph (compiled
+layers, fused projections) gives each node the logits of its root path run as a chain
+through the same runner, the device walk's path, compacted K/V, and generation with trees
+gives AR's tokens (fp32: exact paths; bf16 is judged by the bench and the controller)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from stock.config import PRESETS
+from stock.drafters.ngram import NGramDrafter
+from stock.engine import Engine
+from stock.graphs import GraphRunner
+from stock.model import Transformer
+from stock.options import REGISTRY, Options
+from stock.tree import build, walk
+
+if "tree_budget" not in REGISTRY:
+    pytest.skip("option tree_budget comes with the memory entry tree-verify",
+                allow_module_level=True)
+
+CTX = 192
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_tree_slot_nodes_equal_their_root_paths(compile):
+    cfg = PRESETS["tiny-qwen3"]
+    model = Transformer.random(cfg, "cuda", torch.float32, seed=5, std=0.08)
+    gen = torch.Generator().manual_seed(2)
+    prompt = torch.randint(0, cfg.vocab_size, (50,), generator=gen).tolist()
+    ids = torch.stack([torch.randperm(cfg.vocab_size, generator=gen)[:3] for _ in range(6)])
+    lp = torch.log_softmax(torch.randn(6, 3, generator=gen), -1).sort(-1, descending=True).values
+    tree = build(ids, lp, prompt[-1], 16)
+    caches = []
+    for _ in range(2):
+        c = model.new_cache(CTX + 64)
+        model(torch.tensor([prompt[:-1]], device="cuda"), c, 0, logits="none")
+        caches.append(c)
+    start = len(prompt) - 1
+    kw = dict(capture=True, compile=compile, attention="triton" if compile else "sdpa")
+    tr, ch = GraphRunner(model, caches[0], CTX, **kw), GraphRunner(model, caches[1], CTX, **kw)
+    out = tr.tree_step(tree, start, hidden_layers=(0,))
+    logits = out.logits[: len(tree)].clone()
+    target = logits.argmax(-1).tolist()
+    path = walk(tree, target)
+    n = int(out.packed[0])
+    assert n == len(path) - 1
+    assert out.packed[1:n + 2].tolist() == [target[j] for j in path]
+    for node in range(len(tree)):
+        nodes = tree.path_to(node)
+        got = ch.step([tree.tokens[j] for j in nodes], start).logits[len(nodes) - 1]
+        torch.testing.assert_close(logits[node], got, atol=1e-4, rtol=1e-4)
+    # K/V of the accepted path, compacted, equal the chain's K/V of that path
+    ch.step([tree.tokens[j] for j in path], start)
+    for layer in range(cfg.num_layers):
+        for a, b in ((caches[0].k, caches[1].k), (caches[0].v, caches[1].v)):
+            torch.testing.assert_close(a[layer][:, :, start:start + len(path)],
+                                       b[layer][:, :, start:start + len(path)],
+                                       atol=1e-4, rtol=1e-4)
+
+
+def test_generation_with_tree_graphs_equals_ar():
+    model = Transformer.random(PRESETS["tiny-qwen3"], "cuda", torch.float32, seed=7, std=0.08)
+    prompt = [5, 9, 3, 5, 9, 3, 5, 9, 2, 7, 5, 9, 3, 8, 5, 9, 3, 5, 1] * 2
+    ar = Engine(model, Options(), 256).generate(prompt, 40).tokens
+    eng = Engine(model, Options({"tree_budget": 16, "draft_len": 8}), 256)
+    assert eng.uses_graphs
+    res = eng.generate(prompt, 40, NGramDrafter(3, 1, 4))
+    assert res.tokens == ar
+    assert any(s[2] == ("tree",) or len(s) == 4 for s in eng.runner.slots)

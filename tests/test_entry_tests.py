@@ -1,0 +1,52 @@
+"""Each shipped memory entry's own tests, run on the entry replayed onto the current stock.
+
+An entry's option exists only where its patch is applied, so its tests skip on stock. Here
+each entry is replayed onto HEAD (`git specpilot replay ID --onto HEAD --worktree DIR`, from
+refs or memory/), which fails when the entry no longer applies to the stock, and its test
+files run in that checkout in a subprocess; they must pass and skip nothing.
+"""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+ENTRY_TESTS = {
+    "tree-verify": ["tests/test_tree_verify.py"],
+    "w12-weights": ["tests/test_w12_linear.py"],
+}
+
+
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry", sorted(ENTRY_TESTS))
+def test_entry_tests_pass_on_the_entry_replayed_onto_stock(entry, tmp_path):
+    if _git("rev-parse", "HEAD").returncode != 0:
+        pytest.skip("not a git checkout")
+    if not (REPO / "memory" / f"{entry}.toml").exists():
+        pytest.fail(f"memory/{entry}.toml is missing")
+    wt = tmp_path / entry
+    replay = subprocess.run([sys.executable, "-m", "specpilot.git_cli", "replay", entry,
+                             "--onto", "HEAD", "--worktree", str(wt)], cwd=REPO,
+                            capture_output=True, text=True)
+    try:
+        assert replay.returncode == 0, replay.stdout + replay.stderr
+        env = {**os.environ, "PYTHONPATH": str(wt)}
+        run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                              "-rs", *ENTRY_TESTS[entry]], cwd=wt, env=env,
+                             capture_output=True, text=True, timeout=900)
+        tail = run.stdout[-3000:] + run.stderr[-2000:]
+        assert run.returncode == 0, tail
+        assert re.search(r"\d+ passed", run.stdout), tail
+        assert "skipped" not in run.stdout.splitlines()[-1], tail
+    finally:
+        if wt.exists():
+            _git("worktree", "remove", "--force", str(wt))
+        _git("worktree", "prune")

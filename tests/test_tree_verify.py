@@ -1,0 +1,96 @@
+"""Memory entry tree-verify (option tree_budget): speculative greedy output over best-first
+draft trees equals AR output token for token (fp32, CPU), through the dynamic forward and
+through the static step the CUDA graphs replay.
+
+Runs where the entry is applied; on stock, tests/test_entry_tests.py replays the entry onto
+the current stock in a worktree and runs this file there.
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from stock.options import REGISTRY, Options
+
+if "tree_budget" not in REGISTRY:
+    pytest.skip("option tree_budget comes with the memory entry tree-verify",
+                allow_module_level=True)
+
+from stock.config import PRESETS  # noqa: E402
+from stock.drafters.ngram import NGramDrafter  # noqa: E402
+from stock.engine import Engine  # noqa: E402
+from stock.model import Transformer  # noqa: E402
+from stock.system import make_drafter  # noqa: E402
+
+# AR outputs of the 8 dev prompts, recorded (tests/test_greedy_recorded.py): no AR run here
+RECORDED = json.loads((Path(__file__).parent / "data" / "greedy_64.json").read_text())
+NEW = 32
+
+
+def _engine(smol, **opts) -> Engine:
+    return Engine(smol.engine.model, Options(opts), smol.engine.max_context,
+                  smol.engine.stop_ids)
+
+
+def _ar(i: int) -> list[int]:
+    return RECORDED["tokens"]["ar"][i][:NEW]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("drafter,budget", [("block", 8), ("block", 32), ("ngram", 8),
+                                            ("ngram", 32)])
+def test_tree_output_equals_ar(smol, dev_prompts, drafter, budget):
+    draft_len = 15 if drafter == "block" else 8   # block 16: 16 tokens a chain step
+    eng = _engine(smol, tree_budget=budget, draft_len=draft_len)
+    d = make_drafter(drafter, eng)
+    runs = [eng.generate(p, NEW, d) for p in dev_prompts]
+    for i, r in enumerate(runs):
+        assert r.tokens == _ar(i), f"{drafter} budget {budget}, prompt {i}: first " \
+            f"difference at {next(j for j, (a, b) in enumerate(zip(r.tokens, _ar(i))) if a != b)}"
+    if drafter == "block" and budget == 32:
+        chain = _engine(smol, draft_len=15)
+        cd = make_drafter("block", chain)
+        tau_chain = sum(chain.generate(p, NEW, cd).tau for p in dev_prompts)
+        assert sum(r.tau for r in runs) > tau_chain   # the tree accepted more per step
+
+
+def test_tree_through_the_static_step_equals_ar_and_the_dynamic_path():
+    """The GraphRunner's tree slot run eagerly (CPU): the device walk, the in-step K/V
+    compaction and the hidden-state gather give AR's tokens, and the dynamic path's τ."""
+    model = Transformer.random(PRESETS["tiny-qwen3"], seed=7, std=0.08)
+    prompt = [5, 9, 3, 5, 9, 3, 5, 9, 2, 7, 5, 9, 3, 8, 5, 9, 3, 5, 1] * 2
+    ar = Engine(model, Options(), 256, static=True).generate(prompt, 40).tokens
+    taus = {}
+    for static in (True, False):
+        eng = Engine(model, Options({"tree_budget": 16, "draft_len": 8}), 256, static=static)
+        res = eng.generate(prompt, 40, NGramDrafter(3, 1, 4))
+        assert res.tokens == ar
+        taus[static] = res.accepted
+    assert taus[True] == taus[False]
+
+
+def test_trees_that_do_not_fit_fall_back_to_the_chain():
+    """A tree whose slots would pass the context is verified as the chain: near the end of
+    the context output still equals AR, up to the context's end."""
+    model = Transformer.random(PRESETS["tiny-qwen3"], seed=3, std=0.08)
+    prompt = list(range(3, 23))
+    ar = Engine(model, Options(), 64).generate(prompt, 60)
+    eng = Engine(model, Options({"tree_budget": 32, "draft_len": 8}), 64)
+    res = eng.generate(prompt, 60, NGramDrafter(3, 1, 4))
+    assert ar.stop_reason == "context"   # trees first, then chains as the end nears
+    assert res.tokens == ar.tokens and res.stop_reason == ar.stop_reason
+
+
+def test_budget_zero_is_stock():
+    assert REGISTRY["tree_budget"].default == 0
+    eng = Engine(Transformer.random(PRESETS["tiny-qwen3"], seed=1), Options(), 128)
+    assert eng._tree(make_lattice(), 1, 4, 0) is None
+
+
+def make_lattice():
+    from stock.drafters.base import DraftLattice
+
+    return DraftLattice(torch.tensor([[3, 4], [5, 6]]), torch.tensor([[-0.1, -1.0],
+                                                                      [-0.2, -2.0]]))
