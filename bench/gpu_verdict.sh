@@ -1,11 +1,15 @@
 #!/bin/bash
-# H200: the controller's verdict on the w12-weights entry (27B-class random target), through
-# the judges as they are: stock's reference first, the timed outputs checked, confined workers.
-# Staging (bench/stage.sh): wheels from .whl/ into the image's site-packages (workers start
-# with a clean PYTHONPATH), bubblewrap from .whl/deb/ where the image has none, and a fresh
-# git repository whose main is this tree and whose branch w12 is the entry's patch on it.
+# H200: the controller's verdict on a memory entry, through the judges as they are: stock's
+# reference first, the timed outputs checked, confined workers. Default: w12-weights on the
+# 27B-class random target, AR serving. Staging (bench/stage.sh): wheels from .whl/ into the
+# image's site-packages (workers start with a clean PYTHONPATH), bubblewrap from .whl/deb/
+# where the image has none, and a fresh git repository whose main is this tree and whose
+# branch `cand` is the entry's patch on it.
 #
 #   [ROUNDS=6] [LIMIT=540] bash bench/gpu_verdict.sh [extra compare flags]   # carry .whl
+#   ENTRY=tree-verify OPT_B=tree_budget=32 MODEL=embedded DRAFTER=block \
+#     bash bench/gpu_verdict.sh --opt-a draft_len=15 --opt-b draft_len=15 \
+#     --requests 8 --max-new 128       # carry .whl; the embedded GGUF staged (stage.sh gguf)
 #   bash bench/gpu_verdict.sh --smoke     # CPU: the same staging and comparison on
 #                                         # random:tiny-qwen3, 2 rounds x 4 requests x 4 tokens
 #
@@ -23,41 +27,44 @@ if [ -n "$SMOKE" ]; then
     REPO=$tmp/repo MODEL=random:tiny-qwen3 ROUNDS=2 LIMIT=${LIMIT:-240}
     set -- --requests 4 --max-new 4 "$@"   # 8 pairs: controller.min_pairs
 else
-    REPO=${STAGE_REPO:-/tmp/repo} MODEL=random:dense-27b
+    REPO=${STAGE_REPO:-/tmp/repo} MODEL=${MODEL:-random:dense-27b}
     OUT=${OUT:-.}
-    set -- --requests 4 --max-new 32 "$@"
+    [ -z "${ENTRY:-}" ] && set -- --requests 4 --max-new 32 "$@"
 fi
+ENTRY=${ENTRY:-w12-weights} OPT_B=${OPT_B:-weights=w12} DRAFTER=${DRAFTER:-ar}
+NAME=${ENTRY}_$(echo "$MODEL" | tr ':' '-')
 # the smoke runs where the project is installed: no wheels (.whl/ holds the device's)
-if [ -n "$SMOKE" ]; then stage bwrap || exit 1; else stage wheels bwrap || exit 1; fi
-stage_repo "$REPO" w12=w12-weights || exit 1
+if [ -n "$SMOKE" ]; then stage bwrap || exit 1; else stage wheels bwrap gguf || exit 1; fi
+stage_repo "$REPO" cand="$ENTRY" || exit 1
 command -v nvidia-smi >/dev/null \
     && nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 export PYTHONUNBUFFERED=1
-CMP="python3 -m specpilot compare main w12 --opt-b weights=w12 --model $MODEL \
-     --devices 0 --rounds ${ROUNDS:-6} --drafter-a ar $*"
+CMP="python3 -m specpilot compare main cand --opt-b $OPT_B --model $MODEL \
+     --devices 0 --rounds ${ROUNDS:-6} --drafter-a $DRAFTER $*"
 echo "$CMP"
 # One H200 holds two 27B-class workers: the pairs run one session after another (not in the
 # smoke: one session of four tiny workers saves a second round of process starts).
-[ -z "$SMOKE" ] && printf '\n[controller]\nresident = 1\n' >> .specpilot/config.toml
+[ -z "$SMOKE" ] && [ "${MODEL#random:dense}" != "$MODEL" ] \
+    && printf '\n[controller]\nresident = 1\n' >> .specpilot/config.toml
 # No widened near-tie by hand: the reference's noise pass measures stock's own bf16 noise
 # and the judges widen the near-tie to gates.noise_factor times it (judges/outputs.py).
 tail -6 .specpilot/config.toml
 # within the device call: the summary below still prints when the comparison runs long
-time timeout "${LIMIT:-540}" $CMP --json > "$OUT/w12_27b_ar.json" \
-    2> >(while IFS= read -r l; do echo "$(date +%T) $l"; done > "$OUT/w12_27b_ar.err")
+time timeout "${LIMIT:-540}" $CMP --json > "$OUT/$NAME.json" \
+    2> >(while IFS= read -r l; do echo "$(date +%T) $l"; done > "$OUT/$NAME.err")
 rc=$?
 echo "rc=$rc (0 adopted, 3 not adopted)"
-tail -3 "$OUT/w12_27b_ar.err"
+tail -3 "$OUT/$NAME.err"
 [ -d .specpilot/runs ] && tar czf "$OUT/logs.tgz" -C .specpilot runs
 grep -c . .specpilot/runs/compare-*/*.log 2>/dev/null | head -8
 grep -h "fell back\|Error\|error:" .specpilot/runs/compare-*/*.log 2>/dev/null | sort | uniq -c | head -12
-PYTHONPATH=$PWD/bench python3 - "$OUT"/w12_27b_ar.json <<'PY'
+PYTHONPATH=$PWD/bench python3 - "$OUT/$NAME.json" "$ENTRY" <<'PY'
 import json, sys
 from common import print_table
-for f in sys.argv[1:]:
+for f in sys.argv[1:2]:
     r = json.load(open(f)); e, d = r["estimate"], r["decision"]
     times, rows = r["paired"]["times"], []
-    for side, name in (("A", "stock"), ("B", "W12")):
+    for side, name in (("A", "stock"), ("B", sys.argv[2])):
         labels = sorted(k for k in times if k.startswith(side))
         flat = sorted(x for k in labels for row in times[k] for x in row)
         meds = []

@@ -104,7 +104,7 @@ stage_repo() {  # DIR [ENTRY...]
     $G init -q -b main && $G add -A && $G commit -qm "stock (working tree)" || return 1
     for e in "$@"; do   # ENTRY, or BRANCH=ENTRY
         $G checkout -q -b "${e%%=*}" && git apply "memory/${e#*=}.patch" \
-            && $G commit -qam "${e#*=}" && $G checkout -q main \
+            && $G add -A && $G commit -qm "${e#*=}" && $G checkout -q main \
             || { echo "stage repo: entry ${e#*=} did not apply"; return 1; }
     done
     echo "stage repo: $dir at main $(git rev-parse --short HEAD)${*:+, branches $*}"
