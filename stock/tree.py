@@ -168,15 +168,14 @@ def accept(ids: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor,
     itself past n (identity: `compact` then leaves those slots alone)."""
     t = ids.shape[0]
     up = parents.clamp(min=0)
-    good = (ids == target[up]) & (depths > 0)
-    good[0] = True
+    steps = torch.arange(t, device=ids.device)
+    # no host scalar is written into a device tensor: a CUDA graph captures all of this
+    good = ((ids == target[up]) & (depths > 0)) | (steps == 0)
     accepted = ~(anc & ~good.unsqueeze(0)).any(1) & (depths > 0)
     n = (depths * accepted).max()
-    steps = torch.arange(t, device=ids.device)
     at = accepted.unsqueeze(0) & (depths.unsqueeze(0) == steps.unsqueeze(1))   # [depth, node]
     path = (at.long() * steps.unsqueeze(0)).sum(1)
-    path = torch.where(steps <= n, path, steps)
-    path[0] = 0
+    path = torch.where((steps <= n) & (steps > 0), path, steps)   # root 0, identity past n
     return n, path
 
 
