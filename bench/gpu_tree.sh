@@ -33,7 +33,7 @@ case "$part" in
 step) python3 bench/step_27b.py --compile on --ts 1,8,16,32,64 --iters 20 \
           --variants fused_attn --trees 8,16,32,64 --out "$OUT" ;;
 tests) python3 -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_tree.py \
-           tests/gpu/test_graphs.py tests/gpu/test_compiled.py 2>&1 | tail -15 ;;
+           tests/gpu/test_graphs.py tests/gpu/test_compiled.py --tb=short 2>&1 | tee "$OUT/tests.txt" | tail -60 ;;
 tokens) python3 bench/engine_tokens.py --per-category 4 --max-new 128 --out "$OUT" \
             --modes ar,block,block-tree8,block-tree16,block-tree32,block-tree64 ;;
 *) echo "gpu_tree: unknown part $part (step tests tokens --smoke)"; exit 2 ;;
