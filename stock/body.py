@@ -120,8 +120,10 @@ def attend(qg, k_buf, v_buf, kv_len: int, mask_g) -> torch.Tensor:
 
 
 def merge(attn, out: torch.Tensor, b: int, t: int) -> torch.Tensor:
-    """Attention output [B, Hkv, G*T, D] -> [B, T, H*D]."""
-    return out.view(b, attn.h, t, attn.d).transpose(1, 2).reshape(b, t, attn.h * attn.d)
+    """Attention output [B, Hkv, G*T, D] -> [B, T, H*D]. A reshape, not a view: SDPA's
+    memory-efficient kernel and kernels/attention may return [B, G*T, Hkv, D]-strided
+    outputs, which no view can split into query heads."""
+    return out.reshape(b, attn.h, t, attn.d).transpose(1, 2).reshape(b, t, attn.h * attn.d)
 
 
 def mlp(call, module, x: torch.Tensor, gate_up=None) -> torch.Tensor:
