@@ -1,6 +1,7 @@
 """Static KV cache with commit and rollback by length.
 
-One preallocated buffer per layer: [batch, kv_heads, max_len, head_dim]. A forward writes
+One preallocated buffer per layer: [batch, kv_heads, max_len, head_dim], each a view of one
+buffer for all layers (`k_all`, `v_all`: [layers, batch, kv_heads, max_len, head_dim]). A forward writes
 K/V for its tokens at positions [start, start + T); `length` is what is committed. Rolling
 back is setting a smaller length: stale slots past it are overwritten by the next write and
 never read, because attention reads only [0, start + T).
@@ -23,9 +24,14 @@ class KVCache:
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                  num_layers: int | None = None):
         n = cfg.num_layers if num_layers is None else num_layers
-        shape = (batch, cfg.num_kv_heads, max_len, cfg.head_dim)
-        self.k = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)]
-        self.v = [torch.zeros(shape, device=device, dtype=dtype) for _ in range(n)]
+        shape = (n, batch, cfg.num_kv_heads, max_len, cfg.head_dim)
+        # one buffer for all layers, each layer's a view of it: a step that moves rows in
+        # every layer (a tree's accepted path) does it in one op over k_all / v_all
+        self.k_all = torch.zeros(shape, device=device, dtype=dtype)
+        self.v_all = torch.zeros(shape, device=device, dtype=dtype)
+        # select, not unbind: unbind's views refuse in-place writes outside inference mode
+        self.k = [self.k_all[i] for i in range(n)]
+        self.v = [self.v_all[i] for i in range(n)]
         self.max_len = max_len
         self.length = 0
 

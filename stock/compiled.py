@@ -259,7 +259,7 @@ def uses_kernel(attention: str, device: torch.device, head_dim: int) -> bool:
 def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, kv_len: int,
             hidden_layers: tuple[int, ...] = (), logits: bool = True, attention: str = "sdpa",
             fused: bool = False, rope: torch.Tensor | None = None,
-            seen: torch.Tensor | None = None):
+            seen: torch.Tensor | None = None, tree: torch.Tensor | None = None):
     """static_forward's contract (see stock/static_step.py), through the compiled regions.
     `attention`: "triton" runs the eager attention between the regions through
     kernels/attention's split-KV kernel where `uses_kernel` says so, "sdpa" through
@@ -267,13 +267,15 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
     fused q/k/v and gate/up matrices where stock/fused.py has them (option
     fuse_projections); off, the projections run one by one even on a fused model. `rope`
     and `seen` (a tree's RoPE positions and visibility, static_forward's): attention is
-    SDPA with that mask."""
+    SDPA with that mask, or the split-KV kernel with `tree` (the same visibility as bits)
+    where the kernel runs."""
     layers = list(model.model.layers)
-    kernel = seen is None and uses_kernel(attention, ids.device, layers[0].self_attn.d)
+    kernel = (seen is None or tree is not None) and uses_kernel(attention, ids.device,
+                                                                 layers[0].self_attn.d)
     if kernel:
         from kernels.attention import decode_attention  # lazy: Triton, CUDA only
     cos, sin, mask_g, x = body.step_inputs(model, ids, positions if rope is None else rope,
-                                           kv_len, seen, mask=not kernel)
+                                           kv_len, None if kernel else seen, mask=not kernel)
     hidden = {}
 
     def buffers(layer):
@@ -284,7 +286,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
 
     def attend(qg, k_buf, v_buf):
         if kernel:
-            return decode_attention(qg, k_buf, v_buf, positions, kv_len)
+            return decode_attention(qg, k_buf, v_buf, positions, kv_len, tree=tree)
         return body.attend(qg, k_buf, v_buf, kv_len, mask_g)
 
     with dynamo_limits():

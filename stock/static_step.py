@@ -37,7 +37,8 @@ def static_forward(model: Transformer, ids: torch.Tensor, positions: torch.Tenso
                    cache: KVCache, kv_len: int, hidden_layers: tuple[int, ...] = (),
                    logits: bool = True, compiled: bool = False,
                    attention: str = "sdpa", fused: bool = False,
-                   rope: torch.Tensor | None = None, seen: torch.Tensor | None = None) -> Output:
+                   rope: torch.Tensor | None = None, seen: torch.Tensor | None = None,
+                   tree: torch.Tensor | None = None) -> Output:
     """ids [B, T], positions [T] int64 (device tensors); logits [B, T, vocab] fp32.
     `compiled`: run the layers through stock/compiled.py's torch.compile regions (same
     contract; eager anyway while a profiler is active, whose regions synchronise), with
@@ -45,7 +46,8 @@ def static_forward(model: Transformer, ids: torch.Tensor, positions: torch.Tenso
     Eager: the model's own forward at these positions and slots (one layer body).
     `rope` [T] and `seen` [T, kv_len] (bool, given together): the tokens' RoPE positions and
     visibility when they are not their slots and the causal mask (a tree's depths and
-    ancestor mask); attention then runs SDPA with that mask."""
+    ancestor mask); attention then runs SDPA with that mask, or, compiled with the split-KV
+    kernel, that kernel with `tree` (the same visibility as kernels.attention.tree_bits)."""
     if (rope is None) != (seen is None):
         raise ValueError("rope and seen are given together")
     if not 0 < kv_len <= cache.max_len:
@@ -54,6 +56,6 @@ def static_forward(model: Transformer, ids: torch.Tensor, positions: torch.Tenso
         from stock import compiled as compiled_step  # lazy: torch.compile, only when used
 
         return compiled_step.forward(model, ids, positions, cache, kv_len, hidden_layers,
-                                     logits, attention, fused, rope, seen)
+                                     logits, attention, fused, rope, seen, tree)
     return model(ids, cache, 0, positions=positions, kv_len=kv_len, mask=seen, rope=rope,
                  logits="all" if logits else "none", hidden_layers=tuple(hidden_layers))

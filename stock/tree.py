@@ -21,7 +21,7 @@ the real nodes: padded nodes have depth 0 (never accepted) and the root as paren
   accepted iff its token equals the target's argmax at its parent and so is every ancestor's;
   returns the accepted depth n and `path` [T] (path[d] = the accepted node at depth d, path[0]
   the root, identity past n);
-- `compact(cache, start, path)`: K/V of the accepted nodes moved from slots start + path[d]
+- `compact(bufs, start, path)`: K/V of the accepted nodes moved from slots start + path[d]
   to start + d, so the committed prefix is contiguous (a chain's path is already the
   identity and moves nothing it did not hold).
 """
@@ -179,13 +179,15 @@ def accept(ids: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor,
     return n, path
 
 
-def compact(k_bufs: list[torch.Tensor], v_bufs: list[torch.Tensor], start: torch.Tensor | int,
-            path: torch.Tensor) -> None:
-    """Move the accepted nodes' K/V [B, Hkv, slots, D] from slots start + path[d] to start + d
-    in every layer. path[d] >= d (parents come first), and the rows are gathered before any
-    is written, so no source is overwritten before it is read."""
+def compact(bufs: list[torch.Tensor], start: torch.Tensor | int, path: torch.Tensor) -> None:
+    """Move the accepted nodes' K/V from slots start + path[d] to start + d in each buffer:
+    a layer's [B, Hkv, slots, D], or all layers' at once ([L, B, Hkv, slots, D], KVCache's
+    k_all / v_all: one gather and one scatter for the whole cache). path[d] >= d (parents
+    come first), and the rows are gathered before any is written, so no source is
+    overwritten before it is read."""
     t = path.shape[0]
     dst = start + torch.arange(t, device=path.device)
     src = start + path
-    for buf in (*k_bufs, *v_bufs):
-        buf.index_copy_(2, dst, buf.index_select(2, src))
+    for buf in bufs:
+        dim = buf.dim() - 2
+        buf.index_copy_(dim, dst, buf.index_select(dim, src))

@@ -93,3 +93,31 @@ def test_a_row_does_not_depend_on_the_step_s_row_count():
         rows = torch.arange(g) * t + i  # token i's row in each group
         one = decode_attention(q[:, :, rows], k, v, positions[i:i + 1], 200)
         torch.testing.assert_close(one, many[:, :, rows], atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("t,start,kv_len", [(8, 40, 64), (16, 100, 200), (64, 70, 192)])
+def test_tree_mask_matches_reference_and_sdpa(t, start, kv_len):
+    """A draft tree's step: each row sees the context before `start` and its token's
+    ancestors (bits of stock/tree.py's ancestor matrix), nothing else; T = 64 uses bit 63."""
+    from kernels.attention import tree_bits
+    from stock.tree import ancestors, visibility
+
+    gen = torch.Generator().manual_seed(t)
+    parents = torch.tensor([0] + [int(torch.randint(0, i, (1,), generator=gen))
+                                  for i in range(1, t)])
+    anc = ancestors(parents)
+    g, d = 2, 16
+    q = torch.randn(1, 2, g * t, d, generator=gen)
+    k = torch.randn(1, 2, kv_len + 8, d, generator=gen)
+    v = torch.randn(1, 2, kv_len + 8, d, generator=gen)
+    tree = tree_bits(anc, torch.tensor(start))
+    positions = start + torch.arange(t)   # the slots; the kernel masks by the tree instead
+    got = decode_attention(q, k, v, positions, kv_len, tree=tree)
+    want = reference_attention(q, k, v, positions, kv_len, tree=tree)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
+    seen = visibility(anc, start, kv_len).repeat(g, 1).view(1, 1, g * t, kv_len)
+    mask = torch.where(seen, 0.0, float("-inf"))
+    sdpa = F.scaled_dot_product_attention(q, k[:, :, :kv_len], v[:, :, :kv_len], attn_mask=mask)
+    torch.testing.assert_close(got, sdpa, atol=2e-5, rtol=2e-5)
+    chain = decode_attention(q, k, v, positions, kv_len)   # the causal mask differs
+    assert not torch.allclose(chain, got, atol=1e-3) or bool((parents[1:] == torch.arange(t - 1)).all())

@@ -96,7 +96,9 @@ def test_compact_moves_accepted_rows_and_nothing_else():
     before = buf.clone()
     path = torch.tensor([0, 2, 5, 3, 4, 5])   # accepted depth 2: nodes 2 then 5
     path[3:] = torch.arange(3, 6)
-    compact([buf], [buf.clone()], 4, path)
+    other = buf.clone()
+    compact([buf], 4, path)
+    assert torch.equal(other, before)
     assert torch.equal(buf[:, :, 5], before[:, :, 6]) and torch.equal(buf[:, :, 6],
                                                                        before[:, :, 9])
     keep = [i for i in range(12) if i not in (5, 6)]
@@ -144,7 +146,7 @@ def test_each_node_sees_only_its_root_path(tiny, static):
     path = torch.arange(16)
     chosen = tree.path_to(deepest)
     path[: len(chosen)] = torch.tensor(chosen)
-    compact(cache.k, cache.v, start, path)
+    compact([cache.k_all, cache.v_all], start, path)
     rows = slice(start, start + len(chosen))
     for layer in range(tiny.cfg.num_layers):
         torch.testing.assert_close(cache.k[layer][:, :, rows], ref_cache_k(tiny, ctx, tree,

@@ -13,7 +13,10 @@ attention kernel that gives each (head, query tile) one program runs 8 programs 
 
 The mask is the static step's (see reference.py): row r sees key j iff j <= positions[r % T]
 and j < kv_len, read from `positions` on the device, so one launch serves every step of a
-CUDA graph slot. A chunk whose keys are all hidden from a row leaves m = -1e30, l = 0 there
+CUDA graph slot. A draft tree's step (`tree`, [1 + T] int64 on the device: the context
+length `start`, then one ancestor bitmask per token, bit j for the token at slot start + j)
+instead lets row r see key j iff j < start, or start <= j < start + 64 and bit j - start of
+its token's mask is set (its ancestors and itself). A chunk whose keys are all hidden from a row leaves m = -1e30, l = 0 there
 and weighs nothing in the combine (every row sees key 0, so some chunk has weight 1).
 
 The result matches `reference_attention` to bf16 rounding (probabilities are rounded to the
@@ -40,10 +43,11 @@ NEG = tl.constexpr(-1.0e30)  # "minus infinity" that keeps exp() and max() free 
 
 
 @triton.jit
-def _partial(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
+def _partial(q_ptr, k_ptr, v_ptr, pos_ptr, tree_ptr, m_ptr, l_ptr, acc_ptr,
              R, T, HKV, kv_len, chunk, scale,
              sq_b, sq_h, sq_r, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s,
-             D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr):
+             D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
+             TREE: tl.constexpr):
     bh = tl.program_id(0)
     rb = tl.program_id(1)
     c = tl.program_id(2)
@@ -53,6 +57,9 @@ def _partial(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
     rows = rb * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < R
     pos = tl.load(pos_ptr + rows % T, mask=rmask, other=-1)
+    if TREE:
+        start = tl.load(tree_ptr)
+        bits = tl.load(tree_ptr + 1 + rows % T, mask=rmask, other=0)
     d = tl.arange(0, D)
     q = tl.load(q_ptr + b * sq_b + h * sq_h + rows[:, None] * sq_r + d[None, :],
                 mask=rmask[:, None], other=0.0)
@@ -68,7 +75,13 @@ def _partial(q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr,
         kmask = keys < hi
         k = tl.load(k_base + keys[None, :] * sk_s + d[:, None], mask=kmask[None, :], other=0.0)
         s = tl.dot(q, k) * scale  # [BLOCK_R, BLOCK_N] fp32
-        vis = (keys[None, :] <= pos[:, None]) & kmask[None, :]
+        if TREE:
+            rel = keys[None, :] - start
+            inside = (rel >= 0) & (rel < 64)
+            own = ((bits[:, None] >> tl.where(inside, rel, 0)) & 1) != 0
+            vis = ((keys[None, :] < start) | (inside & own)) & kmask[None, :]
+        else:
+            vis = (keys[None, :] <= pos[:, None]) & kmask[None, :]
         s = tl.where(vis, s, NEG)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp(m_i - m_new)
@@ -135,13 +148,29 @@ def supported(head_dim: int) -> bool:
     return 16 <= head_dim <= 256 and head_dim & (head_dim - 1) == 0
 
 
+def tree_bits(anc: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    """The kernel's tree argument from an ancestor matrix anc [T, T] (bool, T <= 64; anc[i, j]:
+    token j is token i or one of its ancestors) and the context length (0-dim int64 on the
+    device): [1 + T] int64 = start, then bit j of row i set iff anc[i, j] (bit 63 wraps to
+    the sign, as two's complement has it)."""
+    t = anc.shape[0]
+    if t > 64:
+        raise ValueError(f"a tree of {t} tokens does not fit 64-bit masks")
+    weights = torch.ones(t, dtype=torch.long, device=anc.device) << torch.arange(
+        t, device=anc.device)
+    return torch.cat([start.reshape(1).long(), (anc.long() * weights).sum(1)])
+
+
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                     positions: torch.Tensor, kv_len: int) -> torch.Tensor:
+                     positions: torch.Tensor, kv_len: int,
+                     tree: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of the step's rows q [B, Hkv, R, D] over cache slots [0, kv_len) of k, v
-    [B, Hkv, S, D] (last dim contiguous) with the static step's mask (module docstring);
-    returns [B, Hkv, R, D] in q's dtype."""
+    [B, Hkv, S, D] (last dim contiguous) with the static step's mask, or a draft tree's
+    (`tree`: `tree_bits`; module docstring); returns [B, Hkv, R, D] in q's dtype."""
     bsz, hkv, rows, dim = q.shape
     t = positions.numel()
+    if tree is not None and tree.numel() != t + 1:
+        raise ValueError(f"tree holds {tree.numel()} values for {t} tokens (start + masks)")
     if k.shape[:2] != (bsz, hkv) or v.shape[:2] != (bsz, hkv) or k.shape[-1] != dim:
         raise ValueError(f"q {tuple(q.shape)} and cache {tuple(k.shape)} / {tuple(v.shape)} "
                          "disagree")
@@ -158,9 +187,11 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     acc = torch.empty(bsz * hkv * splits * rows * dim, **f32)
     out = torch.empty(bsz, hkv, rows, dim, device=q.device, dtype=q.dtype)
     _partial[(bsz * hkv, row_blocks, splits)](
-        q, k, v, positions, m, l_, acc, rows, t, hkv, kv_len, chunk, 1.0 / math.sqrt(dim),
+        q, k, v, positions, positions if tree is None else tree, m, l_, acc, rows, t, hkv,
+        kv_len, chunk, 1.0 / math.sqrt(dim),
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2), D=dim, BLOCK_R=block_r, BLOCK_N=BLOCK_N)
+        v.stride(0), v.stride(1), v.stride(2), D=dim, BLOCK_R=block_r, BLOCK_N=BLOCK_N,
+        TREE=tree is not None)
     _combine[(bsz * hkv, row_blocks)](
         m, l_, acc, out, rows, hkv, splits, out.stride(0), out.stride(1), out.stride(2),
         D=dim, BLOCK_R=block_r)
