@@ -21,6 +21,8 @@ the real nodes: padded nodes have depth 0 (never accepted) and the root as paren
   accepted iff its token equals the target's argmax at its parent and so is every ancestor's;
   returns the accepted depth n and `path` [T] (path[d] = the accepted node at depth d, path[0]
   the root, identity past n);
+- `tree_bits(anc, start)`: the same visibility as kernels/attention's split-KV kernel takes
+  it (start, then one 64-bit ancestor mask per node);
 - `compact(bufs, start, path)`: K/V of the accepted nodes moved from slots start + path[d]
   to start + d, so the committed prefix is contiguous (a chain's path is already the
   identity and moves nothing it did not hold).
@@ -177,6 +179,19 @@ def accept(ids: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor,
     path = (at.long() * steps.unsqueeze(0)).sum(1)
     path = torch.where((steps <= n) & (steps > 0), path, steps)   # root 0, identity past n
     return n, path
+
+
+def tree_bits(anc: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    """kernels/attention's tree argument from an ancestor matrix anc [T, T] (bool, T <= 64;
+    anc[i, j]: token j is token i or one of its ancestors) and the context length (0-dim
+    int64 on the device): [1 + T] int64 = start, then bit j of row i set iff anc[i, j] (bit
+    63 wraps to the sign, as two's complement has it)."""
+    t = anc.shape[0]
+    if t > 64:
+        raise ValueError(f"a tree of {t} tokens does not fit 64-bit masks")
+    weights = torch.ones(t, dtype=torch.long, device=anc.device) << torch.arange(
+        t, device=anc.device)
+    return torch.cat([start.reshape(1).long(), (anc.long() * weights).sum(1)])
 
 
 def compact(bufs: list[torch.Tensor], start: torch.Tensor | int, path: torch.Tensor) -> None:

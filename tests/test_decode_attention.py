@@ -99,8 +99,7 @@ def test_a_row_does_not_depend_on_the_step_s_row_count():
 def test_tree_mask_matches_reference_and_sdpa(t, start, kv_len):
     """A draft tree's step: each row sees the context before `start` and its token's
     ancestors (bits of stock/tree.py's ancestor matrix), nothing else; T = 64 uses bit 63."""
-    from kernels.attention import tree_bits
-    from stock.tree import ancestors, visibility
+    from stock.tree import ancestors, tree_bits, visibility
 
     gen = torch.Generator().manual_seed(t)
     parents = torch.tensor([0] + [int(torch.randint(0, i, (1,), generator=gen))

@@ -148,25 +148,12 @@ def supported(head_dim: int) -> bool:
     return 16 <= head_dim <= 256 and head_dim & (head_dim - 1) == 0
 
 
-def tree_bits(anc: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
-    """The kernel's tree argument from an ancestor matrix anc [T, T] (bool, T <= 64; anc[i, j]:
-    token j is token i or one of its ancestors) and the context length (0-dim int64 on the
-    device): [1 + T] int64 = start, then bit j of row i set iff anc[i, j] (bit 63 wraps to
-    the sign, as two's complement has it)."""
-    t = anc.shape[0]
-    if t > 64:
-        raise ValueError(f"a tree of {t} tokens does not fit 64-bit masks")
-    weights = torch.ones(t, dtype=torch.long, device=anc.device) << torch.arange(
-        t, device=anc.device)
-    return torch.cat([start.reshape(1).long(), (anc.long() * weights).sum(1)])
-
-
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      positions: torch.Tensor, kv_len: int,
                      tree: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of the step's rows q [B, Hkv, R, D] over cache slots [0, kv_len) of k, v
     [B, Hkv, S, D] (last dim contiguous) with the static step's mask, or a draft tree's
-    (`tree`: `tree_bits`; module docstring); returns [B, Hkv, R, D] in q's dtype."""
+    (`tree`: stock/tree.py's `tree_bits`; module docstring); returns [B, Hkv, R, D] in q's dtype."""
     bsz, hkv, rows, dim = q.shape
     t = positions.numel()
     if tree is not None and tree.numel() != t + 1:
