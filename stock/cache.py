@@ -1,8 +1,8 @@
 """Static KV cache with commit and rollback by length.
 
 One preallocated buffer per layer: [batch, kv_heads, max_len, head_dim], each a view of one
-buffer for all layers (`k_all`, `v_all`: [layers, batch, kv_heads, max_len, head_dim]). A forward writes
-K/V for its tokens at positions [start, start + T); `length` is what is committed. Rolling
+buffer for all layers (`k_all`, `v_all`: [layers, batch, kv_heads, max_len, head_dim]). A
+forward writes K/V for its tokens at positions [start, start + T); `length` is what is committed. Rolling
 back is setting a smaller length: stale slots past it are overwritten by the next write and
 never read, because attention reads only [0, start + T).
 """
