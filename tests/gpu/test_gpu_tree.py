@@ -23,8 +23,9 @@ if "tree_budget" not in REGISTRY:
 CTX = 192
 
 
-@pytest.mark.parametrize("compile", [False, True])
-def test_tree_slot_nodes_equal_their_root_paths(compile):
+@pytest.mark.parametrize("compile,attention", [(False, "sdpa"), (True, "sdpa"),
+                                               (True, "triton")])
+def test_tree_slot_nodes_equal_their_root_paths(compile, attention):
     cfg = PRESETS["tiny-qwen3"]
     model = Transformer.random(cfg, "cuda", torch.float32, seed=5, std=0.08)
     gen = torch.Generator().manual_seed(2)
@@ -38,9 +39,9 @@ def test_tree_slot_nodes_equal_their_root_paths(compile):
         model(torch.tensor([prompt[:-1]], device="cuda"), c, 0, logits="none")
         caches.append(c)
     start = len(prompt) - 1
-    # both through SDPA: the split-KV kernel's fp32 dots run in TF32 (Triton's default),
-    # 1e-3 away from SDPA's; trees always attend through SDPA with their mask
-    kw = dict(capture=True, compile=compile, attention="sdpa")
+    # tree and chains through the same attention: the split-KV kernel's fp32 dots run in
+    # TF32 (Triton's default), 1e-3 away from SDPA's (compiled + triton: the kernel's tree mask)
+    kw = dict(capture=True, compile=compile, attention=attention)
     tr, ch = GraphRunner(model, caches[0], CTX, **kw), GraphRunner(model, caches[1], CTX, **kw)
     out = tr.tree_step(tree, start, hidden_layers=(0,))
     logits = out.logits[: len(tree)].clone()
