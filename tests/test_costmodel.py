@@ -106,4 +106,9 @@ def test_analyze_reports_three_factors_and_the_largest(smol, tmp_path):
     assert rep.factors["kernel"] > 1.0  # fp32 on a CPU is far from its own ceilings
     rows = {r.category: r for r in rep.categories}
     assert rows["gemm"].bound_ms > 0 and rows["gemm"].measured_ms > 0
-    assert rep.steps > 0 and rep.tau_best_budget in costmodel.BUDGETS
+    assert rep.steps > 0 and rep.tau_best_budget in (costmodel.CHAIN, *costmodel.TREE_BUDGETS)
+    # with the n-gram drafter: τ exact, from decodes simulated on teacher-forced lattices
+    assert rep.tau_method == "exact"
+    assert [(r.mode, r.budget) for r in rep.tau_rows] == \
+        [("chain", smol.options["draft_len"] + 1)] + [("tree", b) for b in (8, 16, 32, 64)]
+    assert rep.tau_rows[0].tau == pytest.approx(rep.tau_measured)   # the chain: as measured

@@ -199,7 +199,17 @@ def analyze_cmd(n_requests, max_new, drafter, model, device, as_json):
     click.echo(f"actual step {rep.actual_step_ms:.2f} ms; profiled kernels "
                f"{rep.profiled_kernel_ms:.2f} ms")
     f = rep.factors
-    click.echo(f"τ factor        {f['tau']:.2f}x  (best-first tree, budget {rep.tau_best_budget}: "
+    if rep.tau_rows:
+        click.echo(f"τ predicted (decode simulated on teacher-forced lattices; measured chain "
+                   f"τ {rep.tau_measured:.2f})")
+        click.echo(f"{'mode':<6} {'budget':>6} {'depth':>5} {'τ':>6} {'steps':>6} "
+                   f"{'nodes/step':>10} {'speedup':>8}")
+        for r in rep.tau_rows:
+            click.echo(f"{r.mode:<6} {r.budget:>6} {r.max_depth:>5} {r.tau:>6.2f} {r.steps:>6} "
+                       f"{r.nodes_per_step:>10.1f} {r.speedup:>7.2f}x")
+    best = "chain" if rep.tau_method == "exact" and rep.tau_best_budget == 0 else \
+        f"tree, budget {rep.tau_best_budget}"
+    click.echo(f"τ factor        {f['tau']:.2f}x  ({rep.tau_method}; best: {best}, "
                f"τ {rep.tau_curve[rep.tau_best_budget]:.2f})")
     click.echo(f"kernel factor   {f['kernel']:.2f}x")
     click.echo(f"overhead factor {f['overhead']:.2f}x")

@@ -4,7 +4,10 @@ Two passes over the same requests (`worker_main.measure`, in the system's proces
 unprofiled (actual step times, lattices, tokens per step, context lengths) and one under the
 profiler (time per kernel category). The factors are computed from those measurements here
 (`report`); bounds come from specpilot/judges/costmodel.py with the hardware's peaks
-(specpilot/judges/hardware.py).
+(specpilot/judges/hardware.py). The τ factor is exact where the measurement carries each
+prompt's teacher-forced lattices (worker_main.teacher_forced, with a drafter): decodes with
+the chain and with trees of each budget are simulated over them (judges/tau.py), and
+`tau_rows` reports each one's predicted τ.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from specpilot.judges.hardware import Hardware, for_device
 from specpilot.judges.worker_main import measure
 from specpilot.requests import load_dev, select
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2   # 2: tau_method, tau_measured, tau_rows; exact curve keys are nodes
 DIRECTIONS = {"tau": "drafting / tree verification (raise accepted tokens per step)",
               "kernel": "kernels (close the gap to the byte and FLOP bounds)",
               "overhead": "overhead (host work, launches, syncs, drafter between kernels)"}
@@ -30,6 +33,18 @@ class CategoryRow(BaseModel):
     measured_ms: float      # per step, profiled
     bound_ms: float | None  # per step lower bound (kernel categories only)
     ratio: float | None
+
+
+class TauRow(BaseModel):
+    """One decode mode simulated over the teacher-forced lattices (exact τ)."""
+
+    mode: str              # "chain" (top-1, draft_len deep) or "tree" (best-first)
+    budget: int            # nodes per step at most, the root (pending token) included
+    max_depth: int         # draft levels at most
+    tau: float             # predicted tokens per step, bonus included
+    steps: int
+    nodes_per_step: float  # verified per step on average
+    speedup: float         # τ / step bound, over the chain's
 
 
 class Analysis(BaseModel):
@@ -45,9 +60,14 @@ class Analysis(BaseModel):
     actual_step_ms: float
     profiled_kernel_ms: float
     factors: dict[str, float]       # tau, kernel, overhead
+    tau_method: str                 # "exact" (simulated decodes) or "ancestor-only"
+    tau_measured: float             # tokens per step of the measured (chain) run
+    # exact: keys are costmodel.CHAIN (0) and tree budgets in nodes, the root included;
+    # ancestor-only: draft paths per step (costmodel.BUDGETS)
     tau_best_budget: int
     tau_curve: dict[int, float]
     speedup_by_budget: dict[int, float]
+    tau_rows: list[TauRow] = []     # exact only: the chain and trees of TREE_BUDGETS nodes
     categories: list[CategoryRow]
     suggested: str
     direction: str
@@ -119,10 +139,23 @@ def report(measured: dict, model: str, hw: Hardware, request_ids: list[str]) -> 
                                         hw.bandwidth).values())
 
     current_tau = float(np.mean(accepted))
-    tau = costmodel.tau_factor(lattice_steps, current_tau, mean_tokens, bound_of)
+    forced = [run.get("forced") for run in measured["runs"]]
+    rows: list[TauRow] = []
+    if forced and all(forced):
+        draft_len = measured["draft_len"]
+        tau = costmodel.tau_factor_exact([(f["lattices"], f["output"]) for f in forced],
+                                         draft_len, bound_of)
+        depth = min(f["depth"] for f in forced)
+        rows = [TauRow(mode="chain" if b == costmodel.CHAIN else "tree",
+                       budget=draft_len + 1 if b == costmodel.CHAIN else b,
+                       max_depth=draft_len if b == costmodel.CHAIN else depth,
+                       tau=d.tau, steps=d.steps, nodes_per_step=d.nodes_per_step,
+                       speedup=tau.speedup_by_budget[b]) for b, d in tau.decodes.items()]
+    else:
+        tau = costmodel.tau_factor(lattice_steps, current_tau, mean_tokens, bound_of)
     factors = {"tau": tau.factor, "kernel": kernel, "overhead": overhead}
     best = max(factors, key=lambda k: factors[k] if np.isfinite(factors[k]) else -1)
-    rows = [CategoryRow(category=c, measured_ms=per_step.get(c, 0.0),
+    cats = [CategoryRow(category=c, measured_ms=per_step.get(c, 0.0),
                         bound_ms=bounds_ms.get(c),
                         ratio=(per_step.get(c, 0.0) / bounds_ms[c]
                                if bounds_ms.get(c) else None))
@@ -130,6 +163,8 @@ def report(measured: dict, model: str, hw: Hardware, request_ids: list[str]) -> 
     return Analysis(model=model, device=measured["device"], hardware=hw, dtype=dtype,
                     requests=request_ids, steps=steps_t, tokens_per_step=mean_tokens,
                     mean_context=mean_ctx, actual_step_ms=actual_ms, profiled_kernel_ms=kernel_ms,
-                    factors=factors, tau_best_budget=tau.best_budget, tau_curve=tau.curve,
-                    speedup_by_budget=tau.speedup_by_budget, categories=rows, suggested=best,
+                    factors=factors, tau_method=tau.method, tau_measured=current_tau,
+                    tau_best_budget=tau.best_budget, tau_curve=tau.curve,
+                    speedup_by_budget=tau.speedup_by_budget, tau_rows=rows, categories=cats,
+                    suggested=best,
                     direction=DIRECTIONS[best])

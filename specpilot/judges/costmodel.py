@@ -3,13 +3,18 @@
 Three factors, each >= 1 in principle, whose product bounds the possible speedup:
 
 - τ factor: accepted tokens per step of the best-first draft tree at the best node budget,
-  over the current system's accepted tokens per step. Trees are built on recorded draft
-  lattices: nodes are paths through the per-position top-k alternatives, ranked by
-  cumulative path log-probability (best-first, so every node's ancestors are in the tree);
-  a path is accepted node by node where it equals the target's token, ancestor-only (the
-  target's choice after a token is known only along the verified chain, so a path may
-  leave the chain only at its last accepted node; the estimate is conservative). The best
-  budget B maximises τ(B) / step_bound(B + 1 tokens).
+  over the current system's accepted tokens per step. Exact where the measurement carries
+  teacher-forced lattices (the drafter's lattice at every position of the greedy output):
+  the whole decode loop is simulated with each tree (specpilot/judges/tau.py), scored
+  against the output, which is the target's continuation everywhere; the chain of
+  draft_len is simulated the same way and is the current system (`tau_factor_exact`).
+  Otherwise (`tau_factor`), trees are re-scored on the lattices of the chain run's steps:
+  nodes are paths through the per-position top-k alternatives, ranked by cumulative path
+  log-probability; a path is accepted node by node where it equals the target's token,
+  ancestor-only (the target's choice after a token is known only along the verified
+  chain, so a path may leave the chain only at its last accepted node), and each step
+  starts where the chain's did: conservative, and blind to where a tree's steps would
+  start. The best budget B maximises τ(B) / step_bound(tokens verified at B).
 - kernel factor: profiled time of the step's kernels (gemm, attention, recurrent) over the
   sum of their lower bounds; a kernel's bound is max(FLOPs / (0.6 peak), bytes / (0.9 BW)),
   from the model's shapes, tokens verified and context length.
@@ -21,14 +26,18 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
+
+from specpilot.judges import tau as exact
 
 COMPUTE_EFF = 0.6
 BANDWIDTH_EFF = 0.9
 KERNELS = ("gemm", "attention", "recurrent")
-BUDGETS = (1, 2, 4, 8, 16, 32, 64, 128)
+BUDGETS = (1, 2, 4, 8, 16, 32, 64, 128)   # chain-trace estimate: draft paths, root not counted
+CHAIN = 0                                  # the exact curve's key for the chain (top-1)
+TREE_BUDGETS = (8, 16, 32, 64)             # exact: nodes per step, the root included
 
 
 @dataclass(frozen=True)
@@ -66,7 +75,7 @@ def step_bound(cfg, tokens: int, context: int, elt_bytes: int, peak_flops: float
             for c, w in step_work(cfg, tokens, context, elt_bytes).items()}
 
 
-# -- τ from lattices -------------------------------------------------------------------------
+# -- τ from a chain run's lattices (ancestor-only; without teacher-forced lattices) ----------
 
 def best_first_tree(logprobs: np.ndarray, budget: int) -> set[tuple[int, ...]]:
     """The `budget` paths of highest cumulative log-probability; paths index alternatives
@@ -130,6 +139,8 @@ class TauResult:
     factor: float
     curve: dict[int, float]
     speedup_by_budget: dict[int, float]  # τ(B)/bound(B) over τ_cur/bound(current)
+    method: str = "ancestor-only"        # or "exact" (the decode simulated, tau.py)
+    decodes: dict[int, exact.Decode] = field(default_factory=dict)   # exact: per curve key
 
 
 def tau_factor(steps, current_tau: float, current_tokens: float, bound_of) -> TauResult:
@@ -139,6 +150,26 @@ def tau_factor(steps, current_tau: float, current_tokens: float, bound_of) -> Ta
     speed = {b: (curve[b] / bound_of(b + 1)) / base for b in curve}
     best = max(speed, key=lambda b: speed[b])
     return TauResult(current_tau, best, curve[best], curve[best] / current_tau, curve, speed)
+
+
+def tau_factor_exact(forced, draft_len: int, bound_of, tree_depth: int | None = None,
+                     budgets=TREE_BUDGETS) -> TauResult:
+    """The τ factor from decodes simulated over teacher-forced lattices (tau.py): the chain
+    of `draft_len` (curve key CHAIN, the current system) and best-first trees of each
+    budget in nodes (the root included) at most `tree_depth` deep (default: the lattices'
+    depth). `forced` = [(lattices, output), ...] per request. Each mode's step is bounded at
+    the nodes it verifies per step on average; the best mode maximises τ / bound (ties: the
+    chain, then the smaller budget), and the factor is its τ over the chain's."""
+    decodes = {CHAIN: exact.simulate_requests(forced, None, draft_len)}
+    for b in budgets:
+        decodes[b] = exact.simulate_requests(forced, b, tree_depth)
+    curve = {b: d.tau for b, d in decodes.items()}
+    rate = {b: curve[b] / bound_of(max(1, round(d.nodes_per_step))) for b, d in decodes.items()}
+    speed = {b: rate[b] / rate[CHAIN] for b in rate}
+    best = max(speed, key=lambda b: speed[b])
+    cur = curve[CHAIN]
+    return TauResult(cur, best, curve[best], curve[best] / cur if cur else float("nan"), curve,
+                     speed, "exact", decodes)
 
 
 def kernel_factor(measured: dict[str, float], bounds: dict[str, float]) -> float:

@@ -19,7 +19,8 @@ where `stock` was imported from; the controller checks all three against what it
 Then: {"cmd": "run", "id", "prompt" | "ids", "max_new"} -> {"event": "done", tokens, ...};
 "force" {ids, forced, chunk, digests} and "reference" {ids, length, draft_len, chunk} serve
 the correctness gates; "tokenize" {prompt}; "registry" -> the system's option definitions;
-"measure" {prompts, max_new} -> the cost model's raw measurements (judges/analyze.py);
+"measure" {prompts, max_new} -> the cost model's raw measurements (judges/analyze.py;
+teacher-forced lattices included, `teacher_forced`);
 "timed" {options, ids, max_new} -> one generation's decode time under other option values
 (the tuner); {"cmd": "quit"} or end of input ends it.
 """
@@ -170,11 +171,51 @@ def registry() -> dict:
             for n, o in REGISTRY.items()}
 
 
+FORCED_DEPTH = 16   # rows of a teacher-forced lattice (at least the system's draft_len)
+
+
+class _Forcing:
+    """A drafter for `teacher_forced`: at every step it asks the system's drafter for its
+    lattice, keeps it and proposes nothing, so each step verifies only the pending token and
+    commits it (the autoregressive step). The drafter sees what a step of any decode that
+    committed the same prefix hands it: the tokens, and the target's hidden states of the
+    tokens committed since its last call (here one a step, a speculative step's accepted
+    run there). Its lattices are `depth` deep, capped as the engine caps a step's draft
+    (room in the context, tokens left to generate)."""
+
+    def __init__(self, drafter, prompt_len: int, max_new: int, max_context: int, depth: int):
+        self.inner, self.name, self.hidden_layers = drafter, drafter.name, drafter.hidden_layers
+        self.ends, self.depth, self.lattices = (prompt_len, max_new, max_context), depth, []
+
+    def reset(self) -> None:
+        self.inner.reset()
+        self.lattices = []
+
+    def draft(self, ctx, k: int):
+        prompt_len, max_new, max_context = self.ends
+        n = len(ctx.tokens)   # committed tokens + the pending one
+        lat = self.inner.draft(ctx, min(self.depth, max_context - n, max_new - n + prompt_len))
+        self.lattices.append(lat)
+        return type(lat)(lat.ids[:0], lat.logprobs[:0])
+
+
+def teacher_forced(engine, drafter, prompt: list[int], max_new: int, depth: int) -> dict:
+    """The greedy output of one prompt and, at every position p of it but the last, the
+    drafter's lattice for a step that starts with committed prompt + output[:p] and pending
+    token output[p] (judges/tau.py simulates decodes over them)."""
+    forcing = _Forcing(drafter, len(prompt), max_new, engine.max_context, depth)
+    res = engine.generate(list(prompt), max_new, forcing)
+    return {"output": res.tokens, "depth": depth,
+            "lattices": [{"ids": lat.ids.tolist(), "logprobs": lat.logprobs.tolist()}
+                         for lat in forcing.lattices]}
+
+
 def measure(engine, drafter, prompts: list[list[int]], max_new: int) -> dict:
     """What the cost model needs of a system, measured: two passes over the same prompts,
     one unprofiled (step times; per step the draft lattice, the accepted count and the
     target's tokens) and one under stock's profiler (time per kernel category), plus the
-    model's shapes. The judges' analyze.py turns it into the factors."""
+    model's shapes; with a drafter, per prompt its teacher-forced lattices too ("forced",
+    FORCED_DEPTH or draft_len deep). The judges' analyze.py turns it into the factors."""
     import dataclasses
 
     # lazy: the checkout's stock, imported after setup hashed its tree
@@ -202,10 +243,14 @@ def measure(engine, drafter, prompts: list[list[int]], max_new: int) -> dict:
                                    "logprobs": s.lattice.logprobs.tolist(),
                                    "target": list(s.target), "accepted": s.accepted}
                                   for s in recorder.steps[first:]]})
+        if drafter is not None:
+            runs[-1]["forced"] = teacher_forced(
+                engine, drafter, ids, max_new, max(FORCED_DEPTH, engine.options["draft_len"]))
     profiler = Profiler(engine.model.device)
     for ids in prompts:
         engine.generate(ids, max_new, drafter, profiler=profiler)
     return {"runs": runs, "profile": profiler.report(), "topk": recorder.topk,
+            "draft_len": engine.options["draft_len"],
             "device": str(engine.model.device),
             "dtype": "fp32" if engine.model.dtype == torch.float32 else "bf16",
             "model_cfg": dataclasses.asdict(engine.model.cfg)}
