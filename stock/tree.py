@@ -21,8 +21,9 @@ the real nodes: padded nodes have depth 0 (never accepted) and the root as paren
   accepted iff its token equals the target's argmax at its parent and so is every ancestor's;
   returns the accepted depth n and `path` [T] (path[d] = the accepted node at depth d, path[0]
   the root, identity past n);
-- `tree_bits(anc, start)`: the same visibility as kernels/attention's split-KV kernel takes
-  it (start, then one 64-bit ancestor mask per node);
+- `tree_table(anc, depths, start)`: the tree as kernels/attention's split-KV kernel takes it
+  (start, depths, each node's path), so that a node's attention is its root path's as a
+  chain, bit for bit;
 - `compact(bufs, start, path)`: K/V of the accepted nodes moved from slots start + path[d]
   to start + d, so the committed prefix is contiguous (a chain's path is already the
   identity and moves nothing it did not hold).
@@ -181,17 +182,20 @@ def accept(ids: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor,
     return n, path
 
 
-def tree_bits(anc: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
-    """kernels/attention's tree argument from an ancestor matrix anc [T, T] (bool, T <= 64;
-    anc[i, j]: token j is token i or one of its ancestors) and the context length (0-dim
-    int64 on the device): [1 + T] int64 = start, then bit j of row i set iff anc[i, j] (bit
-    63 wraps to the sign, as two's complement has it)."""
+def tree_table(anc: torch.Tensor, depths: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    """kernels/attention's tree argument: [1 + T + 64 T] int64 = the context length `start`
+    (0-dim int64 on the device), each node's depth, then per node its path (64 entries: its
+    ancestor at depth e, itself at its own depth, 0 past it), from the ancestor matrix anc
+    [T, T] and depths [T]. Depths stay below 64 (T <= 64). No host value enters: a CUDA
+    graph captures it."""
     t = anc.shape[0]
     if t > 64:
-        raise ValueError(f"a tree of {t} tokens does not fit 64-bit masks")
-    weights = torch.ones(t, dtype=torch.long, device=anc.device) << torch.arange(
-        t, device=anc.device)
-    return torch.cat([start.reshape(1).long(), (anc.long() * weights).sum(1)])
+        raise ValueError(f"a tree of {t} tokens is over the kernel's 64")
+    levels = torch.arange(64, device=anc.device)
+    nodes = torch.arange(t, device=anc.device)
+    at = anc.unsqueeze(2) & (depths.view(1, t, 1) == levels.view(1, 1, 64))  # [i, j, e]
+    paths = (at.long() * nodes.view(1, t, 1)).sum(1)
+    return torch.cat([start.reshape(1).long(), depths.long(), paths.reshape(-1)])
 
 
 def compact(bufs: list[torch.Tensor], start: torch.Tensor | int, path: torch.Tensor) -> None:

@@ -96,28 +96,38 @@ def test_a_row_does_not_depend_on_the_step_s_row_count():
 
 
 @pytest.mark.parametrize("t,start,kv_len", [(8, 40, 64), (16, 100, 200), (64, 70, 192)])
-def test_tree_mask_matches_reference_and_sdpa(t, start, kv_len):
-    """A draft tree's step: each row sees the context before `start` and its token's
-    ancestors (bits of stock/tree.py's ancestor matrix), nothing else; T = 64 uses bit 63."""
-    from stock.tree import ancestors, tree_bits, visibility
+def test_tree_mask_matches_reference_sdpa_and_the_chain_bitwise(t, start, kv_len):
+    """A draft tree's step: each node's rows see the context before `start` and its
+    ancestors; they equal the reference and SDPA with the tree's mask, and, bit for bit, the
+    rows of the same token in a chain step over its root path with that path's K/V in
+    place (T = 64: depths past one 64-key tile)."""
+    from stock.tree import ancestors, tree_table, visibility
 
     gen = torch.Generator().manual_seed(t)
-    parents = torch.tensor([0] + [int(torch.randint(0, i, (1,), generator=gen))
+    parents = torch.tensor([0] + [int(torch.randint(max(0, i - 3), i, (1,), generator=gen))
                                   for i in range(1, t)])
     anc = ancestors(parents)
+    depths = anc.sum(1) - 1
     g, d = 2, 16
     q = torch.randn(1, 2, g * t, d, generator=gen)
     k = torch.randn(1, 2, kv_len + 8, d, generator=gen)
     v = torch.randn(1, 2, kv_len + 8, d, generator=gen)
-    tree = tree_bits(anc, torch.tensor(start))
-    positions = start + torch.arange(t)   # the slots; the kernel masks by the tree instead
-    got = decode_attention(q, k, v, positions, kv_len, tree=tree)
-    want = reference_attention(q, k, v, positions, kv_len, tree=tree)
+    tree = tree_table(anc, depths, torch.tensor(start))
+    slots = start + torch.arange(t)
+    got = decode_attention(q, k, v, slots, kv_len, tree=tree)
+    want = reference_attention(q, k, v, slots, kv_len, tree=tree)
     torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
     seen = visibility(anc, start, kv_len).repeat(g, 1).view(1, 1, g * t, kv_len)
     mask = torch.where(seen, 0.0, float("-inf"))
     sdpa = F.scaled_dot_product_attention(q, k[:, :, :kv_len], v[:, :, :kv_len], attn_mask=mask)
     torch.testing.assert_close(got, sdpa, atol=2e-5, rtol=2e-5)
-    chain = decode_attention(q, k, v, positions, kv_len)   # the causal mask differs
-    is_chain = bool((parents[1:] == torch.arange(t - 1)).all())
-    assert is_chain or not torch.allclose(chain, got, atol=1e-3)
+    deepest = int(depths.argmax())
+    path = [j for j in range(t) if anc[deepest, j]]          # root .. deepest, by depth
+    kc, vc = k.clone(), v.clone()
+    kc[:, :, start:start + len(path)] = k[:, :, start + torch.tensor(path)]
+    vc[:, :, start:start + len(path)] = v[:, :, start + torch.tensor(path)]
+    rows = [r * t + j for r in range(g) for j in path]        # the path's query rows
+    qc = torch.zeros(1, 2, g * len(path), d)
+    qc[:, :, [r * len(path) + e for r in range(g) for e in range(len(path))]] = q[:, :, rows]
+    chain = decode_attention(qc, kc, vc, start + torch.arange(len(path)), kv_len)
+    assert torch.equal(chain, got[:, :, rows])

@@ -13,10 +13,15 @@ attention kernel that gives each (head, query tile) one program runs 8 programs 
 
 The mask is the static step's (see reference.py): row r sees key j iff j <= positions[r % T]
 and j < kv_len, read from `positions` on the device, so one launch serves every step of a
-CUDA graph slot. A draft tree's step (`tree`, [1 + T] int64 on the device: the context
-length `start`, then one ancestor bitmask per token, bit j for the token at slot start + j)
-instead lets row r see key j iff j < start, or start <= j < start + 64 and bit j - start of
-its token's mask is set (its ancestors and itself). A chunk whose keys are all hidden from a row leaves m = -1e30, l = 0 there
+CUDA graph slot. A draft tree's step (`tree`: stock/tree.py's `tree_table`, int64 on the
+device: the context length `start`, each node's depth, and each node's path, its ancestor at
+every depth) runs one program per node and chunk: the node's query rows see the context
+[0, start) and, at logical position start + e, the key of its ancestor at depth e, read from
+that ancestor's slot. Every column of every tile then holds the key and value the same
+token's row sees in a chain step (the same tile of BLOCK_R rows, the same tensor-core
+instructions, zeros where the chain masks), so a node's output is the bits of its root path
+verified as a chain: a tree step changes no output token in bf16. The price: each node's
+program reads the context again (T times a chain step's K/V reads). A chunk whose keys are all hidden from a row leaves m = -1e30, l = 0 there
 and weighs nothing in the combine (every row sees key 0, so some chunk has weight 1).
 
 The result matches `reference_attention` to bf16 rounding (probabilities are rounded to the
@@ -49,17 +54,23 @@ def _partial(q_ptr, k_ptr, v_ptr, pos_ptr, tree_ptr, m_ptr, l_ptr, acc_ptr,
              D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
              TREE: tl.constexpr):
     bh = tl.program_id(0)
-    rb = tl.program_id(1)
+    rb = tl.program_id(1)   # a row block; a tree: the node
     c = tl.program_id(2)
     splits = tl.num_programs(2)
     b = bh // HKV
     h = bh % HKV
-    rows = rb * BLOCK_R + tl.arange(0, BLOCK_R)
-    rmask = rows < R
-    pos = tl.load(pos_ptr + rows % T, mask=rmask, other=-1)
     if TREE:
+        # the node's G query rows (row g * T + node), in a tile of BLOCK_R rows as a chain's
+        g = tl.arange(0, BLOCK_R)
+        rmask = g < R // T
+        rows = g * T + rb
         start = tl.load(tree_ptr)
-        bits = tl.load(tree_ptr + 1 + rows % T, mask=rmask, other=0)
+        depth = tl.load(tree_ptr + 1 + rb)
+        path_base = tree_ptr + 1 + T + rb * 64
+    else:
+        rows = rb * BLOCK_R + tl.arange(0, BLOCK_R)
+        rmask = rows < R
+        pos = tl.load(pos_ptr + rows % T, mask=rmask, other=-1)
     d = tl.arange(0, D)
     q = tl.load(q_ptr + b * sq_b + h * sq_h + rows[:, None] * sq_r + d[None, :],
                 mask=rmask[:, None], other=0.0)
@@ -73,21 +84,31 @@ def _partial(q_ptr, k_ptr, v_ptr, pos_ptr, tree_ptr, m_ptr, l_ptr, acc_ptr,
     for n0 in range(lo, hi, BLOCK_N):
         keys = n0 + tl.arange(0, BLOCK_N)
         kmask = keys < hi
-        k = tl.load(k_base + keys[None, :] * sk_s + d[:, None], mask=kmask[None, :], other=0.0)
-        s = tl.dot(q, k) * scale  # [BLOCK_R, BLOCK_N] fp32
         if TREE:
-            rel = keys[None, :] - start
-            inside = (rel >= 0) & (rel < 64)
-            own = ((bits[:, None] >> tl.where(inside, rel, 0)) & 1) != 0
-            vis = ((keys[None, :] < start) | (inside & own)) & kmask[None, :]
+            # logical key start + e is the node's ancestor at depth e, read from its slot:
+            # each column holds what the chain's column holds (module docstring)
+            rel = keys - start
+            inside = (rel >= 0) & (rel <= depth) & kmask
+            hop = tl.load(path_base + tl.where(inside, rel, 0), mask=inside, other=0)
+            slots = tl.where(inside, start + hop, keys)
+            kvis = ((keys < start) & kmask) | inside
+            k = tl.load(k_base + slots[None, :] * sk_s + d[:, None], mask=kvis[None, :],
+                        other=0.0)
+            s = tl.dot(q, k) * scale  # [BLOCK_R, BLOCK_N] fp32
+            vis = kvis[None, :] & rmask[:, None]
         else:
+            slots = keys
+            k = tl.load(k_base + keys[None, :] * sk_s + d[:, None], mask=kmask[None, :],
+                        other=0.0)
+            s = tl.dot(q, k) * scale  # [BLOCK_R, BLOCK_N] fp32
             vis = (keys[None, :] <= pos[:, None]) & kmask[None, :]
+            kvis = kmask
         s = tl.where(vis, s, NEG)
         m_new = tl.maximum(m_i, tl.max(s, 1))
         alpha = tl.exp(m_i - m_new)
         p = tl.where(vis, tl.exp(s - m_new[:, None]), 0.0)
         l_i = l_i * alpha + tl.sum(p, 1)
-        v = tl.load(v_base + keys[:, None] * sv_s + d[None, :], mask=kmask[:, None], other=0.0)
+        v = tl.load(v_base + slots[:, None] * sv_s + d[None, :], mask=kvis[:, None], other=0.0)
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
         m_i = m_new
     part = bh * splits + c
@@ -156,8 +177,11 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     (`tree`: stock/tree.py's `tree_bits`; module docstring); returns [B, Hkv, R, D] in q's dtype."""
     bsz, hkv, rows, dim = q.shape
     t = positions.numel()
-    if tree is not None and tree.numel() != t + 1:
-        raise ValueError(f"tree holds {tree.numel()} values for {t} tokens (start + masks)")
+    if tree is not None and rows // t > BLOCK_R:
+        raise ValueError(f"a tree step's {rows // t} query heads per K/V head exceed {BLOCK_R}")
+    if tree is not None and tree.numel() != 1 + t + 64 * t:
+        raise ValueError(f"tree holds {tree.numel()} values for {t} tokens (stock/tree.py's "
+                         f"tree_table: start, depths, paths)")
     if k.shape[:2] != (bsz, hkv) or v.shape[:2] != (bsz, hkv) or k.shape[-1] != dim:
         raise ValueError(f"q {tuple(q.shape)} and cache {tuple(k.shape)} / {tuple(v.shape)} "
                          "disagree")
@@ -173,7 +197,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     l_ = torch.empty_like(m)
     acc = torch.empty(bsz * hkv * splits * rows * dim, **f32)
     out = torch.empty(bsz, hkv, rows, dim, device=q.device, dtype=q.dtype)
-    _partial[(bsz * hkv, row_blocks, splits)](
+    _partial[(bsz * hkv, t if tree is not None else row_blocks, splits)](
         q, k, v, positions, positions if tree is None else tree, m, l_, acc, rows, t, hkv,
         kv_len, chunk, 1.0 / math.sqrt(dim),
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),

@@ -7,8 +7,9 @@ Shapes are those of the static step (stock/static_step.py, stock/compiled.py):
 - k, v [B, Hkv, S, D]: the layer's cache buffers, S >= kv_len slots;
 - positions [T] int64: each token's position; row r sees key j iff j <= positions[r % T]
   and j < kv_len (the step's additive mask, `step_mask`);
-- tree (optional) [1 + T] int64: a draft tree's step, start then one ancestor bitmask per
-  token: row r sees key j iff j < start, or bit j - start of its token's mask is set.
+- tree (optional): a draft tree's step (stock/tree.py's tree_table: start, T depths, T
+  paths of 64): row r sees keys j < start and the slots start + path[e] of its token's
+  ancestors, e <= its depth.
 
 Returns [B, Hkv, R, D] in q's dtype.
 """
@@ -32,11 +33,14 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         row_pos = positions.repeat(rows // t)  # row r -> positions[r % T]
         visible = keys.unsqueeze(0) <= row_pos.unsqueeze(1)  # [R, kv_len]
     else:
-        start, bits = int(tree[0]), tree[1:].repeat(rows // t)
-        rel = keys - start
-        inside = (rel >= 0) & (rel < 64)
-        own = ((bits.unsqueeze(1) >> rel.clamp(0, 63).unsqueeze(0)) & 1) != 0
-        visible = (keys < start).unsqueeze(0) | (inside.unsqueeze(0) & own)
+        start, depths = int(tree[0]), tree[1:1 + t].tolist()
+        paths = tree[1 + t:].view(t, 64).tolist()
+        per_token = torch.zeros(t, kv_len, dtype=torch.bool, device=q.device)
+        per_token[:, :start] = True
+        for i in range(t):
+            for e in range(depths[i] + 1):
+                per_token[i, start + paths[i][e]] = True
+        visible = per_token.repeat(rows // t, 1)   # row r -> token r % T
     qf, kf, vf = q.float(), k[:, :, :kv_len].float(), v[:, :, :kv_len].float()
     s = (qf @ kf.transpose(-1, -2)) / math.sqrt(q.shape[-1])
     s = s.masked_fill(~visible, float("-inf"))

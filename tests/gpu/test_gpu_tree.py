@@ -63,6 +63,34 @@ def test_tree_slot_nodes_equal_their_root_paths(compile, attention):
                                        atol=1e-4, rtol=1e-4)
 
 
+def test_tree_nodes_are_their_root_paths_bit_for_bit_in_bf16():
+    """bf16, compiled layers, the split-KV kernel (stock's defaults on CUDA): every node's
+    logits in a tree step equal, bit for bit, its root path's last logits verified as a chain
+    (the kernel reads each ancestor's K/V into the chain's columns, kernels/attention)."""
+    cfg = PRESETS["tiny-qwen3"]
+    model = Transformer.random(cfg, "cuda", torch.bfloat16, seed=9, std=0.08)
+    gen = torch.Generator().manual_seed(4)
+    prompt = torch.randint(0, cfg.vocab_size, (70,), generator=gen).tolist()
+    ids = torch.stack([torch.randperm(cfg.vocab_size, generator=gen)[:3] for _ in range(8)])
+    lp = torch.log_softmax(torch.randn(8, 3, generator=gen), -1).sort(-1, descending=True).values
+    tree = build(ids, lp, prompt[-1], 16)
+    caches = []
+    for _ in range(2):
+        c = model.new_cache(CTX + 64)
+        model(torch.tensor([prompt[:-1]], device="cuda"), c, 0, logits="none")
+        caches.append(c)
+    start = len(prompt) - 1
+    kw = dict(capture=True, compile=True, attention="triton")
+    tr, ch = GraphRunner(model, caches[0], CTX, **kw), GraphRunner(model, caches[1], CTX, **kw)
+    logits = tr.tree_step(tree, start).logits[: len(tree)].clone()
+    worst = []
+    for node in range(len(tree)):
+        nodes = tree.path_to(node)
+        got = ch.step([tree.tokens[j] for j in nodes], start).logits[len(nodes) - 1]
+        worst.append(float((logits[node] - got).abs().max()))
+    assert max(worst) == 0.0, f"per node max |diff|: {worst}"
+
+
 def test_generation_with_tree_graphs_equals_ar():
     model = Transformer.random(PRESETS["tiny-qwen3"], "cuda", torch.float32, seed=7, std=0.08)
     prompt = [5, 9, 3, 5, 9, 3, 5, 9, 2, 7, 5, 9, 3, 8, 5, 9, 3, 5, 1] * 2
