@@ -53,7 +53,10 @@ def test_tree_slot_nodes_equal_their_root_paths(compile, attention):
     for node in range(len(tree)):
         nodes = tree.path_to(node)
         got = ch.step([tree.tokens[j] for j in nodes], start).logits[len(nodes) - 1]
-        torch.testing.assert_close(logits[node], got, atol=1e-4, rtol=1e-4)
+        # fp32: the split-KV kernel's dots run in TF32 and the chains' GEMMs at other row
+        # counts (bf16 is checked bit for bit below)
+        tol = 1e-3 if attention == "triton" else 1e-4
+        torch.testing.assert_close(logits[node], got, atol=tol, rtol=tol)
     # K/V of the accepted path, compacted, equal the chain's K/V of that path
     ch.step([tree.tokens[j] for j in path], start)
     for layer in range(cfg.num_layers):
