@@ -108,16 +108,21 @@ def with_backend(dirs: list[Direction], coding: str | None) -> tuple[list[Direct
 
 
 def _factor_of(meta, factors: dict) -> str:
-    text = f"{meta.title} {meta.summary}".lower()
-    if any(w in text for w in ("kernel", "fused", "gemm", "launch")):
-        return "kernel"
-    if any(w in text for w in ("draft", "tree", "accept")):
-        return "tau"
+    """The factor an entry targets, from its title, else its summary (a tree entry's
+    summary names the kernel it runs through; its title says what it changes)."""
+    for text in (meta.title.lower(), meta.summary.lower()):
+        if any(w in text for w in ("draft", "tree", "accept")):
+            return "tau"
+        if any(w in text for w in ("kernel", "fused", "gemm", "launch")):
+            return "kernel"
     return max(factors, key=factors.get) if factors else "overhead"
 
 
 def _recorded_gain(meta) -> float:
-    vals = [r.value - 1 for r in meta.results if r.value > 1 and not r.stale]
+    # a controller verdict's value is a gain (0.2 = +20%); other results are ratios
+    vals = [r.value if r.metric == "controller_gain" else r.value - 1 for r in meta.results
+            if not r.stale]
+    vals = [v for v in vals if v > 0]
     return round(min(vals), 3) if vals else 0.0
 
 
