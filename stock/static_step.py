@@ -47,7 +47,7 @@ def static_forward(model: Transformer, ids: torch.Tensor, positions: torch.Tenso
     `rope` [T] and `seen` [T, kv_len] (bool, given together): the tokens' RoPE positions and
     visibility when they are not their slots and the causal mask (a tree's depths and
     ancestor mask); attention then runs SDPA with that mask, or, compiled with the split-KV
-    kernel, that kernel with `tree` (the same visibility as kernels.attention.tree_bits)."""
+    kernel, that kernel with `tree` (stock/tree.py's tree_table: the same visibility)."""
     if (rope is None) != (seen is None):
         raise ValueError("rope and seen are given together")
     if not 0 < kv_len <= cache.max_len:

@@ -21,7 +21,9 @@ that ancestor's slot. Every column of every tile then holds the key and value th
 token's row sees in a chain step (the same tile of BLOCK_R rows, the same tensor-core
 instructions, zeros where the chain masks), so a node's output is the bits of its root path
 verified as a chain: a tree step changes no output token in bf16. The price: each node's
-program reads the context again (T times a chain step's K/V reads). A chunk whose keys are all hidden from a row leaves m = -1e30, l = 0 there
+program reads the context again (T times a chain step's K/V reads).
+
+A chunk whose keys are all hidden from a row leaves m = -1e30, l = 0 there
 and weighs nothing in the combine (every row sees key 0, so some chunk has weight 1).
 
 The result matches `reference_attention` to bf16 rounding (probabilities are rounded to the
@@ -174,7 +176,8 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      tree: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of the step's rows q [B, Hkv, R, D] over cache slots [0, kv_len) of k, v
     [B, Hkv, S, D] (last dim contiguous) with the static step's mask, or a draft tree's
-    (`tree`: stock/tree.py's `tree_bits`; module docstring); returns [B, Hkv, R, D] in q's dtype."""
+    (`tree`: stock/tree.py's `tree_table`; module docstring); returns [B, Hkv, R, D] in q's
+    dtype."""
     bsz, hkv, rows, dim = q.shape
     t = positions.numel()
     if tree is not None and rows // t > BLOCK_R:
