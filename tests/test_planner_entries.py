@@ -24,8 +24,12 @@ def test_tree_verify_targets_tau_though_its_summary_names_a_kernel():
 
 def test_recorded_gain_reads_controller_gains_as_fractions_and_skips_stale_ones():
     meta = _meta("tree-verify")
-    fresh = [r.value for r in meta.results if r.metric == "controller_gain" and not r.stale]
-    assert fresh and _recorded_gain(meta) == round(min(v for v in fresh if v > 0), 3)
+    gains = [r for r in meta.results if r.metric == "controller_gain"]
+    assert gains
+    fresh = meta.model_copy(update={"results": [
+        gains[0].model_copy(update={"stale": False, "value": 0.2039}),
+        gains[0].model_copy(update={"stale": False, "value": -0.05})]})
+    assert _recorded_gain(fresh) == 0.204          # a fraction, not a ratio minus one
     stale = meta.model_copy(update={"results": [r.model_copy(update={"stale": True})
-                                                for r in meta.results]})
+                                                for r in fresh.results]})
     assert _recorded_gain(stale) == 0.0
