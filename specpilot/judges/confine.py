@@ -120,12 +120,14 @@ def command(argv: list[str], program: Path, checkout: Path, scratch: Path,
     passes (the result pipe) are inherited through bwrap unchanged."""
     args = [usable_bwrap() or "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
             "--clearenv"]
+    # the private /tmp first: a Python installation under /tmp (a CI runner's venv) is
+    # mounted over it afterwards, not hidden by it
+    args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     for path in SYSTEM + ETC:
         args += _ro(path)
     roots = python_roots() + _toolchain()
     for root in roots:
         args += _ro(root)
-    args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
     if device.startswith("cuda"):
         for node in sorted(glob.glob("/dev/nvidia*")):
             args += ["--dev-bind", node, node]
