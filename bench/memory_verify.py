@@ -31,9 +31,16 @@ LINES = 200
 FOLDERS = {"stock": 0.3, "kernels": 0.2, "specpilot": 0.3, "tests": 0.2}
 
 
+# the benchmark's own commits: an identity of its own, whatever the user's git config holds
+# (a fresh HOME has none, and `git commit` refuses to run without one)
+IDENTITY = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@localhost",
+            "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@localhost"}
+
+
 def git(repo: Path, *args: str, env: dict | None = None, stdin: str | None = None) -> str:
     res = subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True,
-                         input=stdin, env={**os.environ, **(env or {})}, check=True)
+                         input=stdin, env={**os.environ, **IDENTITY, **(env or {})},
+                         check=True)
     return res.stdout.strip()
 
 
