@@ -330,7 +330,11 @@ def test_a_confined_candidate_sees_only_its_checkout_and_scratch(project, tmp_pa
     assert set(got["root"][1]) <= {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr",
                                    "etc", "dev", "proc", "tmp", "judge", "root", "home"}
     assert got["home"][1] in ([], [".pyenv"])   # only the way to the interpreter, if there
-    assert got["tmp"] == ["ok", []]
+    # a private, empty /tmp; only the way to a Python installation under /tmp (a venv there)
+    tmp = Path("/tmp").resolve()
+    python_ways = sorted({r.relative_to(tmp).parts[0] for r in confine.python_roots()
+                          if tmp in r.parents})
+    assert got["tmp"] == ["ok", python_ways]
     assert got["cwd"] == ["ok", str(confine.CHECKOUT)]
     assert got["HOME"] == ["ok", str(confine.SCRATCH)]
     assert got["project"][0] == got["repo"][0] == got["own checkout"][0] == "refused"

@@ -49,11 +49,11 @@ def test_tree_output_equals_ar(smol, dev_prompts, drafter, budget):
     for i, r in enumerate(runs):
         assert r.tokens == _ar(i), f"{drafter} budget {budget}, prompt {i}: first " \
             f"difference at {next(j for j, (a, b) in enumerate(zip(r.tokens, _ar(i))) if a != b)}"
-    if drafter == "block" and budget == 32:
+    if drafter == "block" and budget == 32:   # the chain on half the prompts (CI time)
         chain = _engine(smol, draft_len=15)
         cd = make_drafter("block", chain)
-        tau_chain = sum(chain.generate(p, NEW, cd).tau for p in dev_prompts)
-        assert sum(r.tau for r in runs) > tau_chain   # the tree accepted more per step
+        tau_chain = sum(chain.generate(p, NEW, cd).tau for p in dev_prompts[:4])
+        assert sum(r.tau for r in runs[:4]) > tau_chain   # the tree accepted more per step
 
 
 def test_tree_through_the_static_step_equals_ar_and_the_dynamic_path():
