@@ -149,6 +149,11 @@ CASES = [
     ("device-missing-gpu", options("--device", "cuda:99"), ["--device", "cuda:99"]),
     ("analyze-device-bogus", lambda c: ["analyze", "--device", "bogus", "--model",
                                         str(c.model)], ["--device", "bogus"]),
+    ("analyze-opt-unknown", lambda c: ["analyze", "--device", "cpu", "--model", str(c.model),
+                                       "--opt", "draft_lenn=15"], ["draft_lenn"]),
+    ("analyze-opt-out-of-range", lambda c: ["analyze", "--device", "cpu", "--model",
+                                            str(c.model), "--opt", "draft_len=0"],
+     ["draft_len", "0"]),
     ("max-context-negative", options("--max-context", "-5"), ["--max-context", "-5"]),
     ("max-context-0", options("--max-context", "0"), ["--max-context", "0"]),
     ("max-new-0", options("--max-new", "0"), ["--max-new", "0"]),
@@ -312,3 +317,15 @@ def test_sigterm_stops_the_worker_and_removes_its_scratch(tmp_path, mode):
         proc.kill()
         if _alive(worker["pid"]):
             os.killpg(worker["pid"], signal.SIGKILL)
+
+
+def test_analyze_measures_the_system_at_the_options_given(good_model, tmp_path):
+    """`specpilot analyze --opt draft_len=3`: the cost model's chain is the one of draft_len
+    3 (the option reaches the measured system; SPECPILOT_OPTS alone never did)."""
+    from specpilot.judges.analyze import analyze
+    from specpilot.judges.hardware import for_device
+
+    hw = for_device("cpu", tmp_path, measure_size="small")
+    rep = analyze(None, str(good_model), "cpu", 1, 6, opts=["draft_len=3"], hardware=hw,
+                  prompts=[("p", [5, 6, 7, 5, 6, 7, 5, 6])])
+    assert rep.tau_rows[0].mode == "chain" and rep.tau_rows[0].budget == 4

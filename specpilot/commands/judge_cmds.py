@@ -173,15 +173,19 @@ def gate_cmd(check, opts, default_gate, exact, n_requests, length, candidate, ba
 @click.option("--model", default=None, help="model (default: config)")
 @click.option("--device", default=None, callback=device_checked,
               help="cpu, cuda, cuda:1 (default: cuda if present)")
+@click.option("--opt", "opts", multiple=True, metavar="NAME=VALUE",
+              help="an engine option of the analysed system (repeatable; e.g. draft_len=15)")
+@click.option("--opts-file", type=click.Path(), default=None, help="TOML file of options")
 @click.option("--json", "as_json", is_flag=True)
-def analyze_cmd(n_requests, max_new, drafter, model, device, as_json):
+def analyze_cmd(n_requests, max_new, drafter, model, device, opts, opts_file, as_json):
     """Cost model: τ, kernel and overhead factors, per-category measured vs bound."""
     # lazy: CLI startup time (the judges import numpy and their workers' machinery)
     from specpilot.judges.analyze import analyze
 
     root = find_root()
     cfg_model = model or load_config(root).model.path
-    rep = analyze(root, cfg_model, device, n_requests, max_new, drafter)
+    rep = analyze(root, cfg_model, device, n_requests, max_new, drafter, opts=opts,
+                  opts_file=opts_file)
     if as_json:
         click.echo(rep.model_dump_json(indent=1))
         return

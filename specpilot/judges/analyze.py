@@ -76,15 +76,18 @@ class Analysis(BaseModel):
 def analyze(root: Path | None, model: str, device: str | None, n_requests: int, max_new: int,
             drafter: str = "ngram", system=None, requests=None,
             hardware: Hardware | None = None,
-            prompts: list[tuple[str, list[int]]] | None = None) -> Analysis:
+            prompts: list[tuple[str, list[int]]] | None = None, opts=(),
+            opts_file: str | None = None) -> Analysis:
     """`specpilot analyze` in this process. `prompts` (id, token ids) replace `requests`
     where the system has no tokenizer (random test models); `system` may carry non-default
-    options. The cycle measures in a worker instead (cycle/judges.analyze) and computes the
-    same report with `report()`."""
+    options; else `opts` (NAME=VALUE) and `opts_file` set them, as for `specpilot run`. The
+    cycle measures in a worker instead (cycle/judges.analyze) and computes the same report
+    with `report()`."""
     # lazy: stock.system imports torch (seconds); only the in-process analysis needs it
-    from stock.system import load_system
+    from stock import options as stock_options, system as stock_system
 
-    system = system or load_system(model, None, device)
+    system = system or stock_system.load_system(
+        model, stock_options.resolve(list(opts), opts_file), device)
     if prompts is None:
         reqs = requests or select(load_dev(), None, max(1, -(-n_requests // 5)))[:n_requests]
         prompts = [(r.id, system.tokenizer.chat(r.prompt)) for r in reqs]
