@@ -79,11 +79,6 @@ class DraftTree:
                 self.depths + [0] * pad)
 
 
-def chain(root: int, tokens: list[int]) -> DraftTree:
-    n = len(tokens)
-    return DraftTree([root, *tokens], [-1, *range(n)], list(range(n + 1)), [0.0] * (n + 1))
-
-
 def build(ids: torch.Tensor, logprobs: torch.Tensor, root: int, budget: int,
           max_depth: int | None = None) -> DraftTree:
     """The best-first tree of at most `budget` nodes, the root included, over a lattice

@@ -10,7 +10,7 @@ import torch
 from stock.config import PRESETS
 from stock.model import Transformer
 from stock.static_step import static_forward
-from stock.tree import (accept, ancestors, build, chain, compact, visibility, walk)
+from stock.tree import (DraftTree, accept, ancestors, build, compact, visibility, walk)
 
 NEG = float("-inf")
 
@@ -56,7 +56,8 @@ def test_build_skips_padding_and_stops_at_an_empty_depth():
     lp = torch.tensor([[-0.1, -0.2, NEG], [NEG, NEG, NEG], [-0.1, -0.2, -0.3]])
     tree = build(ids, lp, root=1, budget=16)
     assert tree.tokens == [1, 4] and tree.depths == [0, 1]
-    assert chain(1, [4, 5]).is_chain and not build(*_lattice(0), 1, 8).is_chain
+    chain = DraftTree([1, 4, 5], [-1, 0, 1], [0, 1, 2], [0.0, 0.0, 0.0])
+    assert chain.is_chain and not build(*_lattice(0), 1, 8).is_chain
 
 
 def test_greedy_chain_lattice_gives_the_chain():
@@ -148,13 +149,15 @@ def test_each_node_sees_only_its_root_path(tiny, static):
     path[: len(chosen)] = torch.tensor(chosen)
     compact([cache.k_all, cache.v_all], start, path)
     rows = slice(start, start + len(chosen))
+    want = chain_cache(tiny, ctx, [tree.tokens[j] for j in chosen], kv_len, start)
     for layer in range(tiny.cfg.num_layers):
-        torch.testing.assert_close(cache.k[layer][:, :, rows], ref_cache_k(tiny, ctx, tree,
-                                   chosen, kv_len, layer, start), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(cache.k[layer][:, :, rows], want.k[layer][:, :, rows],
+                                   atol=1e-5, rtol=1e-5)
 
 
-def ref_cache_k(model, ctx, tree, chosen, kv_len, layer, start):
+def chain_cache(model, ctx, tokens, kv_len, start):
+    """The cache after the context and `tokens` verified as a chain from `start`."""
     cache = model.new_cache(kv_len)
     model(ctx[:, :-1], cache, 0, logits="none")
-    model(torch.tensor([[tree.tokens[j] for j in chosen]]), cache, start, logits="none")
-    return cache.k[layer][:, :, start:start + len(chosen)]
+    model(torch.tensor([tokens]), cache, start, logits="none")
+    return cache

@@ -14,13 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specpilot.errors import SpecPilotError
-from specpilot.gitstore import ENTRY_PREFIX
 from specpilot.memory import patches
 from specpilot.memory.entry import Amended, now
-from specpilot.memory.portable import _keep_in_attic
+from specpilot.memory.rebase import replace_entry
 from specpilot.memory.record import resolve_source
 from specpilot.memory.replay import Replayer
-from specpilot.memory.store import Memory, write_file_entry
+from specpilot.memory.store import Memory
 
 
 @dataclass
@@ -77,16 +76,10 @@ def amend(memory: Memory, entry_id: str, source: str, reason: str,
                                            date=now())],
     })
     new_meta = type(meta).validate_dict(new_meta.model_dump(), f"amended {entry_id}")
-    raw = new_meta.to_toml()
     parents = [refs[d].commit for d in meta.deps] or [meta.base]
-    files: list[str] = []
     with store.writer_lock():
-        commit = store.commit_tree(tree, parents, new_meta.commit_message(), new_meta.git_date())
-        store.write_system_tree(tree, memory.system_paths)
-        _keep_in_attic(memory, entry_id, entry.commit)
-        store.publish(ENTRY_PREFIX + entry_id, commit, entry.commit, raw, new_meta.git_date(),
-                      f"specpilot amend {entry_id}")
-        if write_files:
-            files = [memory.rel(p) for p in write_file_entry(memory.folder, raw, entry_id, patch)]
+        commit, written = replace_entry(memory, entry_id, entry.commit, tree, new_meta,
+                                        parents, patch, write_files, "amend")
+    files = [memory.rel(p) for p in written]
     return AmendOutcome(entry_id, entry.commit, commit, source_tree, new_meta.patch_sha256,
                         len(meta.results), files)

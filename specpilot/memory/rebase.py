@@ -107,19 +107,28 @@ def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
                                                    from_commit=entry.commit, date=now())],
             })
             new_meta = type(meta).validate_dict(new_meta.model_dump(), f"rebased {eid}")
-            raw = new_meta.to_toml()
             parents = [new_commits[d] for d in meta.deps] or [onto]
-            commit = store.commit_tree(tree, parents, new_meta.commit_message(),
-                                       new_meta.git_date())
-            store.write_system_tree(tree, memory.system_paths)
-            _keep_in_attic(memory, eid, entry.commit)
-            store.publish(ENTRY_PREFIX + eid, commit, entry.commit, raw, new_meta.git_date(),
-                          f"specpilot rebase {eid}")
-            if write_files:
-                write_file_entry(memory.folder, raw, eid, patch)
+            commit, _ = replace_entry(memory, eid, entry.commit, tree, new_meta, parents,
+                                      patch, write_files, "rebase")
             new_commits[eid], new_patches[eid] = commit, patch
             out.status, out.new_commit = "moved", commit
     return list(results.values())
+
+
+def replace_entry(memory: Memory, eid: str, old_commit: str, tree: str, new_meta, parents,
+                  patch: bytes, write_files: bool, verb: str) -> tuple[str, list]:
+    """Publish `tree` as entry `eid`'s new commit with `new_meta` (its note), keeping the old
+    commit in the attic; rewrite memory/<id>.toml/.patch when asked. (commit, files written).
+    The caller holds the writer lock. Used by rebase and amend."""
+    store = memory.store
+    raw = new_meta.to_toml()
+    commit = store.commit_tree(tree, parents, new_meta.commit_message(), new_meta.git_date())
+    store.write_system_tree(tree, memory.system_paths)
+    _keep_in_attic(memory, eid, old_commit)
+    store.publish(ENTRY_PREFIX + eid, commit, old_commit, raw, new_meta.git_date(),
+                  f"specpilot {verb} {eid}")
+    files = write_file_entry(memory.folder, raw, eid, patch) if write_files else []
+    return commit, files
 
 
 def _selection(refs, order: list[str], ids: list[str] | None) -> list[str]:
