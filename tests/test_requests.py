@@ -165,6 +165,36 @@ def test_generate_sealed_covers_categories_balanced_and_well_formed():
             assert 80 <= len(r.prompt.split("\n\n")[1].split()) <= 250, r.id
 
 
+def test_every_sealed_template_is_too_large_to_tabulate():
+    """A candidate that ships a table of the judge's prompts wins only if the prompts repeat:
+    20,000 draws of each category (a few thousand of each template) never repeat one, which a
+    template with fewer than ~10^8 variants would (the old ones had 10 to 300)."""
+    import random
+
+    from specpilot.requests.sealed import _GENERATORS
+
+    for cat, gen in _GENERATORS.items():
+        rng = random.Random(20261201)
+        prompts = [gen(rng)[0] for _ in range(20_000)]
+        assert len(set(prompts)) == len(prompts), cat
+
+
+def test_fresh_rounds_redraw_a_round_that_repeats_a_prompt(monkeypatch):
+    from specpilot.judges import prompts
+    from specpilot.requests.sealed import generate_sealed as real
+
+    calls = []
+
+    def first_round_again(seed, n):           # the second call repeats the first round
+        calls.append(seed)
+        return real(calls[0] if len(calls) == 2 else seed, n)
+
+    monkeypatch.setattr(prompts, "generate_sealed", first_round_again)
+    rows = prompts.draw("embedded", "fresh", 2, 3, seed=7)
+    texts = [p for row in rows for _, p, _ in row]
+    assert len(calls) == 3 and len(set(texts)) == 6
+
+
 def test_generate_sealed_never_equals_a_dev_prompt(dev):
     dev_prompts = {r.prompt for r in dev}
     for seed in (0, 1, 7, 2**63 + 5):

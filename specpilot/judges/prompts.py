@@ -38,12 +38,14 @@ def draw(model: str, source: str, rounds: int, per_round: int,
         out: list[list[Req]] = []
         seen: set[str] = set()
         for r in range(rounds):
-            row = []
-            for req in generate_sealed(rng.randrange(2 ** 63), per_round):
-                if req.prompt in seen:   # astronomically rare; a repeat is never timed
-                    raise SpecPilotError("the fresh-prompt generator repeated a prompt")
-                seen.add(req.prompt)
-                row.append((req.id.replace("sealed-", f"fresh{r}-", 1), req.prompt, None))
+            for _ in range(100):   # a repeat (about 1e-9 a prompt) redraws the round
+                reqs = generate_sealed(rng.randrange(2 ** 63), per_round)
+                if not seen & {q.prompt for q in reqs}:
+                    break
+            else:
+                raise SpecPilotError("the fresh-prompt generator keeps repeating prompts")
+            seen.update(q.prompt for q in reqs)
+            row = [(q.id.replace("sealed-", f"fresh{r}-", 1), q.prompt, None) for q in reqs]
             rng.shuffle(row)
             out.append(row)
         return out

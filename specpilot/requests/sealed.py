@@ -49,6 +49,22 @@ ANIMALS = ["fox", "tortoise", "crow", "hare", "mouse", "lion", "goat", "owl", "h
 MONTHS = ["January", "March", "April", "June", "August", "September", "October", "December"]
 
 
+JOBS = ["teacher", "nurse", "engineer", "baker", "student", "driver", "designer", "farmer",
+        "pharmacist", "electrician", "accountant", "gardener", "pilot", "librarian"]
+TOWNS = ["Leeds", "Porto", "Graz", "Tartu", "Halifax", "Cork", "Bergen", "Ghent", "Trieste",
+         "Dunedin", "Tampere", "Aarhus", "Split", "Malmo", "Galway", "Bruges"]
+WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+
+
+def _nums(rng: random.Random, n: int, lo: int = 1, hi: int = 999) -> str:
+    """``n`` random integers as English: "4, 17 and 230"."""
+    xs = [str(rng.randint(lo, hi)) for _ in range(n)]
+    return xs[0] if n == 1 else f"{', '.join(xs[:-1])} and {xs[-1]}"
+
+
+# Every template below has at least ~10^9 variants (tests/test_requests.py draws 20,000 per
+# category and finds no repeat): a candidate cannot ship a table of the judge's prompts.
+
 def _code(rng: random.Random) -> tuple[str, int]:
     noun, field = rng.choice(NOUNS), rng.choice(FIELDS)
     fn = f"{rng.choice(VERBS)}_{noun}s"  # random identifiers, repeated in the answer
@@ -57,14 +73,17 @@ def _code(rng: random.Random) -> tuple[str, int]:
     if kind == 0:
         p = (f"Write a Python function `{fn}({noun}s, minimum)` that takes a list of dictionaries, "
              f"each with a `\"{field}\"` key, and returns only the {noun}s whose {field} is at "
-             f"least `minimum`, sorted from highest to lowest {field}. Show an example call.")
+             f"least `minimum`, sorted from highest to lowest {field}. Show an example call "
+             f"with minimum {lim} on {noun}s whose {field}s are {_nums(rng, 4)}.")
     elif kind == 1:
         p = (f"This function should return the total {field} of the first {k} {noun}s, but it "
              f"gives the wrong answer:\n\n```python\ndef total_{field}({noun}s):\n"
              f"    total = 0\n    for i in range(1, {k}):\n        total += {noun}s[i][\"{field}\"]\n"
-             f"    return total\n```\n\nFind the bug, explain it and write the corrected function.")
+             f"    return total\n```\n\nFind the bug, explain it and write the corrected function. "
+             f"Then show what it returns for {noun}s whose {field}s are {_nums(rng, k + 1)}.")
     elif kind == 2:
-        p = (f"Explain what this Python function does and give an example input and output:"
+        p = (f"Explain what this Python function does and show its output for {noun}s whose "
+             f"{field}s are {_nums(rng, 4)}:"
              f"\n\n```python\ndef {fn}({noun}s):\n    result = {{}}\n    for {noun} in {noun}s:\n"
              f"        key = {noun}[\"{field}\"] // {k}\n"
              f"        result.setdefault(key, []).append({noun})\n    return result\n```")
@@ -72,17 +91,27 @@ def _code(rng: random.Random) -> tuple[str, int]:
         cls = noun.capitalize()
         p = (f"Write a Python class `{cls}` with attributes `name` and `{field}`, and a class "
              f"`{cls}Collection` with methods `add`, `remove(name)`, `average_{field}()` and "
-             f"`largest()`. Raise a clear error when removing a name that is not present.")
+             f"`largest()`. Raise a clear error when removing a name that is not present. "
+             f"Show it working with {_nums(rng, 1, 3, 9)} {noun}s whose {field}s are "
+             f"{_nums(rng, 3)}.")
     elif kind == 4:
         p = (f"Refactor this function so it is shorter and easier to read, keeping its "
              f"behaviour:\n\n```python\ndef {fn}(values):\n    out = []\n    for v in values:\n"
              f"        if v > {lim}:\n            out.append({lim})\n        elif v < 0:\n"
-             f"            out.append(0)\n        else:\n            out.append(v)\n    return out\n```")
+             f"            out.append(0)\n        else:\n            out.append(v)\n    return out\n```"
+             f"\n\nThen show what it returns for [{', '.join(str(rng.randint(-99, 999)) for _ in range(4))}].")
     else:
         p = (f"Write a Python function `{fn}(text)` that splits a text into lines, ignores lines "
-             f"shorter than {k} characters, and returns a dictionary counting how often each "
-             f"remaining line occurs. Then write two pytest tests for `{fn}`.")
+             f"shorter than {k} or longer than {rng.randint(40, 400)} characters, and returns the "
+             f"{rng.randint(2, 20)} most common remaining lines with how often each occurs. Then "
+             f"write two pytest tests for `{fn}`, one on a text of {rng.randint(5, 500)} lines.")
     return p, rng.choice((384, 448, 512))
+
+
+def _about(rng: random.Random) -> str:
+    """A chat user's self-introduction: about 10^7 variants on its own."""
+    return (f"I'm {rng.choice(NAMES)}, {rng.randint(16, 90)}, a {rng.choice(JOBS)} from "
+            f"{rng.choice(TOWNS)}, with about {rng.randint(1, 60)} free hours a week.")
 
 
 def _chat(rng: random.Random) -> tuple[str, int]:
@@ -90,16 +119,21 @@ def _chat(rng: random.Random) -> tuple[str, int]:
     a, b = rng.choice(PAIRS)
     kind = rng.randrange(6)
     p = [
-        f"Hello, I'm {name}. I'm visiting {place} for {rng.randint(2, 9)} days in {month}. "
-        f"What should I pack, and what should I be careful about?",
-        f"What is the difference between {a} and {b}? Please keep it simple.",
-        f"I'd like to get better at {rng.choice(SKILLS)}. I can practise about "
-        f"{rng.choice([10, 15, 20, 30, 45])} minutes a day. How should I start?",
-        f"My friend {name} is turning {rng.randint(8, 80)} next week. Can you suggest some "
-        f"thoughtful gift ideas that cost less than {rng.choice([10, 20, 30, 50])} dollars?",
-        f"Can you explain {rng.choice(TOPICS)} to me as if I were {rng.randint(9, 14)} years old?",
-        f"I have {rng.randint(2, 6)} hours free on a rainy {month} afternoon. Suggest a few "
-        f"relaxing things I could do at home, and say why each one is nice.",
+        f"{_about(rng)} I'm visiting {place} for {rng.randint(2, 9)} days in {month}, "
+        f"with a budget of {rng.randrange(200, 5000, 50)} dollars. What should I pack, and "
+        f"what should I be careful about?",
+        f"{_about(rng)} On a {rng.randint(2, 14)}-day trip to {place} in {month} I saw both "
+        f"{a} and {b}. What is the difference between them? Please keep it simple.",
+        f"{_about(rng)} I'd like to get better at {rng.choice(SKILLS)}. I can practise about "
+        f"{rng.choice([10, 15, 20, 30, 45])} minutes a day until {month}. How should I start?",
+        f"My friend {name} is turning {rng.randint(8, 80)} on {rng.choice(WEEKDAYS)}, "
+        f"{month} {rng.randint(1, 28)}. Can you suggest some thoughtful gift ideas that cost "
+        f"less than {rng.randint(10, 99)} dollars? {name} works as a {rng.choice(JOBS)} in "
+        f"{rng.choice(TOWNS)}.",
+        f"{_about(rng)} Can you explain {rng.choice(TOPICS)} to me as if I were "
+        f"{rng.randint(9, 14)} years old?",
+        f"{_about(rng)} I have {rng.randint(2, 6)} hours free on a rainy {month} afternoon. "
+        f"Suggest a few relaxing things I could do at home, and say why each one is nice.",
     ][kind]
     return p, rng.choice((192, 256))
 
@@ -108,26 +142,33 @@ def _math(rng: random.Random) -> tuple[str, int]:
     name = rng.choice(NAMES)
     kind = rng.randrange(6)
     if kind == 0:
-        (item, price), n = rng.choice(ITEMS), rng.randint(2, 9)
-        paid = (price * n // 10 + 1) * 10 + rng.choice((0, 10, 50))
-        p = (f"{name} buys {n} {item} at {price} dollars each and pays with {paid} dollars. "
-             f"How much change does {name} get? Show your steps.")
+        (i1, _), (i2, _) = rng.sample(ITEMS, 2)
+        n1, n2, p1, p2 = rng.randint(2, 9), rng.randint(2, 9), rng.randint(1, 60), rng.randint(1, 60)
+        paid = ((n1 * p1 + n2 * p2) // 10 + 1) * 10 + rng.choice((0, 10, 50, 100))
+        p = (f"{name} buys {n1} {i1} at {p1} dollars each and {n2} {i2} at {p2} dollars each, "
+             f"and pays with {paid} dollars. How much change does {name} get? Show your steps.")
     elif kind == 1:
-        a, x, b = rng.randint(2, 12), rng.randint(-9, 15), rng.randint(1, 40)
-        p = f"Solve for x: {a}x + {b} = {a * x + b}. Explain each step."
+        a, x, b = rng.randint(2, 20), rng.randint(-20, 20), rng.randint(1, 99)
+        c, d = rng.randint(2, 20), rng.randint(1, 99)
+        p = (f"{name} has to solve for x: {a}x + {b} = {a * x + b}. Explain each step, check the "
+             f"answer by substituting it back, and then find y = {c}x - {d}.")
     elif kind == 2:
-        pct, base = rng.choice((5, 10, 15, 20, 25, 30, 40)), rng.randrange(40, 900, 20)
-        p = f"What is {pct} percent of {base}? Then increase {base} by {pct} percent. Show your working."
+        (p1, b1), (p2, b2) = [(rng.randint(1, 60), rng.randrange(40, 2000, 10)) for _ in range(2)]
+        p = (f"{name} asks: what is {p1} percent of {b1}? Then increase {b2} by {p2} percent. "
+             f"Show your working.")
     elif kind == 3:
-        v1, v2 = rng.sample(range(4, 91), 2)
-        t1, t2 = rng.choice((1.5, 2, 2.5, 3, 4)), rng.choice((0.5, 1.5, 2, 3))
-        p = (f"{name} travels at {v1} km per hour for {t1:g} hours and then at {v2} km per hour for "
-             f"{t2:g} hours. What is the total distance and the average speed? Show your steps.")
+        v1, v2, v3 = rng.sample(range(4, 91), 3)
+        t1, t2, t3 = (rng.choice((0.5, 1, 1.5, 2, 2.5, 3, 4)) for _ in range(3))
+        p = (f"{name} travels at {v1} km per hour for {t1:g} hours, then at {v2} km per hour for "
+             f"{t2:g} hours and finally at {v3} km per hour for {t3:g} hours. What is the total "
+             f"distance and the average speed? Show your steps.")
     elif kind == 4:
-        g, b = rng.sample(range(1, 8), 2)
-        total = (g + b) * rng.randint(2, 8)
-        p = (f"A club has {total} members. The ratio of adults to children is {g} to {b}. "
-             f"How many adults and how many children are there? Explain your reasoning.")
+        g, b = rng.sample(range(1, 13), 2)
+        total = (g + b) * rng.randint(2, 20)
+        p = (f"{name}'s club in {rng.choice(TOWNS)} has {total} members. The ratio of adults to children "
+             f"is {g} to {b}. How many adults and how many children are there? If adults pay "
+             f"{rng.randint(5, 80)} dollars a year and children {rng.randint(1, 40)} dollars, "
+             f"how much does the club collect? Explain your reasoning.")
     else:
         nums = [rng.randint(1, 60) for _ in range(rng.randint(5, 9))]
         p = (f"Find the mean, the median and the range of these numbers: "
@@ -201,21 +242,29 @@ def _summarisation(rng: random.Random) -> tuple[str, int]:
 
 def _long_form(rng: random.Random) -> tuple[str, int]:
     name, place, topic = rng.choice(NAMES), rng.choice(PLACES), rng.choice(TOPICS)
-    words = rng.choice((300, 350, 400, 450))
+    month = rng.choice(MONTHS)
+    words = rng.randrange(250, 601, 10)
     p = rng.choice([
         f"Write a short story of about {words} words about {name}, who finds something "
-        f"unexpected while exploring {place}.",
+        f"unexpected while exploring {place} in {rng.randint(1850, 2030)}.",
         f"Write an essay of about {words} words explaining why {topic} matters to ordinary "
-        f"people. Use an introduction, three main points and a conclusion.",
-        f"Write a letter from {name} to a friend describing a week spent in {place}, "
-        f"including one thing that went wrong.",
-        f"Write a persuasive article for a local newspaper encouraging readers to learn more "
-        f"about {topic}.",
-        f"Write a diary entry by {name} on the first day of a new job in {place}.",
-        "Write a fable about a {} and a {} that ends with a clear lesson about {}.".format(
-            *rng.sample(ANIMALS, 2), rng.choice(["honesty", "patience", "sharing", "courage"])),
+        f"people in {rng.choice(TOWNS)}, for a {rng.choice(JOBS)}'s blog, with one example from "
+        f"{rng.randint(1850, 2030)}. Use an introduction, three main points and a conclusion.",
+        f"Write a letter of about {words} words from {name} to a friend in {rng.choice(TOWNS)} "
+        f"describing a week spent in {place} in {month}, "
+        f"including one thing that went wrong on day {rng.randint(1, 7)}.",
+        f"Write a persuasive article of about {words} words for the {rng.choice(TOWNS)} "
+        f"Gazette, issue {rng.randint(1, 999)}, encouraging readers to learn more about {topic}.",
+        f"Write a diary entry by {name}, a {rng.choice(JOBS)}, on the first day of a new job in "
+        f"{place}, {month} {rng.randint(1, 28)}, in about {words} words.",
+        "Write a fable of about {} words, set near {}, about a {} called {} and a {}, that "
+        "ends with a clear lesson about {}.".format(
+            words, rng.choice(TOWNS), *rng.sample(ANIMALS, 1), rng.choice(NAMES),
+            *rng.sample(ANIMALS, 1), rng.choice(["honesty", "patience", "sharing", "courage",
+                                                  "kindness", "humility", "hard work", "trust"])),
     ])
-    return p, rng.choice((448, 512))
+    return (f"{p} Write it for readers aged about {rng.randint(8, 90)}, in "
+            f"{rng.randint(3, 9)} paragraphs."), rng.choice((448, 512))
 
 
 _GENERATORS = {"code": _code, "chat": _chat, "math": _math,
