@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from stock.gdn import mix
 from stock.layers import apply_rope
 from stock.linear import linear
 from stock.profile import region
@@ -81,9 +82,19 @@ def group_out(call, fused, x: torch.Tensor) -> torch.Tensor:
     return linear(x, fused) if isinstance(fused, torch.Tensor) else call(fused, x)
 
 
+def gated_q(call, attn, hx: torch.Tensor):
+    """A gated attention's queries [B, T, H, D] and output gate [B, T, H*D]: q_proj emits
+    both, interleaved per head (Qwen3.5)."""
+    b, t, _ = hx.shape
+    qg = call(attn.q_proj, hx).view(b, t, attn.h, 2 * attn.d)
+    return qg[..., :attn.d], qg[..., attn.d:].reshape(b, t, attn.h * attn.d)
+
+
 def qkv(call, attn, hx: torch.Tensor, fused=None):
     """q, k, v [B, T, heads, D]: three projections, or one GEMM by the fused matrix."""
     b, t, _ = hx.shape
+    if attn.gated:
+        raise ValueError("a gated attention's queries come from gated_q")
     if fused is None:
         q, k, v = call(attn.q_proj, hx), call(attn.k_proj, hx), call(attn.v_proj, hx)
     else:
@@ -136,23 +147,38 @@ def mlp(call, module, x: torch.Tensor, gate_up=None) -> torch.Tensor:
 
 
 def eager_layers(model, x, cos, sin, cache, slots, kv_len: int, mask_g,
-                 hidden_layers=(), num_layers: int | None = None):
+                 hidden_layers=(), num_layers: int | None = None, start: int | None = None):
     """The layers of an eager step (dynamic or static), with the profile's regions; K/V
-    are written at cache slots `slots` [T]. Returns the last hidden state and the chosen
+    are written at cache slots `slots` [T]. GDN layers (hybrid targets) step from the
+    committed state at `start` (stock/gdn.py). Returns the last hidden state and the chosen
     layers' hidden states."""
     hidden = {}
     layers = model.model.layers if num_layers is None else model.model.layers[:num_layers]
     for i, layer in enumerate(layers):
-        attn = layer.self_attn
         b, t, _ = x.shape
         hx = layer.input_layernorm(x)
+        if hasattr(layer, "linear_attn"):
+            with region("recurrent"):
+                x = x + mix(layer.linear_attn, hx, cache, start)
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            if i in hidden_layers:
+                hidden[i] = x
+            continue
+        attn = layer.self_attn
         with region("gemm"):
-            q, k, v = qkv(plain, attn, hx)
+            if attn.gated:
+                q, gate = gated_q(plain, attn, hx)
+                k = attn.k_proj(hx).view(b, t, attn.hkv, attn.d)
+                v = attn.v_proj(hx).view(b, t, attn.hkv, attn.d)
+            else:
+                q, k, v = qkv(plain, attn, hx)
         with region("attention"):
             q, k, v = rotate(plain, attn, q, k, v, cos, sin)
             write_kv(cache.k[attn.layer], cache.v[attn.layer], slots, k, v)
             out = merge(attn, attend(fold(attn, q), cache.k[attn.layer], cache.v[attn.layer],
                                      kv_len, mask_g), b, t)
+            if attn.gated:
+                out = out * torch.sigmoid(gate)
         with region("gemm"):
             x = x + attn.o_proj(out)
         x = x + layer.mlp(layer.post_attention_layernorm(x))

@@ -101,8 +101,10 @@ class Engine:
         self.stop_ids = frozenset(stop_ids)
         if static is None:
             static = model.device.type == "cuda" and self.options["cuda_graphs"]
+        # a hybrid target's GDN layers run the dynamic forward for now (no static steps yet)
+        static = static and not model.cfg.hybrid
         self._static, self._capture = static, capture
-        self.compiled = compile_enabled(self.options, model.device)  # False off CUDA
+        self.compiled = compile_enabled(self.options, model.device) and not model.cfg.hybrid
         self.attention = self.options["attention_kernel"] if self.compiled else "sdpa"
         self.fused = self.compiled and self.options["fuse_projections"]
         if self.fused:

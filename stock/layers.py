@@ -1,4 +1,5 @@
-"""Transformer building blocks for Llama-family and Qwen3 dense models.
+"""Transformer building blocks for Llama-family and Qwen3 dense models, and the attention,
+MLP and norms of hybrid GDN targets (the GDN layer itself: stock/gdn.py).
 
 Module and parameter names follow Hugging Face's, so a safetensors state dict loads as is.
 The attention and decoder-layer modules hold parameters only: every forward runs them
@@ -12,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from stock.config import ModelConfig
+from stock.gdn import GatedDeltaNet
 from stock.linear import Linear
 from stock.profile import region
 
@@ -29,10 +31,26 @@ class RMSNorm(nn.Module):
         return self.weight * x32.to(dtype)
 
 
+class OffsetRMSNorm(RMSNorm):
+    """Qwen3.5 / Qwen3-Next's zero-centred RMSNorm: the weight is stored as an offset from 1
+    and applied in fp32 before the cast back."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (x32 * (1.0 + self.weight.float())).to(x.dtype)
+
+
+def make_norm(cfg: ModelConfig, dim: int) -> RMSNorm:
+    return (OffsetRMSNorm if cfg.norm_offset else RMSNorm)(dim, cfg.rms_norm_eps)
+
+
 def rope_tables(cfg: ModelConfig, device, dtype=torch.float32):
-    """cos, sin of shape [max_position, head_dim] (half-split rotary layout)."""
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.int64,
-                                                  device=device).float() / cfg.head_dim))
+    """cos, sin of shape [max_position, rotary_dim] (half-split rotary layout; rotary_dim is
+    head_dim unless the model rotates only part of each head)."""
+    rd = cfg.rotary_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, rd, 2, dtype=torch.int64,
+                                                  device=device).float() / rd))
     t = torch.arange(cfg.max_position, device=device, dtype=torch.float32)
     freqs = torch.outer(t, inv)
     emb = torch.cat((freqs, freqs), dim=-1)
@@ -40,24 +58,34 @@ def rope_tables(cfg: ModelConfig, device, dtype=torch.float32):
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x [B, H, T, D]; cos/sin [B, 1, T, D] already gathered at the tokens' positions."""
+    """x [B, H, T, D]; cos/sin [B, 1, T, R] already gathered at the tokens' positions; the
+    first R of D dims rotate (partial RoPE when R < D), the rest pass through."""
+    if cos.shape[-1] < x.shape[-1]:
+        rd = cos.shape[-1]
+        return torch.cat((apply_rope(x[..., :rd], cos, sin), x[..., rd:]), dim=-1)
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos + rotated * sin
 
 
 class Attention(nn.Module):
+    """`layer`: its index in the KV cache (the model layer's index, or on a hybrid target
+    its index among the full-attention layers). `gated`: q_proj also emits a per-channel
+    output gate (Qwen3.5), q and gate interleaved per head."""
+
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
         self.layer = layer
         self.h, self.hkv, self.d = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        self.q_proj = Linear(cfg.hidden_size, self.h * self.d, bias=False)
+        self.gated = cfg.attn_output_gate
+        self.q_proj = Linear(cfg.hidden_size, self.h * self.d * (2 if self.gated else 1),
+                             bias=False)
         self.k_proj = Linear(cfg.hidden_size, self.hkv * self.d, bias=False)
         self.v_proj = Linear(cfg.hidden_size, self.hkv * self.d, bias=False)
         self.o_proj = Linear(self.h * self.d, cfg.hidden_size, bias=False)
         if cfg.qk_norm:
-            self.q_norm = RMSNorm(self.d, cfg.rms_norm_eps)
-            self.k_norm = RMSNorm(self.d, cfg.rms_norm_eps)
+            self.q_norm = make_norm(cfg, self.d)
+            self.k_norm = make_norm(cfg, self.d)
         self.qk_norm = cfg.qk_norm
 
 
@@ -74,9 +102,16 @@ class MLP(nn.Module):
 
 
 class DecoderLayer(nn.Module):
+    """Full attention (`self_attn`) or, on a hybrid target's linear_attention layers, a GDN
+    layer (`linear_attn`, stock/gdn.py), then the MLP."""
+
     def __init__(self, cfg: ModelConfig, layer: int):
         super().__init__()
-        self.self_attn = Attention(cfg, layer)
+        if cfg.layer_type(layer) == "linear_attention":
+            self.linear_attn = GatedDeltaNet(cfg, layer)
+        else:
+            kv_index = sum(cfg.layer_type(i) == "full_attention" for i in range(layer))
+            self.self_attn = Attention(cfg, kv_index)
         self.mlp = MLP(cfg)
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.input_layernorm = make_norm(cfg, cfg.hidden_size)
+        self.post_attention_layernorm = make_norm(cfg, cfg.hidden_size)

@@ -20,7 +20,9 @@ from stock import body
 from stock.cache import KVCache
 from stock.config import ModelConfig
 from stock.errors import StockError
-from stock.layers import DecoderLayer, RMSNorm, rope_tables
+from stock.hybrid_cache import HybridCache
+from stock.hybrid_weights import adapt
+from stock.layers import DecoderLayer, OffsetRMSNorm, make_norm, rope_tables
 from stock.linear import Linear
 from stock.weights import load_config, load_state_dict
 
@@ -40,7 +42,7 @@ class Backbone(nn.Module):
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size,
                                          _weight=torch.empty(cfg.vocab_size, cfg.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_layers))
-        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.norm = make_norm(cfg, cfg.hidden_size)
 
 
 def check_tensors(model: nn.Module, state: dict[str, torch.Tensor]) -> None:
@@ -80,8 +82,11 @@ class Transformer(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.model.embed_tokens.weight.dtype
 
-    def new_cache(self, max_len: int, batch: int = 1) -> KVCache:
-        return KVCache(self.cfg, max_len, batch, self.device, self.dtype)
+    def new_cache(self, max_len: int, batch: int = 1, num_layers: int | None = None) -> KVCache:
+        """A KV cache for the first `num_layers` layers (all by default); on a hybrid target
+        a HybridCache (KV of its attention layers, recurrent state of its GDN layers)."""
+        kind = HybridCache if self.cfg.hybrid else KVCache
+        return kind(self.cfg, max_len, batch, self.device, self.dtype, num_layers=num_layers)
 
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, cache: KVCache, start: int,
@@ -100,6 +105,10 @@ class Transformer(nn.Module):
         tree's mask with them)."""
         b, t = ids.shape
         default = positions is None
+        if self.cfg.hybrid and (positions is not None or mask is not None or rope is not None):
+            raise StockError("a hybrid target's GDN layers step from the committed state in "
+                             "order: steps at positions of their own (static steps, trees, "
+                             "padded rows) are not supported on it yet")
         if positions is None or positions.dim() == 2:
             cache.check_room(start, t)
             slots = torch.arange(start, start + t, device=ids.device)
@@ -118,7 +127,7 @@ class Transformer(nn.Module):
         cos, sin, mask_g, x = body.step_inputs(self, ids, positions if rope is None else rope,
                                                kv_len, seen, mask=False)
         x, hidden = body.eager_layers(self, x, cos, sin, cache, slots, kv_len, mask_g,
-                                      hidden_layers, num_layers)
+                                      hidden_layers, num_layers, start=start)
         if logits == "none":
             return Output(None, hidden)
         if logits == "last":
@@ -130,7 +139,7 @@ class Transformer(nn.Module):
                         device="cpu", dtype=torch.float32) -> "Transformer":
         with torch.device("meta"):
             model = cls(cfg)
-        state = dict(state)
+        state = adapt(cfg, state) if cfg.hybrid else dict(state)
         if cfg.tie_embeddings:
             state.pop("lm_head.weight", None)
         check_tensors(model, state)
@@ -165,8 +174,15 @@ class Transformer(nn.Module):
             for name, p in model.named_parameters():
                 if name.endswith("norm.weight"):
                     p.fill_(1.0)
+                elif name.endswith("A_log"):   # decay rates exp(A_log) in [1, 16)
+                    p.uniform_(0.0, 2.77, generator=gen)
+                elif name.endswith("dt_bias"):
+                    p.fill_(1.0)
                 else:
                     p.normal_(0.0, std, generator=gen)
+            for mod in model.modules():
+                if isinstance(mod, OffsetRMSNorm):   # stored as offsets from 1
+                    mod.weight.zero_()
         if cfg.tie_embeddings:
             model.lm_head.weight = model.model.embed_tokens.weight
         model.setup_rope()

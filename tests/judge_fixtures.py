@@ -1,6 +1,6 @@
 """Cheating candidates as real commits in a temporary repository (the red-team tests).
 
-`judge_project(tmp)` is a git repository whose committed stock/ is this checkout's stock/;
+`judge_project(tmp)` is a git repository whose committed stock/ and kernels/ are this checkout's;
 `cheat(root, name, code)` commits a candidate on a branch of its own whose stock/engine.py
 ends with `code` (Python run at import time: it may wrap `Engine.generate` or `Engine.force`)
 and returns the commit. The candidates run through the real judges, in real workers.
@@ -38,8 +38,9 @@ def git(root: Path, *args: str) -> str:
 
 def judge_project(root: Path, config: str = CONFIG) -> Path:
     root.mkdir(parents=True, exist_ok=True)
-    shutil.copytree(REPO / "stock", root / "stock",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for part in ("stock", "kernels"):   # the system paths
+        shutil.copytree(REPO / part, root / part,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (root / ".specpilot").mkdir()
     (root / ".specpilot" / "config.toml").write_text(config)
     (root / ".gitignore").write_text("/.specpilot/cache/\n/.specpilot/runs/\n")

@@ -235,8 +235,8 @@ if mode.startswith("handled"):   # what the specpilot command does first (cli.ma
         lifeline.install()
     except ImportError:   # before issue 21: none, SIGTERM's default ends the parent at once
         pass
-co = clean_checkout(GitStore(root), "HEAD", ["stock"], root)
-w = Worker("busy", co, ["stock"], "random:tiny-qwen3", {"repeat_work": "1000"}, "cpu",
+co = clean_checkout(GitStore(root), "HEAD", ["stock", "kernels"], root)
+w = Worker("busy", co, ["stock", "kernels"], "random:tiny-qwen3", {"repeat_work": "1000"}, "cpu",
            root / "worker.log", confine=mode.rpartition("-")[2] == "confined")
 w.start()
 w._send({"cmd": "run", "id": "long", "max_new": 500, "ids": [1, 2, 3]})  # minutes of work

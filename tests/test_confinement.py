@@ -34,6 +34,7 @@ from judge_fixtures import cheat, git, judge_project
 needs_bwrap = pytest.mark.skipif(confine.usable_bwrap() is None, reason="needs bubblewrap")
 
 HERE = Path(__file__).resolve().parents[1]   # this repository
+SYS = ["stock", "kernels"]   # the system paths a worker runs
 MODEL = "random:tiny-qwen3"
 PRELUDE = """
 
@@ -80,8 +81,8 @@ def candidate(project: Path, name: str, body: str, /, **params) -> str:
 
 @contextmanager
 def serving(project: Path, rev: str, log: Path, label: str = "B"):
-    co = clean_checkout(GitStore(project), rev, ["stock"], project)
-    w = Worker(label, co, ["stock"], MODEL, {}, "cpu", log)
+    co = clean_checkout(GitStore(project), rev, SYS, project)
+    w = Worker(label, co, SYS, MODEL, {}, "cpu", log)
     try:
         w.start()
         yield w
@@ -198,8 +199,8 @@ def test_c_candidate_cannot_read_the_sealed_requests(project, mode, tmp_path, mo
 def test_d_candidate_cannot_see_stop_or_renice_the_rival(project, mode, tmp_path):
     """A (stock) is serving; B is handed A's process ids (as an attacker could find them)
     and scans /proc for workers of this project; it sends SIGSTOP and renices to 19."""
-    co_a = clean_checkout(GitStore(project), "HEAD", ["stock"], project)
-    a = Worker("A", co_a, ["stock"], MODEL, {}, "cpu", tmp_path / "a.log")
+    co_a = clean_checkout(GitStore(project), "HEAD", SYS, project)
+    a = Worker("A", co_a, SYS, MODEL, {}, "cpu", tmp_path / "a.log")
     a.start()
     rivals = _pids(a.proc.pid)
     try:
@@ -325,7 +326,7 @@ def test_a_confined_candidate_sees_only_its_checkout_and_scratch(project, tmp_pa
         """, project=str(project), repo=str(HERE))
     with serving(project, rev, tmp_path / "b.log") as w:
         ready = dict(w.ready)
-    assert tree_hash(w.checkout.path, ["stock"]) == w.checkout.tree   # its edit did not land
+    assert tree_hash(w.checkout.path, SYS) == w.checkout.tree   # its edit did not land
     got = found(tmp_path / "b.log")
     assert set(got["root"][1]) <= {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr",
                                    "etc", "dev", "proc", "tmp", "judge", "root", "home"}
@@ -348,8 +349,8 @@ def test_without_bwrap_a_worker_refuses_to_start_unless_the_user_opts_out(projec
                                                                           monkeypatch):
     monkeypatch.delenv(confine.OPT_OUT, raising=False)
     monkeypatch.setattr(confine, "usable_bwrap", lambda: None)
-    co = clean_checkout(GitStore(project), "HEAD", ["stock"], project)
-    w = Worker("B", co, ["stock"], MODEL, {}, "cpu", tmp_path / "b.log")
+    co = clean_checkout(GitStore(project), "HEAD", SYS, project)
+    w = Worker("B", co, SYS, MODEL, {}, "cpu", tmp_path / "b.log")
     with pytest.raises(SpecPilotError) as exc:
         w.start()
     message = str(exc.value)
@@ -357,7 +358,7 @@ def test_without_bwrap_a_worker_refuses_to_start_unless_the_user_opts_out(projec
     assert confine.OPT_OUT in message and getattr(w, "proc", None) is None
     assert not (tmp_path / "b.log").exists()   # nothing was started
 
-    off = Worker("B", co, ["stock"], MODEL, {}, "cpu", tmp_path / "off.log", confine=False)
+    off = Worker("B", co, SYS, MODEL, {}, "cpu", tmp_path / "off.log", confine=False)
     try:
         assert off.start()["confined"] == "none: [judges] confine = false"
     finally:

@@ -38,8 +38,9 @@ def _git(root: Path, *args: str) -> str:
 def project(tmp_path_factory):
     """A git repository whose committed stock/ is this checkout's working stock/."""
     root = tmp_path_factory.mktemp("proj")
-    shutil.copytree(HERE / "stock", root / "stock",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for part in ("stock", "kernels"):   # the system paths
+        shutil.copytree(HERE / part, root / part,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     (root / ".specpilot").mkdir()
     (root / ".specpilot" / "config.toml").write_text(CONFIG)
     (root / ".gitignore").write_text("/.specpilot/cache/\n/.specpilot/runs/\n")

@@ -38,6 +38,24 @@ def test_attention_bytes_grow_with_context():
     assert long.bytes == pytest.approx(kv * 4002 + 30 * 4 * 2 * 9 * 64, rel=1e-6)
 
 
+def test_hybrid_27b_counts_gdn_projections_and_the_recurrent_state():
+    cfg = PRESETS["hybrid-27b"]
+    work = costmodel.step_work(cfg, tokens=1, context=1000, elt_bytes=2)
+    mlp = 3 * 5120 * 17408
+    attn = 5120 * 24 * 256 * 2 + 2 * 5120 * 4 * 256 + 24 * 256 * 5120   # gated q_proj
+    conv = 2 * 16 * 128 + 48 * 128
+    gdn = 5120 * conv + 5120 * 48 * 128 + 2 * 5120 * 48 + 48 * 128 * 5120
+    weights = 16 * (attn + mlp) + 48 * (gdn + mlp) + 5120 * 248320
+    assert work["gemm"].flops == pytest.approx(2 * weights)
+    state = 48 * 2 * 4 * 48 * 128 * 128          # 48 GDN layers read and write fp32 state
+    window = 48 * 2 * conv * (2 * 3 + 4)         # and the conv's window (K-1 = 3) and weight
+    assert work["recurrent"].bytes == pytest.approx(state + window)
+    assert work["attention"].bytes == pytest.approx(
+        16 * 2 * (2 * 4 * 256 * 1002 + 2 * 24 * 256), rel=1e-6)   # 16 attention layers only
+    # the state costs the same at 16 tokens as at one: its share falls with the step
+    assert costmodel.step_work(cfg, 16, 1000, 2)["recurrent"].bytes == work["recurrent"].bytes
+
+
 def test_best_first_tree_is_ancestor_closed_and_ranked():
     lps = np.log(np.array([[0.6, 0.3, 0.1], [0.9, 0.05, 0.05], [0.5, 0.4, 0.1]]))
     tree = costmodel.best_first_tree(lps, 5)

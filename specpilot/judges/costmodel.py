@@ -49,24 +49,50 @@ class Work:
         return max(self.flops / (COMPUTE_EFF * peak_flops), self.bytes / (BANDWIDTH_EFF * bandwidth))
 
 
-def step_work(cfg, tokens: int, context: int, elt_bytes: int) -> dict[str, Work]:
-    """FLOPs and bytes of one verification step of `tokens` tokens after `context` cached
-    tokens, batch 1, per kernel category (dense Llama / Qwen3 decoder)."""
+def _linears(cfg, kind: str) -> list[tuple[int, int]]:
+    """(in, out) of one layer's matrices: a full-attention layer (its q_proj doubled by an
+    output gate) or a GDN layer, then the MLP."""
     h, hkv, d, hid, inter = (cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.hidden_size,
                              cfg.intermediate_size)
-    linears = [(hid, h * d), (hid, hkv * d), (hid, hkv * d), (h * d, hid),
-               (hid, inter), (hid, inter), (inter, hid)]
-    per_layer_params = sum(i * o for i, o in linears)
-    per_layer_acts = sum(i + o for i, o in linears) * tokens
+    mlp = [(hid, inter), (hid, inter), (inter, hid)]
+    if kind == "linear_attention":
+        conv = 2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim \
+            + cfg.linear_num_value_heads * cfg.linear_value_head_dim
+        hv, dv = cfg.linear_num_value_heads, cfg.linear_value_head_dim
+        return [(hid, conv), (hid, hv * dv), (hid, hv), (hid, hv), (hv * dv, hid)] + mlp
+    q = h * d * (2 if getattr(cfg, "attn_output_gate", False) else 1)
+    return [(hid, q), (hid, hkv * d), (hid, hkv * d), (h * d, hid)] + mlp
+
+
+def step_work(cfg, tokens: int, context: int, elt_bytes: int) -> dict[str, Work]:
+    """FLOPs and bytes of one verification step of `tokens` tokens after `context` cached
+    tokens, batch 1, per kernel category: dense Llama / Qwen3 decoders, and hybrid targets
+    whose GDN layers read and write their fp32 recurrent state [Hv, Dk, Dv] and conv window
+    once a step (`recurrent`; about 7 Dk Dv FLOPs per value head and token)."""
+    h, hkv, d, hid = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.hidden_size
+    kinds = [getattr(cfg, "layer_type", lambda i: "full_attention")(i)
+             for i in range(cfg.num_layers)]
+    params = acts = 0
+    for kind in kinds:
+        lin = _linears(cfg, kind)
+        params += sum(i * o for i, o in lin)
+        acts += sum(i + o for i, o in lin) * tokens
     head = hid * cfg.vocab_size
-    n = cfg.num_layers
-    gemm = Work(2.0 * tokens * (n * per_layer_params + head),
-                elt_bytes * (n * per_layer_params + head + n * per_layer_acts
-                             + tokens * (hid + cfg.vocab_size)))
+    gemm = Work(2.0 * tokens * (params + head),
+                elt_bytes * (params + head + acts + tokens * (hid + cfg.vocab_size)))
     seen = context + tokens
+    n = kinds.count("full_attention")
     attention = Work(n * 4.0 * h * d * tokens * seen,
                      n * elt_bytes * (2 * hkv * d * (seen + tokens) + 2 * h * d * tokens))
-    return {"gemm": gemm, "attention": attention, "recurrent": Work(0.0, 0.0)}
+    m = kinds.count("linear_attention")
+    recurrent = Work(0.0, 0.0)
+    if m:
+        hv, dk, dv = cfg.linear_num_value_heads, cfg.linear_key_head_dim, cfg.linear_value_head_dim
+        conv = 2 * cfg.linear_num_key_heads * dk + hv * dv
+        k = cfg.linear_conv_kernel
+        recurrent = Work(m * tokens * (7.0 * hv * dk * dv + 2.0 * conv * k),
+                         m * (2 * 4 * hv * dk * dv + elt_bytes * conv * (2 * (k - 1) + k)))
+    return {"gemm": gemm, "attention": attention, "recurrent": recurrent}
 
 
 def step_bound(cfg, tokens: int, context: int, elt_bytes: int, peak_flops: float,

@@ -1,0 +1,52 @@
+"""The GDN mixing a step runs: flash-linear-attention's Triton kernels on CUDA where the
+package is installed (PyPI `flash-linear-attention`), else the plain-PyTorch reference.
+Same contract as reference.py (q and k normalised inside, state fp32)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import torch
+
+from kernels.gdn.reference import causal_conv_reference, chunk_reference, recurrent_reference
+
+
+def fla_available() -> bool:
+    return importlib.util.find_spec("fla") is not None
+
+
+def _use_fla(x: torch.Tensor) -> bool:
+    return x.is_cuda and fla_available()
+
+
+def chunk_rule(q, k, v, g, beta, state=None):
+    """Prefill and verify steps (T tokens at once)."""
+    if _use_fla(v):
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # lazy: optional package
+
+        rep = v.shape[2] // k.shape[2]
+        q, k = (x.repeat_interleave(rep, dim=2) for x in (q, k))
+        out, final = chunk_gated_delta_rule(q, k, v, g.float(), beta, initial_state=state,
+                                            output_final_state=True,
+                                            use_qk_l2norm_in_kernel=True)
+        return out, final.float()
+    return chunk_reference(q, k, v, g, beta, state)
+
+
+def recurrent_rule(q, k, v, g, beta, state=None):
+    """Token by token: AR steps, and the replay of an accepted prefix at commit."""
+    if _use_fla(v):
+        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule  # lazy: optional
+
+        rep = v.shape[2] // k.shape[2]
+        q, k = (x.repeat_interleave(rep, dim=2) for x in (q, k))
+        out, final = fused_recurrent_gated_delta_rule(q, k, v, g.float(), beta,
+                                                      initial_state=state,
+                                                      output_final_state=True,
+                                                      use_qk_l2norm_in_kernel=True)
+        return out, final.float()
+    return recurrent_reference(q, k, v, g, beta, state)
+
+
+def causal_conv(x, window, weight):
+    return causal_conv_reference(x, window, weight)

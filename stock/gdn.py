@@ -1,0 +1,84 @@
+"""The Gated DeltaNet (GDN) layer of hybrid targets (Qwen3.5 / Qwen3-Next): its parameters,
+named as Hugging Face's so a checkpoint loads as is, and its body, which every forward runs.
+
+One GDN step over T new tokens, from the committed state (stock/hybrid_cache.py):
+projections (q/k/v as one matrix feeding the conv, z the output gate, b and a for beta and
+the decay), the short causal conv over the committed window and the new columns, SiLU, the
+gated delta rule (kernels/gdn: one token at a time for T = 1, the chunked form otherwise),
+the gated RMSNorm and the output projection. The committed state is only read: the step
+stages what its commit needs (the new conv columns, k, v, g, beta and the state after all
+T tokens) and `HybridCache.commit` keeps exactly the state after the accepted tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from kernels.gdn import causal_conv, chunk_rule, recurrent_rule
+from stock.config import ModelConfig
+from stock.linear import Linear
+
+
+class GatedRMSNorm(nn.Module):
+    """RMSNorm of each value head's output, times SiLU of the gate z (fp32 gate)."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (self.weight * x32.to(x.dtype) * F.silu(gate.float())).to(x.dtype)
+
+
+class ConvWeight(nn.Module):
+    """Holds the depthwise conv's weight [C, 1, K] under Hugging Face's name `conv1d.weight`
+    (no nn.Conv1d: its init would run at every build, and stock runs the conv itself)."""
+
+    def __init__(self, channels: int, kernel: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(channels, 1, kernel))
+
+
+class GatedDeltaNet(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        self.layer = layer  # the model layer's index: its state in the HybridCache
+        self.hk, self.hv = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+        self.dk, self.dv = cfg.linear_key_head_dim, cfg.linear_value_head_dim
+        self.conv_dim = 2 * self.hk * self.dk + self.hv * self.dv
+        self.kernel = cfg.linear_conv_kernel
+        h = cfg.hidden_size
+        self.in_proj_qkv = Linear(h, self.conv_dim, bias=False)
+        self.in_proj_z = Linear(h, self.hv * self.dv, bias=False)
+        self.in_proj_b = Linear(h, self.hv, bias=False)
+        self.in_proj_a = Linear(h, self.hv, bias=False)
+        self.conv1d = ConvWeight(self.conv_dim, self.kernel)
+        self.dt_bias = nn.Parameter(torch.ones(self.hv))
+        self.A_log = nn.Parameter(torch.zeros(self.hv))
+        self.norm = GatedRMSNorm(self.dv, cfg.rms_norm_eps)
+        self.out_proj = Linear(self.hv * self.dv, h, bias=False)
+
+
+def mix(gdn: GatedDeltaNet, hx: torch.Tensor, cache, start: int) -> torch.Tensor:
+    """The layer's output [B, T, hidden] for normed inputs hx [B, T, hidden] at cache
+    position `start` (the committed length); stages the step's commit in `cache`."""
+    b, t, _ = hx.shape
+    mixed = gdn.in_proj_qkv(hx)                                      # [B, T, conv_dim]
+    z = gdn.in_proj_z(hx).view(b, t, gdn.hv, gdn.dv)
+    beta = torch.sigmoid(gdn.in_proj_b(hx))
+    g = -gdn.A_log.float().exp() * F.softplus(gdn.in_proj_a(hx).float() + gdn.dt_bias.float())
+    window, state = cache.gdn_state(gdn.layer, start)
+    x = causal_conv(mixed, window, gdn.conv1d.weight.squeeze(1))
+    q, k, v = x.split([gdn.hk * gdn.dk, gdn.hk * gdn.dk, gdn.hv * gdn.dv], dim=-1)
+    q, k = q.reshape(b, t, gdn.hk, gdn.dk), k.reshape(b, t, gdn.hk, gdn.dk)
+    v = v.reshape(b, t, gdn.hv, gdn.dv)
+    rule = recurrent_rule if t == 1 else chunk_rule
+    out, final = rule(q, k, v, g, beta, state)
+    cache.stage(gdn.layer, start, mixed, k, v, g, beta, final)
+    out = gdn.norm(out, z).reshape(b, t, gdn.hv * gdn.dv)
+    return gdn.out_proj(out)

@@ -1,0 +1,112 @@
+"""The cache of a hybrid target: the KV cache of its full-attention layers and, per GDN
+layer, the recurrent state after the committed tokens (fp32 [B, Hv, Dk, Dv]) and the conv
+window (the last K-1 inputs of its short conv, [B, C, K-1]).
+
+A step's GDN layers only read the committed state and stage what the commit needs
+(`stage`); `commit(length)` then keeps exactly the state after the step's accepted tokens:
+the state the step computed after all of them when it accepted everything, else the delta
+rule replayed from the committed state along the accepted prefix (one state read and one
+write per layer), and the window shifted by the accepted columns. A step that accepts no
+draft still advances by its one real token. A recurrent state cannot be rolled back to an
+arbitrary length the way the KV cache can: `rollback` goes to 0 (a new request), to the
+committed length (drops a staged step), or to the length saved by `mark()` (the draft
+model's context, from which it re-feeds what it shares with the next context).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from kernels.gdn import recurrent_rule
+from stock.cache import KVCache
+from stock.config import ModelConfig
+from stock.errors import StockError
+
+
+class StateError(StockError):
+    pass
+
+
+class HybridCache(KVCache):
+    def __init__(self, cfg: ModelConfig, max_len: int, batch: int = 1,
+                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                 num_layers: int | None = None):
+        n = cfg.num_layers if num_layers is None else num_layers
+        attn = sum(cfg.layer_type(i) == "full_attention" for i in range(n))
+        super().__init__(cfg, max_len, batch, device, dtype, num_layers=attn)
+        conv_dim = 2 * cfg.linear_num_key_heads * cfg.linear_key_head_dim \
+            + cfg.linear_num_value_heads * cfg.linear_value_head_dim
+        self.gdn_layers = [i for i in range(n) if cfg.layer_type(i) == "linear_attention"]
+        self.window = {i: torch.zeros(batch, conv_dim, cfg.linear_conv_kernel - 1,
+                                      device=device, dtype=dtype) for i in self.gdn_layers}
+        self.state = {i: torch.zeros(batch, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
+                                     cfg.linear_value_head_dim, device=device,
+                                     dtype=torch.float32) for i in self.gdn_layers}
+        self._staged: dict[int, tuple] = {}
+        self._step: tuple[int, int] | None = None   # (start, tokens) of the staged step
+        self._mark: tuple[int, dict, dict] | None = None
+
+    # -- what a step's GDN layers call ------------------------------------------------------
+    def gdn_state(self, layer: int, start: int):
+        """The committed (window, state) a step at `start` reads; a recurrent state exists
+        only after the committed tokens, so a step must start there."""
+        if start != self.length:
+            raise StateError(f"a GDN step must start at the committed length {self.length}, "
+                             f"not {start} (a recurrent state cannot be rewound)")
+        return self.window[layer], self.state[layer]
+
+    def stage(self, layer: int, start: int, mixed, k, v, g, beta, final) -> None:
+        self._staged[layer] = (mixed, k, v, g, beta, final)
+        self._step = (start, mixed.shape[1])
+
+    # -- commit and rollback ------------------------------------------------------------------
+    def commit(self, length: int) -> None:
+        if self._step is None:
+            if length != self.length:
+                raise StateError(f"commit to {length} with no step staged at the committed "
+                                 f"length {self.length}")
+            return
+        start, t = self._step
+        n = length - start
+        if not 0 <= n <= t or start != self.length:
+            raise StateError(f"commit to {length}: the staged step covers {start}..{start + t}")
+        super().commit(length)
+        for layer, (mixed, k, v, g, beta, final) in self._staged.items():
+            if n == t:
+                self.state[layer] = final
+            elif n > 0:   # the accepted prefix, replayed from the committed state
+                _, self.state[layer] = recurrent_rule(k[:, :n], k[:, :n], v[:, :n], g[:, :n],
+                                                      beta[:, :n], self.state[layer])
+            if n > 0:
+                w = self.window[layer]
+                cols = torch.cat([w, mixed[:, :n].transpose(1, 2).to(w.dtype)], dim=-1)
+                self.window[layer] = cols[..., cols.shape[-1] - w.shape[-1]:].contiguous()
+        self._staged, self._step = {}, None
+
+    def rollback(self, length: int) -> None:
+        self._staged, self._step = {}, None
+        if length == self.length:
+            return
+        if length == 0:
+            super().rollback(0)
+            self._mark = None
+            for layer in self.gdn_layers:
+                self.window[layer].zero_()
+                self.state[layer] = torch.zeros_like(self.state[layer])
+            return
+        if self._mark is not None and length == self._mark[0]:
+            super().rollback(length)
+            self.window = {i: w.clone() for i, w in self._mark[1].items()}
+            self.state = {i: s.clone() for i, s in self._mark[2].items()}
+            return
+        raise StateError(f"the recurrent state cannot roll back to {length} tokens (committed "
+                         f"{self.length}; only to 0, to the committed length or to a mark)")
+
+    def mark(self) -> None:
+        """Save the committed state, so `rollback` can return to this length."""
+        self._mark = (self.length, {i: w.clone() for i, w in self.window.items()},
+                      {i: s.clone() for i, s in self.state.items()})
+
+    @property
+    def mark_length(self) -> int:
+        return self._mark[0] if self._mark is not None else 0
