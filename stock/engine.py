@@ -101,8 +101,7 @@ class Engine:
         self.stop_ids = frozenset(stop_ids)
         if static is None:
             static = model.device.type == "cuda" and self.options["cuda_graphs"]
-        # a hybrid target's GDN layers run the dynamic forward for now (no static steps yet)
-        static = static and not model.cfg.hybrid
+        # a hybrid target's static steps run the model's own layers (no compiled regions)
         self._static, self._capture = static, capture
         self.compiled = compile_enabled(self.options, model.device) and not model.cfg.hybrid
         self.attention = self.options["attention_kernel"] if self.compiled else "sdpa"
@@ -213,6 +212,7 @@ class Engine:
         for start in range(0, len(prompt), size):
             chunk = prompt[start:start + size]
             out = self.runner.step(chunk, start, layers)
+            self.cache.commit(start + len(chunk))   # a GDN layer's next chunk reads its state
             for layer, h in out.hidden.items():  # static outputs: the next replay rewrites them
                 parts[layer].append(h[:, :len(chunk)].clone())
         hidden = {layer: p[0] if len(p) == 1 else torch.cat(p, dim=1)

@@ -23,6 +23,10 @@ graphs are checked against bit for bit.
 warm-up forward of each T bucket, before any capture; the compiled kernels are then captured
 into the slot's graph like any others.
 
+On a hybrid target (stock/hybrid_cache.py) a slot also keeps its GDN layers' staging
+buffers and hands them to the cache after each replay, so the engine's commit keeps the
+state after the accepted tokens; the committed state's buffers never move.
+
 `reset()` drops every graph, so a benchmark can swap modules (e.g. nn.Linear replaced by
 another implementation) and capture again. Outputs are views of static buffers: valid until
 the same slot runs again.
@@ -76,6 +80,8 @@ class Slot:
     out: StepOut | None = None
     graph: "torch.cuda.CUDAGraph | None" = None
     replays: int = field(default=0)
+    staged: dict | None = None  # a hybrid target's GDN staging (HybridCache), the slot's
+    start: int = 0  # the loaded step's start (host copy)
 
 
 class GraphRunner:
@@ -145,6 +151,8 @@ class GraphRunner:
         # and every earlier one was accepted; rows at or past the real draft length k never are
         match = (ids[0, 1:] == target[:-1]) & (steps[:-1] < k)
         n = match.long().cumprod(0).sum().view(1)
+        if hasattr(self.cache, "take_staged"):   # hybrid: this run's GDN staging buffers
+            s.staged = self.cache.take_staged()
         return StepOut(logits, out.hidden, torch.cat([n, target]))
 
     def _capture(self, s: Slot) -> None:
@@ -186,6 +194,7 @@ class GraphRunner:
         buf[:n] = ids
         buf[n:s.t] = ids[-1]
         buf[s.t], buf[s.t + 1] = start, k
+        s.start = start
         with torch.inference_mode():
             # CUDA: no host sync, an async copy from pinned memory
             s.inp.copy_(host, non_blocking=s.host is not None)
@@ -196,8 +205,10 @@ class GraphRunner:
         s.replays += 1
         if s.graph is not None:
             s.graph.replay()
-            return s.out
-        s.out = self._compute(s)
+        else:
+            s.out = self._compute(s)
+        if s.staged is not None:   # the commit reads what this replay staged
+            self.cache.restage(s.staged, s.start)
         return s.out
 
     def step(self, ids: list[int], start: int, hidden_layers: tuple[int, ...] = (),

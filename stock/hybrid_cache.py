@@ -11,6 +11,10 @@ draft still advances by its one real token. A recurrent state cannot be rolled b
 arbitrary length the way the KV cache can: `rollback` goes to 0 (a new request), to the
 committed length (drops a staged step), or to the length saved by `mark()` (the draft
 model's context, from which it re-feeds what it shares with the next context).
+
+The committed state's buffers never move (commit and rollback write into them), so a step
+captured in a CUDA graph reads the current state at every replay; a static step's staged
+buffers belong to its graph slot, which hands them back after each replay (`restage`).
 """
 
 from __future__ import annotations
@@ -47,17 +51,28 @@ class HybridCache(KVCache):
         self._mark: tuple[int, dict, dict] | None = None
 
     # -- what a step's GDN layers call ------------------------------------------------------
-    def gdn_state(self, layer: int, start: int):
+    def gdn_state(self, layer: int, start: int | None):
         """The committed (window, state) a step at `start` reads; a recurrent state exists
-        only after the committed tokens, so a step must start there."""
-        if start != self.length:
+        only after the committed tokens, so a step must start there. A static step (start
+        None: its start is a device tensor) is trusted to; its commit checks the range."""
+        if start is not None and start != self.length:
             raise StateError(f"a GDN step must start at the committed length {self.length}, "
                              f"not {start} (a recurrent state cannot be rewound)")
         return self.window[layer], self.state[layer]
 
-    def stage(self, layer: int, start: int, mixed, k, v, g, beta, final) -> None:
+    def stage(self, layer: int, start: int | None, mixed, k, v, g, beta, final) -> None:
         self._staged[layer] = (mixed, k, v, g, beta, final)
-        self._step = (start, mixed.shape[1])
+        self._step = (self.length if start is None else start, mixed.shape[1])
+
+    def take_staged(self) -> dict[int, tuple]:
+        """What the last step staged (a static step keeps it: its buffers are the graph's)."""
+        return dict(self._staged)
+
+    def restage(self, staged: dict[int, tuple], start: int) -> None:
+        """A replayed static step's staging (its graph rewrote those buffers)."""
+        self._staged = dict(staged)
+        t = next(iter(staged.values()))[0].shape[1] if staged else 0
+        self._step = (start, t)
 
     # -- commit and rollback ------------------------------------------------------------------
     def commit(self, length: int) -> None:
@@ -72,15 +87,17 @@ class HybridCache(KVCache):
             raise StateError(f"commit to {length}: the staged step covers {start}..{start + t}")
         super().commit(length)
         for layer, (mixed, k, v, g, beta, final) in self._staged.items():
+            # in place: a captured step reads these buffers at every replay
             if n == t:
-                self.state[layer] = final
+                self.state[layer].copy_(final)
             elif n > 0:   # the accepted prefix, replayed from the committed state
-                _, self.state[layer] = recurrent_rule(k[:, :n], k[:, :n], v[:, :n], g[:, :n],
-                                                      beta[:, :n], self.state[layer])
+                _, new = recurrent_rule(k[:, :n], k[:, :n], v[:, :n], g[:, :n], beta[:, :n],
+                                        self.state[layer])
+                self.state[layer].copy_(new)
             if n > 0:
                 w = self.window[layer]
                 cols = torch.cat([w, mixed[:, :n].transpose(1, 2).to(w.dtype)], dim=-1)
-                self.window[layer] = cols[..., cols.shape[-1] - w.shape[-1]:].contiguous()
+                w.copy_(cols[..., cols.shape[-1] - w.shape[-1]:])
         self._staged, self._step = {}, None
 
     def rollback(self, length: int) -> None:
@@ -92,12 +109,13 @@ class HybridCache(KVCache):
             self._mark = None
             for layer in self.gdn_layers:
                 self.window[layer].zero_()
-                self.state[layer] = torch.zeros_like(self.state[layer])
+                self.state[layer].zero_()
             return
         if self._mark is not None and length == self._mark[0]:
             super().rollback(length)
-            self.window = {i: w.clone() for i, w in self._mark[1].items()}
-            self.state = {i: s.clone() for i, s in self._mark[2].items()}
+            for i in self.gdn_layers:
+                self.window[i].copy_(self._mark[1][i])
+                self.state[i].copy_(self._mark[2][i])
             return
         raise StateError(f"the recurrent state cannot roll back to {length} tokens (committed "
                          f"{self.length}; only to 0, to the committed length or to a mark)")

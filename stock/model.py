@@ -105,10 +105,10 @@ class Transformer(nn.Module):
         tree's mask with them)."""
         b, t = ids.shape
         default = positions is None
-        if self.cfg.hybrid and (positions is not None or mask is not None or rope is not None):
+        if self.cfg.hybrid and (mask is not None or rope is not None
+                                or (positions is not None and positions.dim() == 2)):
             raise StockError("a hybrid target's GDN layers step from the committed state in "
-                             "order: steps at positions of their own (static steps, trees, "
-                             "padded rows) are not supported on it yet")
+                             "order: trees and padded rows are not supported on it yet")
         if positions is None or positions.dim() == 2:
             cache.check_room(start, t)
             slots = torch.arange(start, start + t, device=ids.device)
@@ -126,8 +126,11 @@ class Transformer(nn.Module):
             raise ValueError("rope positions of their own need the step's mask")
         cos, sin, mask_g, x = body.step_inputs(self, ids, positions if rope is None else rope,
                                                kv_len, seen, mask=False)
+        # GDN layers: a static step's start is a device tensor (its positions); they trust
+        # it to be the committed length, which the commit checks
         x, hidden = body.eager_layers(self, x, cos, sin, cache, slots, kv_len, mask_g,
-                                      hidden_layers, num_layers, start=start)
+                                      hidden_layers, num_layers,
+                                      start=start if default else None)
         if logits == "none":
             return Output(None, hidden)
         if logits == "last":

@@ -32,6 +32,7 @@ SMOKES = [
     pytest.param("judges_false_adoption.py", id="judges_false_adoption"),
     pytest.param("gpu_numerics.sh", id="gpu_numerics"),
     pytest.param("gpu_tree.sh", id="gpu_tree"),   # the tree-verify entry applied, step_27b
+    pytest.param("gpu_hybrid.sh", id="gpu_hybrid"),   # step_hybrid.py on tiny-hybrid
     # the controller with confined workers (five processes on a 2-core machine)
     pytest.param("gpu_verdict.sh", id="gpu_verdict", marks=pytest.mark.slow),
 ]

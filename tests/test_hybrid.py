@@ -212,7 +212,24 @@ def test_the_vision_language_checkpoint_layout_loads_its_language_model():
                        model(ids, model.new_cache(8), 0).logits)
 
 
-def test_trees_and_static_steps_are_refused_on_gdn_layers():
+def test_trees_are_refused_on_gdn_layers():
     model = Transformer.random(TINY, seed=1)
-    with pytest.raises(Exception, match="not supported on it yet"):
-        model(torch.tensor([[1, 2]]), model.new_cache(8), 0, positions=torch.tensor([0, 1]))
+    with pytest.raises(Exception, match="trees and padded rows are not supported"):
+        model(torch.tensor([[1, 2]]), model.new_cache(8), 0, positions=torch.tensor([0, 1]),
+              mask=torch.ones(2, 2, dtype=torch.bool))
+
+
+def test_static_steps_equal_the_dynamic_forward_on_the_tiny_hybrid():
+    """The graph path's logic on CPU (static=True runs the static forward eagerly): padded
+    buckets, prefill in chunks of 64 with a commit per chunk, the slot handing its GDN
+    staging back to the cache; outputs equal the dynamic engine's."""
+    model = Transformer.random(TINY, seed=4, std=0.08)
+    dynamic = Engine(model, Options({"draft_len": 4}), 256)
+    static = Engine(model, Options({"draft_len": 4}), 256, static=True, capture=False)
+    assert static.runner is not None and dynamic.runner is None
+    long_prompt = torch.randint(1, 512, (150,), generator=torch.Generator().manual_seed(2))
+    for prompt in [*_prompts(), long_prompt.tolist()]:   # 150: chunks 64 + 64 + 22 (padded)
+        want = dynamic.generate(prompt, 20).tokens
+        assert static.generate(prompt, 20).tokens == want
+        for drafter in (DraftModelDrafter(model, 256), NGramDrafter(4, 1, 4)):
+            assert static.generate(prompt, 20, drafter).tokens == want

@@ -1,0 +1,25 @@
+#!/bin/bash
+# H200: the hybrid GDN target (issue "hybrid targets"), in one call (carry .whl: it holds
+# fla_core and einops, py3-none-any wheels of flash-linear-attention's kernels):
+#
+#   bash bench/gpu_hybrid.sh          # tests/gpu/test_gpu_hybrid.py (fla against the
+#                                     # reference, captured steps against eager ones), then
+#                                     # bench/step_hybrid.py on hybrid-27b (random weights)
+#   bash bench/gpu_hybrid.sh --smoke  # CPU: the same script on tiny-hybrid
+#
+# Tables on stdout; JSON and the tests' log in $OUT.
+set -u
+cd "$(dirname "$0")/.." || exit 1
+source bench/stage.sh
+OUT=${OUT:-$PWD}
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+if [ "${1:-}" = "--smoke" ]; then
+    exec python3 bench/step_hybrid.py --smoke --out "${OUT}"
+fi
+stage wheels || exit 1
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+python3 -c "import fla, fla.ops.gated_delta_rule; print('fla', getattr(fla, '__version__', '?'))" \
+    || echo "gpu_hybrid: flash-linear-attention not importable: the reference runs on CUDA"
+python3 -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_hybrid.py --tb=short -s 2>&1 \
+    | tee "$OUT/tests_hybrid.txt" | tail -30
+python3 bench/step_hybrid.py --out "$OUT"

@@ -1,0 +1,168 @@
+"""Hybrid GDN target (Qwen3.5-27B-class shapes, random weights) on one GPU: the AR step
+against its floor, verify steps of T = 1, 8, 16, 32, 64 tokens from CUDA graphs, and the
+GDN layers' share of the step.
+
+Parts:
+  1. kernels: the GDN mixing the engine runs (flash-linear-attention's chunked and fused
+     recurrent kernels where installed, else stock's plain-PyTorch reference) against the
+     plain-PyTorch recurrence on random inputs of the model's GDN shapes (relative error);
+  2. the floor: every parameter byte but the embedding table's read once per step, plus
+     each GDN layer's fp32 state read and written, at the device's copy bandwidth;
+  3. correctness at a context of --context tokens: graph replay against the eager static
+     forward (bit for bit) and the static forward against the dynamic one (argmax);
+  4. timings: per T, the step replayed from its graph (CUDA events, median and p10-p90 of
+     --iters), beside one GDN layer's mixing (its projections, conv, delta rule, gated norm)
+     replayed from a graph of its own, times the GDN layer count: their share of the step.
+
+    python bench/step_hybrid.py --out $OUT          # the H200 (bash bench/gpu_hybrid.sh)
+    python bench/step_hybrid.py --smoke             # CPU: tiny-hybrid, fp32, no graphs
+
+Prints progress, then one table; writes step_hybrid.json to --out (default $OUT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import common  # noqa: F401  (the repository on sys.path)
+from common import GiB, copy_bandwidth, log, print_table, sync, timed, write_json
+
+import torch  # noqa: E402
+
+from kernels.gdn import fla_available, recurrent_reference  # noqa: E402
+from kernels.gdn.ops import chunk_rule, recurrent_rule  # noqa: E402
+from stock.config import PRESETS  # noqa: E402
+from stock.gdn import mix  # noqa: E402
+from stock.graphs import GraphRunner  # noqa: E402
+from stock.model import Transformer  # noqa: E402
+
+
+def kernel_check(cfg, dev) -> list[list]:
+    rows = []
+    gen = torch.Generator(device=dev).manual_seed(0)
+    hk, hv, dk, dv = (cfg.linear_num_key_heads, cfg.linear_num_value_heads,
+                      cfg.linear_key_head_dim, cfg.linear_value_head_dim)
+    dtype = torch.bfloat16 if dev == "cuda" else torch.float32
+    for t in (1, 16, 64):
+        q, k = (torch.randn(1, t, hk, dk, device=dev, generator=gen, dtype=dtype) for _ in "qk")
+        v = torch.randn(1, t, hv, dv, device=dev, generator=gen, dtype=dtype)
+        g = -torch.rand(1, t, hv, device=dev, generator=gen)
+        beta = torch.rand(1, t, hv, device=dev, generator=gen).to(dtype)
+        s0 = 0.1 * torch.randn(1, hv, dk, dv, device=dev, generator=gen)
+        want_o, want_s = recurrent_reference(q.float(), k.float(), v.float(), g, beta.float(), s0)
+        for name, fn in (("chunk", chunk_rule), ("recurrent", recurrent_rule)):
+            o, s = fn(q, k, v, g, beta, s0)
+            rel_o = float((o.float() - want_o).abs().max() / want_o.abs().max())
+            rel_s = float((s - want_s).abs().max() / want_s.abs().max())
+            rows.append([f"{name} T={t}", "fla" if dev == "cuda" and fla_available()
+                         else "reference", f"{rel_o:.2e}", f"{rel_s:.2e}"])
+    return rows
+
+
+def floor_ms(model, bandwidth: float) -> float:
+    cfg = model.cfg
+    weights = sum(p.numel() * p.element_size() for n, p in model.named_parameters()
+                  if "embed_tokens" not in n)
+    n_gdn = sum(cfg.layer_type(i) == "linear_attention" for i in range(cfg.num_layers))
+    state = n_gdn * 2 * 4 * cfg.linear_num_value_heads * cfg.linear_key_head_dim \
+        * cfg.linear_value_head_dim
+    return 1e3 * (weights + state) / bandwidth
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--preset", default="hybrid-27b")
+    ap.add_argument("--context", type=int, default=1000)
+    ap.add_argument("--ts", default="1,8,16,32,64")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--out", default=os.environ.get("OUT", ""))
+    ap.add_argument("--smoke", action="store_true", help="CPU: tiny-hybrid, fp32, no graphs")
+    args = ap.parse_args()
+    dev = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
+    if args.smoke:
+        args.preset, args.context, args.ts, args.iters = "tiny-hybrid", 40, "1,8", 3
+    ts = [int(x) for x in args.ts.split(",")]
+    cfg = PRESETS[args.preset]
+    result: dict = {"preset": args.preset, "device": dev, "context": args.context,
+                    "fla": fla_available()}
+
+    log("1. GDN kernels against the plain recurrence")
+    print_table(["mixing", "implementation", "rel err out", "rel err state"],
+                kernel_check(cfg, dev), "GDN mixing against the recurrence")
+
+    bw = copy_bandwidth(GiB if dev == "cuda" else 1 << 24, dev)["read_plus_write_bytes_per_s"]
+    dtype = torch.bfloat16 if dev == "cuda" else torch.float32
+    log(f"2. {args.preset} on {dev} ({dtype}), copy bandwidth {bw / 1e9:.0f} GB/s")
+    model = Transformer.random(cfg, dev, dtype, seed=0)
+    floor = floor_ms(model, bw)
+    max_context = args.context + 64
+    cache = model.new_cache(-(-(max_context + 64) // 64) * 64)
+    ids = torch.randint(0, cfg.vocab_size, (1, args.context), device=dev,
+                        generator=torch.Generator(device=dev).manual_seed(1))
+    model(ids, cache, 0, logits="none")
+    cache.commit(args.context)
+    graphs = GraphRunner(model, cache, max_context, capture=dev == "cuda")
+    eager = GraphRunner(model, cache, max_context, capture=False)
+
+    log("3. graph replay against the eager static forward, static against dynamic")
+    rows, checks = [], {}
+    gen = torch.Generator().manual_seed(2)
+    step_ids = {t: torch.randint(1, cfg.vocab_size, (t,), generator=gen).tolist() for t in ts}
+    for t in sorted({1, 16} & set(ts)) or ts[:1]:
+        want = eager.step(step_ids[t], args.context).logits[:t].clone()
+        got = graphs.step(step_ids[t], args.context).logits[:t].clone()
+        dyn = model(torch.tensor([step_ids[t]], device=dev), cache, args.context).logits[0]
+        cache.rollback(args.context)   # drop the staged step: nothing is committed
+        checks[t] = {"graph_equals_eager": bool(torch.equal(got, want)),
+                     "argmax_static_vs_dynamic": float((want.argmax(-1) == dyn.argmax(-1))
+                                                       .float().mean())}
+    result["checks"] = checks
+    print_table(["T", "graph == eager (bits)", "argmax static = dynamic"],
+                [[t, c["graph_equals_eager"], f"{c['argmax_static_vs_dynamic']:.2f}"]
+                 for t, c in checks.items()], "Correctness")
+
+    log("4. steps and one GDN layer's mixing, from graphs")
+    gdn = next(layer.linear_attn for layer in model.model.layers if hasattr(layer, "linear_attn"))
+    n_gdn = sum(hasattr(layer, "linear_attn") for layer in model.model.layers)
+    timings = {}
+    for t in ts:
+        s = graphs.slot(graphs.bucket(t), graphs.kv_bucket(args.context + t))
+        graphs.load(s, step_ids[t], args.context)
+        step = timed(lambda: graphs.launch(s), args.iters, dev)
+        hx = torch.randn(1, t, cfg.hidden_size, device=dev, dtype=dtype)
+        mixing = _graphed(lambda: mix(gdn, hx, cache, None), dev)
+        layer = timed(mixing, args.iters, dev)
+        cache.rollback(args.context)
+        timings[t] = {"step": step, "gdn_layer": layer}
+        share = n_gdn * layer["median_ms"] / step["median_ms"]
+        ar = timings[ts[0]]["step"]["median_ms"]
+        rows.append([t, f"{step['median_ms']:.3f}", f"{step['p10_ms']:.3f}-{step['p90_ms']:.3f}",
+                     f"{step['median_ms'] / floor:.2f}", f"{step['median_ms'] / ar:.3f}",
+                     f"{layer['median_ms']:.3f}", f"{share:.0%}"])
+    sync(dev)
+    result.update(floor_ms=floor, bandwidth=bw, timings=timings, gdn_layers=n_gdn)
+    print_table(["T", "step ms", "p10-p90", "x floor", "x AR step", "1 GDN layer ms",
+                 f"{n_gdn} GDN layers' share"], rows,
+                f"{args.preset} verify steps at context {args.context} (floor {floor:.3f} ms)")
+    write_json(args.out, "step_hybrid.json", result)
+
+
+def _graphed(fn, dev):
+    """fn replayed from a CUDA graph of its own (CPU: fn itself)."""
+    if dev != "cuda":
+        return fn
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), torch.inference_mode():
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.inference_mode():
+        fn()
+    return graph.replay
+
+
+if __name__ == "__main__":
+    main()
