@@ -57,6 +57,27 @@ def test_logits_match_transformers_on_512_teacher_forced_tokens(tmp_path, arch):
     assert torch.equal(got.argmax(-1), want.argmax(-1))
 
 
+def test_greedy_output_equals_transformers_generate_with_its_cache(tmp_path):
+    """Beyond one teacher-forced forward: transformers' cached decode (its recurrent path
+    and conv state update) against the engine's AR and speculative steps."""
+    import transformers
+
+    torch.manual_seed(0)
+    ref = transformers.Qwen3_5ForCausalLM(transformers.Qwen3_5TextConfig(**TINY.to_hf()))
+    with torch.no_grad():
+        for p in ref.float().eval().parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    ref.save_pretrained(tmp_path)
+    prompt = [5, 6, 7, 5, 6, 7, 5, 6]
+    want = ref.generate(torch.tensor([prompt]), max_new_tokens=16, do_sample=False,
+                        min_new_tokens=16)[0, len(prompt):].tolist()
+    model = Transformer.from_folder(tmp_path)
+    engine = Engine(model, Options({"draft_len": 4}), 128)
+    assert engine.generate(prompt, 16).tokens == want
+    assert engine.generate(prompt, 16, DraftModelDrafter(model, 128)).tokens == want
+    assert engine.generate(prompt, 16, NGramDrafter(4, 1, 4)).tokens == want
+
+
 def test_delta_rule_matches_transformers_torch_fallback():
     from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
 
