@@ -8,6 +8,7 @@ import sys
 
 import click
 
+from specpilot.commands.params import warn_if_busy
 from specpilot.config import require_root
 from specpilot.cycle.state import RunStore, read_runs
 from specpilot.errors import SpecPilotError
@@ -33,8 +34,10 @@ def make_client():
 
 def _drive(cycle_factory, until: str, as_json: bool):
     # lazy: CLI startup time (the cycle's modules load the judges and numpy)
-    from specpilot.cycle.display import PlainView, final_console, footer, make_view, summary_table
+    from specpilot.cycle.display import (PlainView, final_console, footer, make_view,
+                                         noise_warnings, summary_table)
 
+    warn_if_busy()
     terminal = not as_json and sys.stderr.isatty()
     view = PlainView() if as_json else make_view(terminal)   # --json: progress on stderr
     holder = {}
@@ -54,6 +57,8 @@ def _drive(cycle_factory, until: str, as_json: bool):
     console = final_console(terminal)
     console.print(summary_table(state))
     console.print(footer(state))
+    for warning in noise_warnings(state):
+        console.print(warning, soft_wrap=True)
     console.print(f"run record: {_shown(log.parent)}/ ({state.wall_s:.0f} s)")
     return state
 

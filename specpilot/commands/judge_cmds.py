@@ -6,9 +6,10 @@ import sys
 
 import click
 
-from specpilot.commands.params import device_checked, devices_checked
+from specpilot.commands.params import device_checked, devices_checked, warn_if_busy
 from specpilot.config import find_root, load_config, require_root
 from specpilot.errors import SpecPilotError
+from specpilot.threads import noise_warning
 
 EXIT_NOT_ADOPTED = 3
 EXIT_GATE_FAILED = 4
@@ -76,6 +77,7 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
     def progress(msg):   # stderr, with --json too: stdout carries only the report
         click.echo(f"  {msg}", err=True)
 
+    warn_if_busy()
     rep = compare(_root(), a, b, _pairs(opt_a, "--opt-a"), _pairs(opt_b, "--opt-b"),
                   _devices(devices), rounds, model, n_requests, max_new, sigma, request_set,
                   progress, drafter_a=drafter_a, drafter_b=drafter_b, family=family)
@@ -114,6 +116,9 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
                        f"{chk.tokens} tokens{ties})")
         click.echo(f"verdict            {dec.verdict}; B is {dec.direction}"
                    f"{'; rejected: outputs differ from stock' if rep.faults else ''}")
+    noisy = noise_warning(rep.sigma, rep.decision.threshold)
+    if noisy:
+        click.echo(noisy, err=True)
     sys.exit(0 if rep.decision.adopted else EXIT_NOT_ADOPTED)
 
 
@@ -184,6 +189,7 @@ def analyze_cmd(n_requests, max_new, drafter, model, device, opts, opts_file, as
 
     root = find_root()
     cfg_model = model or load_config(root).model.path
+    warn_if_busy()
     rep = analyze(root, cfg_model, device, n_requests, max_new, drafter, opts=opts,
                   opts_file=opts_file)
     if as_json:
@@ -193,6 +199,8 @@ def analyze_cmd(n_requests, max_new, drafter, model, device, opts, opts_file, as
     click.echo(f"{rep.model} on {rep.device} ({hw.name}, {rep.dtype}); peak "
                f"{hw.peak_flops(rep.dtype) / 1e12:.2f} TFLOP/s, {hw.bandwidth / 1e9:.1f} GB/s")
     click.echo(f"  source: {hw.source}")
+    if hw.conditions:
+        click.echo(f"  measured: {hw.conditions}")
     click.echo(f"{len(rep.requests)} requests, {rep.steps} steps, {rep.tokens_per_step:.2f} "
                f"tokens verified per step, mean context {rep.mean_context:.0f}")
     click.echo(f"{'category':<10} {'measured ms':>12} {'bound ms':>10} {'ratio':>8}")

@@ -12,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from specpilot.cycle.state import PHASES, RunState
+from specpilot.threads import noise_warning
 
 
 def summary_table(state: RunState) -> Table:
@@ -129,3 +130,16 @@ def final_console(terminal: bool) -> Console:
 
 def make_view(terminal: bool):
     return LiveView() if terminal else PlainView()
+
+
+def noise_warnings(state: RunState) -> list[str]:
+    """One warning, for the noisiest controller verdict of the run, if its bar was out of
+    reach of any plausible gain."""
+    verdicts = [d.verdict for d in state.directions if d.verdict]
+    verdicts += [v for v in ((state.integration or {}).get("verdict"),) if v]
+    worst = max(verdicts, key=lambda v: v.get("threshold") or 0.0, default=None)
+    said = worst and noise_warning(worst.get("sigma"), worst.get("threshold"))
+    if not said:
+        return []
+    noisy = sum(bool(noise_warning(v.get("sigma"), v.get("threshold"))) for v in verdicts)
+    return [f"{said} ({noisy} of {len(verdicts)} verdicts)"]
