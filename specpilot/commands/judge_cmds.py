@@ -8,6 +8,7 @@ import click
 
 from specpilot.commands.params import device_checked, devices_checked, warn_if_busy
 from specpilot.config import find_root, load_config, require_root
+from specpilot.cycle.types import options_text
 from specpilot.errors import SpecPilotError
 from specpilot.threads import noise_warning
 
@@ -90,12 +91,14 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
         family_note = f", family of {est.family}" if est.family > 1 else ""
         wil = "n/a" if est.wilcoxon_p is None else f"{est.wilcoxon_p:.3g}"
         click.echo(f"A {rep.a.rev} ({rep.a.commit[:10]}, tree {rep.a.tree[:10]}) "
-                   f"options {rep.a.options or 'defaults'}, drafter {rep.drafter}")
+                   f"options {options_text(rep.a.options)}, drafter {rep.drafter}")
         click.echo(f"B {rep.b.rev} ({rep.b.commit[:10]}, tree {rep.b.tree[:10]}) "
-                   f"options {rep.b.options or 'defaults'}, drafter {rep.drafter_b or rep.drafter}")
+                   f"options {options_text(rep.b.options)}, "
+                   f"drafter {rep.drafter_b or rep.drafter}")
         click.echo(f"{rep.mode} on {', '.join(rep.devices)} ({rep.paired.hardware}); "
                    f"{rep.processes} worker processes per side; {rep.rounds} rounds x "
-                   f"{len(rep.requests)} requests = {est.pairs} pairs per process, "
+                   f"{len(rep.requests) // max(1, rep.rounds)} requests = {est.pairs} pairs per "
+                   f"process, "
                    f"{rep.warmup_rounds} warm-up round(s) excluded; measured rounds took "
                    f"{sum(rep.paired.round_wall_s):.1f} s")
         click.echo(f"workers confined   A {rep.a.confined}; B {rep.b.confined}")
