@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from specpilot import lifeline
+from specpilot import lifeline, threads
 from specpilot.failures import OneLineGroup as Group
 
 
@@ -18,6 +18,7 @@ def cli(debug):
 
 def main():
     lifeline.install()   # SIGTERM/SIGINT: stop workers, remove their scratch, exit
+    threads.install()    # torch's threads: the cores free now (before torch is imported)
     cli()
 
 

@@ -102,13 +102,42 @@ def test_hardware_table_has_sources_and_matches_device_names():
     assert lookup("Some Other GPU") is None
 
 
-def test_cpu_ceilings_are_measured_once_and_cached(tmp_path):
+def _quiet(monkeypatch, others=0.0, load1=0.0, spread=1.0):
+    from specpilot import threads
+
+    monkeypatch.setattr(threads, "measure_load", lambda *a, **k: (others, load1))
+    monkeypatch.setattr(threads, "spread", lambda times: spread)
+
+
+def test_cpu_ceilings_are_measured_once_and_cached(tmp_path, monkeypatch):
+    _quiet(monkeypatch)   # the machine as a quiet one (this test's machine may be shared)
     first = for_device("cpu", tmp_path, measure_size="small")
     assert first.measured and first.fp32_flops > 1e8 and first.bandwidth > 1e8
+    assert not first.contended and "0 other runnable" in first.conditions
     files = list(tmp_path.rglob("*.json"))
     assert len(files) == 1
     second = for_device("cpu", tmp_path, measure_size="small")
     assert second == first  # read back, not measured again
+
+
+@pytest.mark.parametrize("busy", [dict(others=2.0, load1=3.0), dict(spread=2.0)])
+def test_ceilings_measured_on_a_busy_machine_are_never_cached(tmp_path, monkeypatch, busy):
+    _quiet(monkeypatch, **busy)
+    hw = for_device("cpu", tmp_path, measure_size="small")
+    assert hw.contended and "busy: not cached" in hw.conditions
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def test_cached_ceilings_are_keyed_by_the_day(tmp_path, monkeypatch):
+    import time as _time
+
+    _quiet(monkeypatch)
+    real = _time.strftime
+    for day in ("2026-01-01", "2026-01-02"):
+        monkeypatch.setattr(_time, "strftime", lambda fmt, *a, d=day: d if fmt == "%Y-%m-%d"
+                            else real(fmt, *a))
+        for_device("cpu", tmp_path, measure_size="small")
+    assert len(list(tmp_path.rglob("*.json"))) == 2   # one a day: a new day measures again
 
 
 @pytest.mark.slow

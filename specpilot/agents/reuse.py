@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 from specpilot.agents.context import AgentContext, commit_worktree
-from specpilot.cycle.types import Candidate
+from specpilot.cycle.types import Candidate, options_text
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
 from specpilot.memory.store import Memory
@@ -67,6 +67,6 @@ def produce(ctx: AgentContext) -> Candidate:
         raise SpecPilotError(f"entry {entry_id} changes nothing on {ctx.base.commit[:12]} "
                              f"(already part of it)")
     options = {o.name: str(o.tuned) for o in meta.options if o.tuned is not None}
-    ctx.progress(f"replayed {entry_id}; options {options}")
+    ctx.progress(f"replayed {entry_id}; options {options_text(options)}")
     return Candidate(commit=commit, options={**ctx.base.options, **options},
                      summary=f"replayed {entry_id} ({meta.title})", code_changed=True)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import click
 
+from specpilot.commands.params import warn_if_busy
 from specpilot.config import require_root
 from specpilot.cycle.state import RunStore, read_runs
 from specpilot.errors import SpecPilotError
@@ -32,26 +34,41 @@ def make_client():
 
 def _drive(cycle_factory, until: str, as_json: bool):
     # lazy: CLI startup time (the cycle's modules load the judges and numpy)
-    from specpilot.cycle.display import LiveView, footer, summary_table
+    from specpilot.cycle.display import (PlainView, final_console, footer, make_view,
+                                         noise_warnings, summary_table)
 
-    if as_json:
-        cycle = cycle_factory(lambda who, msg: None)
-        state = cycle.run(until)
-        click.echo(state.model_dump_json(indent=1))
-        return state
-    view = LiveView()
+    warn_if_busy()
+    terminal = not as_json and sys.stderr.isatty()
+    view = PlainView() if as_json else make_view(terminal)   # --json: progress on stderr
     holder = {}
     with view:
         cycle = cycle_factory(lambda who, msg: view.update(who, msg, holder["c"].state
                                                            if "c" in holder else None))
         holder["c"] = cycle
-        view.update("cycle", f"run {cycle.state.run_id}", cycle.state)
+        log = cycle.runs.folder / "cycle.log"
+        if terminal:   # kept above the live view; off a terminal the line below says it
+            view.note(f"run {cycle.state.run_id}; its log: {_shown(log)}")
+        view.update("cycle", f"run {cycle.state.run_id}; its log: {_shown(log)}", cycle.state)
         state = cycle.run(until)
         view.update("cycle", f"finished phase {state.phase}", state)
-    view.console.print(summary_table(state))
-    view.console.print(footer(state))
-    view.console.print(f"run record: .specpilot/runs/{state.run_id}/ ({state.wall_s:.0f} s)")
+    if as_json:
+        click.echo(state.model_dump_json(indent=1))
+        return state
+    console = final_console(terminal)
+    console.print(summary_table(state))
+    console.print(footer(state))
+    for warning in noise_warnings(state):
+        console.print(warning, soft_wrap=True)
+    console.print(f"run record: {_shown(log.parent)}/ ({state.wall_s:.0f} s)")
     return state
+
+
+def _shown(path) -> str:
+    """`path` relative to the working folder where it lies inside it."""
+    try:
+        return str(path.resolve().relative_to(os.getcwd()))
+    except ValueError:
+        return str(path)
 
 
 def _exit_for(state) -> None:

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from specpilot.commands.params import device_checked, utf8_checked
+from specpilot.commands.params import device_checked, utf8_checked, warn_if_busy
 from specpilot.config import load_config
 from specpilot.errors import SpecPilotError
 
@@ -53,6 +53,7 @@ def run_cmd(prompt, ar, drafter, max_new, raw, model, opts, opts_file, device, m
     if not prompt.strip():
         raise SpecPilotError("empty prompt")
     utf8_checked(prompt, "prompt")
+    warn_if_busy()
     system = _system(model, opts, opts_file, device, max_context)
     ids = system.tokenizer.encode(prompt) if raw else system.tokenizer.chat(prompt)
     res = system.engine.generate(ids, max_new, None if ar else system.drafter(drafter))
@@ -63,9 +64,15 @@ def run_cmd(prompt, ar, drafter, max_new, raw, model, opts, opts_file, device, m
             "mode": "ar" if ar else drafter, "tokens_per_s": round(res.tokens_per_s, 3),
             "accepted_per_step": res.accepted, "tau": round(res.tau, 3),
             "stop_reason": res.stop_reason, "options": system.options.as_dict(),
-            "device": str(system.device)}))
+            "device": str(system.device), "threads": _torch_threads()}))
     else:
         click.echo(text)
+
+
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
 
 
 @click.command("bench")
@@ -98,6 +105,7 @@ def bench_cmd(request_set, categories, limit, max_new, modes, drafter, model, op
         raise SpecPilotError(str(exc)) from exc
     if not reqs:
         raise SpecPilotError("no requests selected")
+    warn_if_busy()
     system = _system(model, opts, opts_file, device, max_context)
     err = Console(stderr=True)
     with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:

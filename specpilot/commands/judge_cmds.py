@@ -6,9 +6,11 @@ import sys
 
 import click
 
-from specpilot.commands.params import device_checked, devices_checked
+from specpilot.commands.params import device_checked, devices_checked, warn_if_busy
 from specpilot.config import find_root, load_config, require_root
+from specpilot.cycle.types import options_text
 from specpilot.errors import SpecPilotError
+from specpilot.threads import noise_warning
 
 EXIT_NOT_ADOPTED = 3
 EXIT_GATE_FAILED = 4
@@ -76,6 +78,7 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
     def progress(msg):   # stderr, with --json too: stdout carries only the report
         click.echo(f"  {msg}", err=True)
 
+    warn_if_busy()
     rep = compare(_root(), a, b, _pairs(opt_a, "--opt-a"), _pairs(opt_b, "--opt-b"),
                   _devices(devices), rounds, model, n_requests, max_new, sigma, request_set,
                   progress, drafter_a=drafter_a, drafter_b=drafter_b, family=family)
@@ -88,12 +91,14 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
         family_note = f", family of {est.family}" if est.family > 1 else ""
         wil = "n/a" if est.wilcoxon_p is None else f"{est.wilcoxon_p:.3g}"
         click.echo(f"A {rep.a.rev} ({rep.a.commit[:10]}, tree {rep.a.tree[:10]}) "
-                   f"options {rep.a.options or 'defaults'}, drafter {rep.drafter}")
+                   f"options {options_text(rep.a.options)}, drafter {rep.drafter}")
         click.echo(f"B {rep.b.rev} ({rep.b.commit[:10]}, tree {rep.b.tree[:10]}) "
-                   f"options {rep.b.options or 'defaults'}, drafter {rep.drafter_b or rep.drafter}")
+                   f"options {options_text(rep.b.options)}, "
+                   f"drafter {rep.drafter_b or rep.drafter}")
         click.echo(f"{rep.mode} on {', '.join(rep.devices)} ({rep.paired.hardware}); "
                    f"{rep.processes} worker processes per side; {rep.rounds} rounds x "
-                   f"{len(rep.requests)} requests = {est.pairs} pairs per process, "
+                   f"{len(rep.requests) // max(1, rep.rounds)} requests = {est.pairs} pairs per "
+                   f"process, "
                    f"{rep.warmup_rounds} warm-up round(s) excluded; measured rounds took "
                    f"{sum(rep.paired.round_wall_s):.1f} s")
         click.echo(f"workers confined   A {rep.a.confined}; B {rep.b.confined}")
@@ -114,6 +119,9 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
                        f"{chk.tokens} tokens{ties})")
         click.echo(f"verdict            {dec.verdict}; B is {dec.direction}"
                    f"{'; rejected: outputs differ from stock' if rep.faults else ''}")
+    noisy = noise_warning(rep.sigma, rep.decision.threshold)
+    if noisy:
+        click.echo(noisy, err=True)
     sys.exit(0 if rep.decision.adopted else EXIT_NOT_ADOPTED)
 
 
@@ -184,6 +192,7 @@ def analyze_cmd(n_requests, max_new, drafter, model, device, opts, opts_file, as
 
     root = find_root()
     cfg_model = model or load_config(root).model.path
+    warn_if_busy()
     rep = analyze(root, cfg_model, device, n_requests, max_new, drafter, opts=opts,
                   opts_file=opts_file)
     if as_json:
@@ -193,6 +202,8 @@ def analyze_cmd(n_requests, max_new, drafter, model, device, opts, opts_file, as
     click.echo(f"{rep.model} on {rep.device} ({hw.name}, {rep.dtype}); peak "
                f"{hw.peak_flops(rep.dtype) / 1e12:.2f} TFLOP/s, {hw.bandwidth / 1e9:.1f} GB/s")
     click.echo(f"  source: {hw.source}")
+    if hw.conditions:
+        click.echo(f"  measured: {hw.conditions}")
     click.echo(f"{len(rep.requests)} requests, {rep.steps} steps, {rep.tokens_per_step:.2f} "
                f"tokens verified per step, mean context {rep.mean_context:.0f}")
     click.echo(f"{'category':<10} {'measured ms':>12} {'bound ms':>10} {'ratio':>8}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from specpilot import threads
 from specpilot.errors import SpecPilotError
 from stock.devices import check_device
 from stock.errors import StockError
@@ -33,3 +34,10 @@ def devices_checked(names: list[str]) -> list[str]:
         return [check_device(name) for name in names]
     except StockError as exc:
         raise SpecPilotError(f"--devices: {exc}", code=2) from None
+
+
+def warn_if_busy() -> None:
+    """A command that times things says so on stderr when the machine was busy at its start."""
+    note = threads.busy_note()
+    if note:
+        click.echo(note, err=True)

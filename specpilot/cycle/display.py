@@ -1,7 +1,9 @@
-"""The live view (rich) of phases and sub-agents, and the final summary table."""
+"""The live view (rich) of phases and sub-agents on a terminal, one line per step off one
+(a pipe, a file, CI), and the final summary table."""
 
 from __future__ import annotations
 
+import sys
 import time
 
 from rich.console import Console, Group
@@ -10,17 +12,21 @@ from rich.table import Table
 from rich.text import Text
 
 from specpilot.cycle.state import PHASES, RunState
+from specpilot.threads import noise_warning
 
 
 def summary_table(state: RunState) -> Table:
     t = Table(title=f"{state.run_id}: phase {state.phase}", title_justify="left")
-    for col in ("direction", "backend", "device", "status", "gain", "lower bound", "entry"):
+    for col in ("direction", "backend", "device", "status", "gain", "lower bound", "σ",
+                "entry"):
         t.add_column(col, no_wrap=True)
     t.add_column("reason", overflow="fold", ratio=1)
     for d in state.directions:
         pct = lambda x: "" if x is None else f"{x:+.1%}"  # noqa: E731
+        sigma = (d.verdict or {}).get("sigma")
         t.add_row(d.direction.id, d.direction.backend, d.device or "", d.status, pct(d.gain),
-                  pct(d.lower_bound), d.entry or "", (d.reasons or [""])[-1][:160])
+                  pct(d.lower_bound), "" if sigma is None else f"{sigma:.1%}", d.entry or "",
+                  (d.reasons or [""])[-1][:160])
     return t
 
 
@@ -59,12 +65,17 @@ class LiveView:
         self.live: Live | None = None
 
     def __enter__(self):
-        self.live = Live(console=self.console, refresh_per_second=2, transient=False)
+        # transient: the summary printed after it is the only table left on the screen
+        self.live = Live(console=self.console, refresh_per_second=2, transient=True)
         self.live.__enter__()
         return self
 
     def __exit__(self, *exc):
         self.live.__exit__(*exc)
+
+    def note(self, text: str) -> None:
+        """A line kept above the live view (where the run's log is)."""
+        self.console.print(text, soft_wrap=True)
 
     def update(self, who: str, msg: str, state: RunState | None = None) -> None:
         self.messages[who] = f"{time.strftime('%H:%M:%S')} {msg}"
@@ -83,3 +94,52 @@ class LiveView:
             msgs.add_row(Text(who, style="bold"), Text(msg))
         parts.append(msgs)
         return Group(*parts)
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+class PlainView:
+    """Off a terminal: every progress message as one flushed line `HH:MM:SS [who] msg` on
+    `stream` (stderr), nothing redrawn; the table is printed once, at the end."""
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stream.flush()
+
+    def note(self, text: str) -> None:
+        self.stream.write(one_line(text) + "\n")
+        self.stream.flush()
+
+    def update(self, who: str, msg: str, state: RunState | None = None) -> None:
+        self.note(f"{time.strftime('%H:%M:%S')} [{who}] {msg}")
+
+
+def final_console(terminal: bool) -> Console:
+    """Where the summary goes: the terminal's stderr console as wide as it is; off a
+    terminal stdout, wide enough that no column or footer line is cut to 80."""
+    return Console(stderr=True) if terminal else Console(file=sys.stdout, width=250,
+                                                          soft_wrap=True)
+
+
+def make_view(terminal: bool):
+    return LiveView() if terminal else PlainView()
+
+
+def noise_warnings(state: RunState) -> list[str]:
+    """One warning, for the noisiest controller verdict of the run, if its bar was out of
+    reach of any plausible gain."""
+    verdicts = [d.verdict for d in state.directions if d.verdict]
+    verdicts += [v for v in ((state.integration or {}).get("verdict"),) if v]
+    worst = max(verdicts, key=lambda v: v.get("threshold") or 0.0, default=None)
+    said = worst and noise_warning(worst.get("sigma"), worst.get("threshold"))
+    if not said:
+        return []
+    noisy = sum(bool(noise_warning(v.get("sigma"), v.get("threshold"))) for v in verdicts)
+    return [f"{said} ({noisy} of {len(verdicts)} verdicts)"]

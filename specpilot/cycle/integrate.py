@@ -80,7 +80,7 @@ def integrate(ctx: CycleContext) -> None:
         return
     stack = System(commit=head, options=options)
     rec["system"] = stack.model_dump()
-    ctx.progress("integrate", f"controller: stack {rec['stack']} against the base")
+    ctx.progress("integrate", f"controller: stack {', '.join(rec['stack'])} against the base")
     verdict = judges.compare(ctx.root, ctx.cfg, state.base, stack, ctx.ex.controller_rounds,
                              ctx.ex.controller_requests, ctx.ex.controller_max_new,
                              progress=lambda m: ctx.progress("integrate", f"controller: {m}"))

@@ -26,7 +26,7 @@ from specpilot.cycle.pipeline import run_direction
 from specpilot.cycle.planning import coding_backend
 from specpilot.cycle.search import default_values
 from specpilot.cycle.state import DirectionState
-from specpilot.cycle.types import Direction, System
+from specpilot.cycle.types import Direction, System, options_text
 
 WORDS = {"gemm": ("gemm", "matmul", "linear", "w12", "weight"),
          "attention": ("attention", "attn", "sdpa", "kv"),
@@ -129,20 +129,22 @@ def tune_kernels(ctx: CycleContext) -> None:
         rec["agent"] = {"result": "skipped: code changes need an agent (ANTHROPIC_API_KEY, "
                                   "or [explore] backend = \"command\")"}
     worst = ", ".join(f"{r['category']} {r['over_bound']:.1f}x" for r in ranking) or "none"
-    ctx.progress("tune-kernels", f"over bound: {worst}; best {state.best.options}")
+    ctx.progress("tune-kernels", f"over bound: {worst}; best {options_text(state.best.options)}")
 
 
 def _autotune(ctx: CycleContext, entry: dict, configs: list[dict], log_dir) -> None:
     state, ex = ctx.state, ctx.ex
     cat = entry["category"]
-    ctx.progress("tune-kernels", f"{cat}: successive halving over {configs}")
+    ctx.progress("tune-kernels", f"{cat}: successive halving over "
+                 + "; ".join(options_text(c) for c in configs))
     res = judges.tune_options(ctx.root, ctx.cfg, state.best, configs, ex.prescreen_max_new,
                               log_dir / cat)
     entry["tried"] = res["scores"]
     entry["best_config"], entry["estimated_gain"] = res["config"], res["gain"]
     if res["gain"] < ex.prescreen_min_gain:
-        entry["result"] = (f"best configuration {res['config']} estimated {res['gain']:+.1%} "
-                           f"< {ex.prescreen_min_gain:.0%}; kept {state.best.options}")
+        entry["result"] = (f"best configuration {options_text(res['config'])} estimated "
+                           f"{res['gain']:+.1%} < {ex.prescreen_min_gain:.0%}; kept "
+                           f"{options_text(state.best.options)}")
         return
     cand = System(commit=state.best.commit, options={**state.best.options, **res["config"]})
     refs = ctx.references("dev")
@@ -161,13 +163,13 @@ def _autotune(ctx: CycleContext, entry: dict, configs: list[dict], log_dir) -> N
     why = judges.implausible(v, ctx.analysis_of(state.best), ex.plausible_margin) \
         if v["adopted"] else None
     if why:
-        entry["result"] = f"{why}; kept {state.best.options}"
+        entry["result"] = f"{why}; kept {options_text(state.best.options)}"
     elif v["adopted"]:
         state.best = cand
-        entry["result"] = f"adopted {res['config']} (gain {v['gain']:+.1%}, lower bound " \
-                          f"{v['lower_bound']:+.1%})"
+        entry["result"] = f"adopted {options_text(res['config'])} (gain {v['gain']:+.1%}, " \
+                          f"lower bound {v['lower_bound']:+.1%})"
     else:
-        entry["result"] = f"controller: {v['verdict']} for {res['config']}"
+        entry["result"] = f"controller: {v['verdict']} for {options_text(res['config'])}"
 
 
 def _agent(ctx: CycleContext, row: dict, backend: str) -> dict:

@@ -19,6 +19,11 @@ AGENT_IDENTITY = {"GIT_AUTHOR_NAME": "specpilot-agent", "GIT_AUTHOR_EMAIL": "age
                   "GIT_COMMITTER_EMAIL": "agent@specpilot"}
 
 
+def options_text(options: dict | None) -> str:
+    """Options as a person reads them in a progress line: `a=1, b=2`, or `defaults`."""
+    return ", ".join(f"{k}={v}" for k, v in (options or {}).items()) or "defaults"
+
+
 class Direction(BaseModel):
     """What the planner asks a sub-agent to try (validated structured data)."""
     schema_version: int = SCHEMA_VERSION

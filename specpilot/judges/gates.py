@@ -18,7 +18,7 @@ from specpilot.judges.forcing import (GateReport, Reference, ReferenceCache, for
                                       option_default_gate)
 from specpilot.gitstore import GitStore
 from specpilot.judges.worker_main import DEFAULT_CONTEXT
-from specpilot.judges.worker_proc import Worker, clean_checkout
+from specpilot.judges.worker_proc import Worker, check_options, clean_checkout
 from specpilot.requests import load_dev, load_jsonl, spread
 from specpilot.requests.sealed import ensure_sealed, logs_dir
 
@@ -202,11 +202,22 @@ def run_gate(root: Path, check: str, opts: dict, default_gate: bool, exact: bool
         raise SpecPilotError("no requests to check")
     device = device or _default_device()
     logs = log_folder(root, check, time.strftime("gate-%Y%m%d-%H%M%S"))
+    preflight(root, cfg, candidate, opts, logs)   # seconds; the references take minutes
     refs = stock_references(root, cfg, gates, base, reqs, length, device, logs / "stock.log",
                             check)
     run = judge(root, cfg, gates, candidate, opts, refs, check, device, logs,
                 default_gate=default_gate, forcing=not default_gate, exact=exact)
     return run.reports[0]
+
+
+def preflight(root: Path, cfg: Config, rev: str, opts: dict, logs: Path,
+              label: str = "candidate") -> None:
+    """The cheap checks before any model loads: `rev` names a commit (its clean checkout
+    is made, and cached, here) and its own registry accepts `opts`."""
+    co = clean_checkout(GitStore(root), rev, cfg.system_paths, root)
+    if opts:
+        check_options(f"{label} options", co, cfg.system_paths, opts, logs / f"{label}-options.log",
+                      confine=cfg.judges.confine)
 
 
 def log_folder(root: Path, check: str, name: str) -> Path:

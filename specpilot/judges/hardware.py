@@ -4,7 +4,9 @@ Dense (no structured sparsity) tensor-core peaks in FLOP/s and peak memory bandw
 bytes/s, each with its source. Where a datasheet quotes only the 2:4-sparse figure, the
 dense figure is half of it and the source says so. CPUs and unknown devices get measured
 ceilings (a large copy, a large matmul in the compute dtype), cached under
-.specpilot/cache/hardware/ so they are measured once per machine.
+.specpilot/cache/hardware/ keyed by the machine, torch, threads and the day, with the
+conditions they were measured under; a measurement taken while the machine was busy (other
+tasks holding a core, or its repeats more than 1.5x apart) is used once and never cached.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import time
 from pathlib import Path
 
 from pydantic import BaseModel
+
+from specpilot import threads
 
 SCHEMA_VERSION = 1
 CACHE_DIR = Path(".specpilot") / "cache" / "hardware"
@@ -31,6 +35,8 @@ class Hardware(BaseModel):
     bandwidth: float              # bytes/s
     source: str
     measured: bool = False
+    conditions: str = ""          # measured: when, threads, load, spread between repeats
+    contended: bool = False       # measured while the machine was busy: not cached
 
     def peak_flops(self, dtype: str) -> float:
         value = {"bf16": self.bf16_flops, "fp16": self.bf16_flops, "fp8": self.fp8_flops,
@@ -104,7 +110,8 @@ def for_device(device: str, cache_root: Path | None = None, measure_size: str = 
     import torch
 
     key = {"name": name, "device": device.split(":")[0], "torch": torch.__version__,
-           "threads": torch.get_num_threads(), "size": measure_size}
+           "threads": torch.get_num_threads(), "size": measure_size,
+           "day": time.strftime("%Y-%m-%d")}
     path = None
     if cache_root is not None:
         digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
@@ -115,7 +122,7 @@ def for_device(device: str, cache_root: Path | None = None, measure_size: str = 
             except ValueError:
                 pass
     hw = measure(device, name, measure_size)
-    if path is not None:
+    if path is not None and not hw.contended:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(hw.model_dump_json(indent=1))
     return hw
@@ -131,24 +138,33 @@ def measure(device: str, name: str, size: str = "large") -> Hardware:
     mm = 8192 if cuda else 2048 if size == "large" else 512
     src = torch.empty(n_bytes // 4, dtype=torch.float32, device=dev).fill_(1.0)
     dst = torch.empty_like(src)
-    copy_s = _best(lambda: dst.copy_(src), dev)
+    others, load1 = threads.measure_load()
+    copy_s, worst = _best(lambda: dst.copy_(src), dev)
     flops = {}
     for dtype in ((torch.bfloat16, torch.float32) if cuda else (torch.float32,)):
         a = torch.randn(mm, mm, device=dev, dtype=dtype)
         b = torch.randn(mm, mm, device=dev, dtype=dtype)
-        flops[dtype] = 2 * mm ** 3 / _best(lambda: a @ b, dev)
+        best, spread = _best(lambda: a @ b, dev)
+        flops[dtype], worst = 2 * mm ** 3 / best, max(worst, spread)
+    cpus = threads.cpus_here()
+    busy = (not cuda and threads.contended(cpus, others, load1)) or worst > threads.SPREAD_LIMIT
     return Hardware(
         name=f"{name} (measured)", bf16_flops=flops.get(torch.bfloat16),
         fp8_flops=None, fp32_flops=flops[torch.float32], bandwidth=2 * n_bytes / copy_s,
         source=f"measured on this machine: copy of {n_bytes >> 20} MiB (read + write), "
-               f"{mm}^3 matmul; best of 5", measured=True)
+               f"{mm}^3 matmul; best of 5", measured=True, contended=busy,
+        conditions=f"{time.strftime('%Y-%m-%d %H:%M')}, {torch.get_num_threads()} threads, "
+                   f"{others:g} other runnable on {cpus} cores, load {load1:.2f}, repeats "
+                   f"{worst:.2f}x apart{' (busy: not cached)' if busy else ''}")
 
 
-def _best(fn, dev, repeats: int = 5) -> float:
+def _best(fn, dev, repeats: int = 5) -> tuple[float, float]:
+    """The fastest of `repeats` timings of fn, and how far apart they were (slowest over
+    fastest)."""
     import torch
 
     fn()
-    best = float("inf")
+    seen = []
     for _ in range(repeats):
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
@@ -156,5 +172,5 @@ def _best(fn, dev, repeats: int = 5) -> float:
         fn()
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
-        best = min(best, time.perf_counter() - t0)
-    return best
+        seen.append(time.perf_counter() - t0)
+    return min(seen), threads.spread(seen)

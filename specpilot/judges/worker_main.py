@@ -16,6 +16,8 @@ First message: setup {checkout, system_paths, model, options, device, max_contex
 drafter}. The worker hashes the checkout's system paths as git would (before importing any
 of it), loads the system, and replies `ready` with the options in effect, the tree hash and
 where `stock` was imported from; the controller checks all three against what it asked.
+With `options_only` set it loads no model: the candidate's own registry checks the options
+(names, types, ranges) in seconds, before a judge spends minutes on references.
 Then: {"cmd": "run", "id", "prompt" | "ids", "max_new"} -> {"event": "done", tokens, ...};
 "force" {ids, forced, chunk, digests} and "reference" {ids, length, draft_len, chunk} serve
 the correctness gates; "tokenize" {prompt}; "registry" -> the system's option definitions;
@@ -273,6 +275,9 @@ class Server:
         self.stock_file = str(where)
         torch.manual_seed(0)
         options = Options(setup.get("options") or {})
+        self.options, self.engine = options, None
+        if setup.get("options_only"):   # the candidate's registry checks the options: no model
+            return
         model = setup["model"]
         if model.startswith("random:"):
             # lazy: the checkout's stock, imported after setup hashed its tree
@@ -300,6 +305,10 @@ class Server:
     def ready(self) -> dict:
         import torch
 
+        if self.engine is None:   # options_only
+            return {"event": "ready", "options": self.options.as_dict(),
+                    "non_default": self.options.non_default(), "tree": self.tree,
+                    "stock_file": self.stock_file, "pid": os.getpid()}
         return {"event": "ready", "options": self.engine.options.as_dict(),
                 "non_default": self.engine.options.non_default(), "tree": self.tree,
                 "stock_file": self.stock_file, "hardware": self.hardware,

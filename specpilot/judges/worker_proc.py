@@ -194,6 +194,7 @@ class Worker:
     drafter: str | None = None
     max_context: int | None = None
     confine: bool = True   # [judges] confine; SPECPILOT_UNCONFINED=1 also opts out
+    options_only: bool = False   # check the options against the checkout's registry only
     ready: dict = field(default_factory=dict)
 
     def start(self, timeout: float = 600.0) -> dict:
@@ -214,7 +215,8 @@ class Worker:
         self._replies = os.fdopen(read_fd, "r")
         self._send({"checkout": str(self._inside), "system_paths": self.system_paths,
                     "model": self.model, "options": self.options, "device": device,
-                    "drafter": self.drafter, "max_context": self.max_context})
+                    "drafter": self.drafter, "max_context": self.max_context,
+                    "options_only": self.options_only})
         self.ready = self._receive("ready")
         self.ready["confined"] = mode  # the parent's word, not the worker's
         self._check_ready()
@@ -292,3 +294,16 @@ class Worker:
                 shutil.rmtree(self._scratch, ignore_errors=True)
                 lifeline.forget_folder(self._scratch)
                 self._scratch = None
+
+
+def check_options(label: str, co: Checkout, system_paths: list[str], options: dict,
+                  log_path: Path, confine: bool = True) -> dict:
+    """The options in effect once `co`'s own registry has checked `options` (an unknown
+    name or a value out of range is a one-line WorkerError), in a worker that loads no
+    model: seconds, so that a judge fails on a bad --opt before it loads a model."""
+    w = Worker(label, co, system_paths, "random:", dict(options), "cpu", log_path,
+               confine=confine, options_only=True)
+    try:
+        return w.start()["options"]
+    finally:
+        w.stop()
