@@ -93,7 +93,7 @@ def gated_q(call, attn, hx: torch.Tensor):
 def qkv(call, attn, hx: torch.Tensor, fused=None):
     """q, k, v [B, T, heads, D]: three projections, or one GEMM by the fused matrix."""
     b, t, _ = hx.shape
-    if attn.gated:
+    if getattr(attn, "gated", False):   # drafters' attention modules have no gate
         raise ValueError("a gated attention's queries come from gated_q")
     if fused is None:
         q, k, v = call(attn.q_proj, hx), call(attn.k_proj, hx), call(attn.v_proj, hx)

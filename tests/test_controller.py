@@ -66,8 +66,8 @@ def test_clean_checkout_comes_from_the_commit_not_the_worktree(project):
 
 
 def test_worker_proves_tree_and_options_and_refuses_a_wrong_claim(project, tmp_path):
-    co = clean_checkout(GitStore(project), "HEAD", ["stock"], project)
-    ok = Worker("A", co, ["stock"], "random:tiny-qwen3", {"repeat_work": "1"}, "cpu",
+    co = clean_checkout(GitStore(project), "HEAD", ["stock", "kernels"], project)
+    ok = Worker("A", co, ["stock", "kernels"], "random:tiny-qwen3", {"repeat_work": "1"}, "cpu",
                 tmp_path / "a.log")
     try:
         ready = ok.start()
@@ -78,14 +78,14 @@ def test_worker_proves_tree_and_options_and_refuses_a_wrong_claim(project, tmp_p
         assert ok.run("x", 4, ids=[1, 2, 3]).tokens
     finally:
         ok.stop()
-    lying = Worker("B", Checkout(co.commit, "0" * 40, co.path), ["stock"], "random:tiny-qwen3",
+    lying = Worker("B", Checkout(co.commit, "0" * 40, co.path), ["stock", "kernels"], "random:tiny-qwen3",
                    {}, "cpu", tmp_path / "b.log")
     with pytest.raises(WorkerError, match="tree"):
         try:
             lying.start()
         finally:
             lying.stop()
-    unknown = Worker("C", co, ["stock"], "random:tiny-qwen3", {"no_such_option": "1"}, "cpu",
+    unknown = Worker("C", co, ["stock", "kernels"], "random:tiny-qwen3", {"no_such_option": "1"}, "cpu",
                      tmp_path / "c.log")
     with pytest.raises(WorkerError, match="no_such_option"):
         try:
@@ -244,8 +244,8 @@ def test_a_cuda_worker_sees_its_one_gpu_as_cuda0():
 def test_worker_accepts_options_registered_by_the_systems_drafters(project, tmp_path):
     """block_size is registered by stock/drafters/block.py, not stock/options.py: the
     worker must know it before it parses the options it was asked for."""
-    co = clean_checkout(GitStore(project), "HEAD", ["stock"], project)
-    w = Worker("A", co, ["stock"], "random:tiny-qwen3", {"block_size": "8"}, "cpu",
+    co = clean_checkout(GitStore(project), "HEAD", ["stock", "kernels"], project)
+    w = Worker("A", co, ["stock", "kernels"], "random:tiny-qwen3", {"block_size": "8"}, "cpu",
                tmp_path / "a.log")
     try:
         assert w.start()["options"]["block_size"] == 8
