@@ -1,0 +1,52 @@
+"""Memory entry tree-verify-gdn: the Triton WY tree kernel against the plain-PyTorch
+ancestor-masked form (CPU: TRITON_INTERPRET=1; CUDA: the real kernel). Runs where the entry
+is applied (tests/test_entry_tests.py replays it onto stock)."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TRITON_INTERPRET", "1")  # before kernels.gdn.tree_kernel builds it
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+tree_kernel = pytest.importorskip("kernels.gdn.tree_kernel",
+                                  reason="the WY tree kernel comes with tree-verify-gdn")
+if not torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("no CUDA and TRITON_INTERPRET is not 1", allow_module_level=True)
+
+from kernels.gdn.tree import plan, tree_recurrent_reference, tree_wy_reference  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+SHAPES = [   # (parents, key heads, value heads, head dim)
+    ([-1, 0, 0, 1, 1, 2, 3, 3, 5, 6, 0, 10], 2, 4, 16),   # branching, GVA
+    (list(range(-1, 32)), 1, 2, 32),                     # a chain 33 deep: 64 padded nodes
+    ([-1] + [0] * 19, 2, 2, 16),                         # a star
+    ([-1, 0], 1, 1, 16),                                 # the smallest tree
+]
+
+
+@pytest.mark.parametrize("parents,hk,hv,d", SHAPES)
+def test_kernel_equals_the_ancestor_masked_reference_and_the_per_path_oracle(parents, hk, hv, d):
+    gen = torch.Generator().manual_seed(len(parents))
+    n = len(parents)
+    q, k = (torch.randn(2, n, hk, d, generator=gen) for _ in range(2))
+    v = torch.randn(2, n, hv, d, generator=gen)
+    g, beta = -torch.rand(2, n, hv, generator=gen), torch.rand(2, n, hv, generator=gen)
+    s0 = 0.1 * torch.randn(2, hv, d, d, generator=gen)
+    args = [x.to(DEV) for x in (q, k, v, g, beta)]
+    tree = plan(parents, 4, DEV)
+    got = tree_kernel.tree_wy(*args, tree.anc8, s0.to(DEV)).cpu()
+    want = tree_wy_reference(q, k, v, g, beta, parents, s0)
+    oracle = tree_recurrent_reference(q, k, v, g, beta, parents, s0)
+    scale = want.abs().max()
+    assert float((got - want).abs().max() / scale) <= 1e-5
+    assert float((got - oracle).abs().max() / scale) <= 1e-5
+
+
+def test_shapes_the_kernel_does_not_take_are_said():
+    q = torch.zeros(1, 8, 1, 24)
+    assert not tree_kernel.supported(q, q, 8)           # head dim 24: not a power of two
+    q = torch.zeros(1, 8, 1, 16)
+    assert tree_kernel.supported(q, q, 64) and not tree_kernel.supported(q, q, 65)
