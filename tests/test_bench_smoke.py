@@ -67,7 +67,8 @@ def test_every_suite_script_has_a_smoke():
     """A script added to bench/ joins the smokes (or bench/archive/)."""
     listed = {p.values[0] for p in SMOKES}
     helpers = {"common.py", "stage.sh"}
-    covered = {"gpu_numerics.py"}   # its smoke runs inside gpu_numerics.sh --smoke
+    covered = {"gpu_numerics.py",   # its smoke runs inside gpu_numerics.sh --smoke
+               "step_hybrid.py"}    # and this one inside gpu_hybrid.sh --smoke
     present = {p.name for p in BENCH.iterdir() if p.suffix in (".py", ".sh")}
     assert present - helpers - covered == listed
     for name in listed | covered:
