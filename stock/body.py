@@ -118,16 +118,27 @@ def write_kv(k_buf, v_buf, positions: torch.Tensor, k, v) -> None:
     v_buf.index_copy_(2, positions, v)
 
 
+def write_rows(k_buf, v_buf, rows: torch.Tensor, slots: torch.Tensor, k, v) -> None:
+    """A batched step's K/V [R, Hkv, T, D] into cache rows `rows` [R], row r's tokens at
+    its own slots slots[r] [T] (requests of ragged lengths in one static cache)."""
+    r = rows[:, None]
+    k_buf[r, :, slots] = k.permute(0, 2, 1, 3)   # indexed dims first: [R, T, Hkv, D]
+    v_buf[r, :, slots] = v.permute(0, 2, 1, 3)
+
+
 def fold(attn, q: torch.Tensor) -> torch.Tensor:
     """Queries [B, H, T, D] -> [B, Hkv, G*T, D] (grouped onto their K/V head)."""
     b, _, t, _ = q.shape
     return q.reshape(b, attn.hkv, (attn.h // attn.hkv) * t, attn.d)
 
 
-def attend(qg, k_buf, v_buf, kv_len: int, mask_g) -> torch.Tensor:
-    """SDPA of folded queries over the first kv_len cache slots."""
-    return F.scaled_dot_product_attention(qg, k_buf[:, :, :kv_len], v_buf[:, :, :kv_len],
-                                          attn_mask=mask_g)
+def attend(qg, k_buf, v_buf, kv_len: int, mask_g, rows: torch.Tensor | None = None):
+    """SDPA of folded queries over the first kv_len cache slots (of cache rows `rows`, a
+    batched step's requests, when given)."""
+    k, v = k_buf[:, :, :kv_len], v_buf[:, :, :kv_len]
+    if rows is not None:
+        k, v = k.index_select(0, rows), v.index_select(0, rows)
+    return F.scaled_dot_product_attention(qg, k, v, attn_mask=mask_g)
 
 
 def merge(attn, out: torch.Tensor, b: int, t: int) -> torch.Tensor:
@@ -147,11 +158,13 @@ def mlp(call, module, x: torch.Tensor, gate_up=None) -> torch.Tensor:
 
 
 def eager_layers(model, x, cos, sin, cache, slots, kv_len: int, mask_g,
-                 hidden_layers=(), num_layers: int | None = None, start: int | None = None):
+                 hidden_layers=(), num_layers: int | None = None, start: int | None = None,
+                 rows: torch.Tensor | None = None):
     """The layers of an eager step (dynamic or static), with the profile's regions; K/V
-    are written at cache slots `slots` [T]. GDN layers (hybrid targets) step from the
-    committed state at `start` (stock/gdn.py). Returns the last hidden state and the chosen
-    layers' hidden states."""
+    are written at cache slots `slots` [T] (a batched step: cache rows `rows` [R], each row
+    at its own slots [R, T]). GDN layers (hybrid targets) step from the committed state at
+    `start` (stock/gdn.py). Returns the last hidden state and the chosen layers' hidden
+    states."""
     hidden = {}
     layers = model.model.layers if num_layers is None else model.model.layers[:num_layers]
     for i, layer in enumerate(layers):
@@ -174,9 +187,12 @@ def eager_layers(model, x, cos, sin, cache, slots, kv_len: int, mask_g,
                 q, k, v = qkv(plain, attn, hx)
         with region("attention"):
             q, k, v = rotate(plain, attn, q, k, v, cos, sin)
-            write_kv(cache.k[attn.layer], cache.v[attn.layer], slots, k, v)
+            if rows is None:
+                write_kv(cache.k[attn.layer], cache.v[attn.layer], slots, k, v)
+            else:
+                write_rows(cache.k[attn.layer], cache.v[attn.layer], rows, slots, k, v)
             out = merge(attn, attend(fold(attn, q), cache.k[attn.layer], cache.v[attn.layer],
-                                     kv_len, mask_g), b, t)
+                                     kv_len, mask_g, rows), b, t)
             if attn.gated:
                 out = out * torch.sigmoid(gate)
         with region("gemm"):

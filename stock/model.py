@@ -93,7 +93,7 @@ class Transformer(nn.Module):
                 positions: torch.Tensor | None = None, mask: torch.Tensor | None = None,
                 logits: str = "all", hidden_layers: tuple[int, ...] = (),
                 num_layers: int | None = None, kv_len: int | None = None,
-                rope: torch.Tensor | None = None) -> Output:
+                rope: torch.Tensor | None = None, rows: torch.Tensor | None = None) -> Output:
         """ids [B, T]; logits 'all' | 'last' | 'none'; num_layers truncates the stack.
         positions: [T] int64 on the model's device, where the tokens sit in the cache (the
         static step, a tree), or [B, T], each row's RoPE positions with the tokens written
@@ -102,8 +102,22 @@ class Transformer(nn.Module):
         per row); default, for [T] positions, key j visible iff j <= the query's position,
         and for [B, T] positions every slot (give a mask with them). rope: [T] RoPE positions
         of tokens whose slots are `positions` (a tree: context length + depth; give the
-        tree's mask with them)."""
+        tree's mask with them). rows: [R] the cache rows of a batched step's requests
+        (stock/batch.py), with positions [R, T] each token's own slot and RoPE position,
+        kv_len and the step's mask [R, T, kv_len]."""
         b, t = ids.shape
+        if rows is not None:
+            if positions is None or positions.dim() != 2 or mask is None or kv_len is None:
+                raise ValueError("a batched step gives each row's positions [R, T], kv_len "
+                                 "and its mask")
+            if self.cfg.hybrid:
+                raise StockError("batched steps on a hybrid target's GDN layers are not "
+                                 "supported yet (their state is per request)")
+            cos, sin, mask_g, x = body.step_inputs(self, ids, positions, kv_len, mask,
+                                                   mask=False)
+            x, hidden = body.eager_layers(self, x, cos, sin, cache, positions, kv_len, mask_g,
+                                          hidden_layers, num_layers, rows=rows)
+            return self._head(x, hidden, logits)
         default = positions is None
         if self.cfg.hybrid and (mask is not None or rope is not None
                                 or (positions is not None and positions.dim() == 2)):
@@ -131,6 +145,9 @@ class Transformer(nn.Module):
         x, hidden = body.eager_layers(self, x, cos, sin, cache, slots, kv_len, mask_g,
                                       hidden_layers, num_layers,
                                       start=start if default else None)
+        return self._head(x, hidden, logits)
+
+    def _head(self, x: torch.Tensor, hidden: dict, logits: str) -> Output:
         if logits == "none":
             return Output(None, hidden)
         if logits == "last":

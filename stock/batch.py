@@ -1,0 +1,247 @@
+"""Continuous batching: many requests in one static KV cache, one target forward a step.
+
+`BatchEngine` holds up to `max_batch` requests, each in a row of one cache
+([max_batch, Hkv, slots, D] per layer) with its own committed length. `submit` queues a
+request; each `step()` first admits waiting requests into free rows, first come first
+served (each prompt prefilled into its row by the same batched forward, one row, in chunks
+of `prefill_chunk` tokens), then runs one verification step for every active request at
+once: each request's [pending token] + draft chain, padded to the longest (its padding
+written past its own tokens, never committed), each row at its own positions, attention
+per row over its own slots (the mask: key j visible to row r's token i iff
+j <= length_r + i). Acceptance, commit and stop tests are per request; a finished request
+leaves and its row is reused. With no drafter every request steps autoregressively (one
+token a step). Every output equals the request's single-request greedy output (fp32:
+tests/test_batch.py), because each row computes exactly what a step of its own would,
+in a larger GEMM.
+
+Drafters are per request (`drafter_factory()` builds one per admitted request, e.g. the
+n-gram drafter; each drafts on the host from its own context). The block drafter (target
+hidden states per row) and hybrid targets (per-request recurrent state) are not batched
+yet; neither are CUDA graphs: this is the eager path.
+
+`BackgroundBatch` runs a BatchEngine in a thread and streams each request's tokens to its
+caller (`stream`): what a server's many request handlers call at once.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import torch
+
+from stock.drafters.base import DraftContext, Drafter
+from stock.errors import StockError
+from stock.model import Transformer
+from stock.options import Options
+
+
+class BatchError(StockError):
+    pass
+
+
+@dataclass
+class Request:
+    prompt: list[int]
+    max_new: int
+    id: int = 0
+    tokens: list[int] = field(default_factory=list)   # generated (a stop token included)
+    accepted: list[int] = field(default_factory=list)  # tokens gained per step
+    stop_reason: str = ""                              # "", length, stop, context
+    row: int | None = None
+    pending: int = -1
+    drafter: Drafter | None = None
+    on_tokens: Callable[[list[int]], None] | None = None
+    submitted: float = 0.0
+
+    @property
+    def done(self) -> bool:
+        return bool(self.stop_reason)
+
+
+class BatchEngine:
+    def __init__(self, model: Transformer, options: Options | None = None, max_batch: int = 8,
+                 max_context: int | None = None, stop_ids=frozenset(),
+                 drafter_factory: Callable[[], Drafter | None] | None = None,
+                 prefill_chunk: int = 256, token_budget: int = 4096):
+        if model.cfg.hybrid:
+            raise BatchError("batched serving of hybrid GDN targets is not supported yet "
+                             "(their recurrent state is per request)")
+        if max_batch < 1:
+            raise BatchError(f"max_batch must be at least 1, got {max_batch}")
+        self.model, self.options = model, options or Options()
+        self.max_batch, self.prefill_chunk, self.token_budget = max_batch, prefill_chunk, token_budget
+        self.max_context = max_context or model.cfg.max_position
+        self.stop_ids = frozenset(stop_ids)
+        self.drafter_factory = drafter_factory or (lambda: None)
+        slack = self.options["draft_len"] + 1   # a step's padding past a row's context
+        self.cache = model.new_cache(self.max_context + slack, batch=max_batch)
+        self.lengths = [0] * max_batch
+        self.rows: list[Request | None] = [None] * max_batch
+        self.waiting: deque[Request] = deque()
+        self._ids = 0
+
+    # -- requests ----------------------------------------------------------------------------
+    def submit(self, prompt: list[int], max_new: int,
+               on_tokens: Callable[[list[int]], None] | None = None) -> Request:
+        if not prompt:
+            raise BatchError("empty prompt")
+        if max_new < 1:
+            raise BatchError("max new tokens must be at least 1")
+        if len(prompt) >= self.max_context:
+            raise BatchError(f"prompt of {len(prompt)} tokens does not fit the context of "
+                             f"{self.max_context} tokens")
+        self._ids += 1
+        req = Request(list(prompt), max_new, self._ids, on_tokens=on_tokens,
+                      submitted=time.perf_counter())
+        self.waiting.append(req)
+        return req
+
+    @property
+    def active(self) -> list[Request]:
+        return [r for r in self.rows if r is not None]
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.active
+
+    def run(self) -> None:
+        """Step until every submitted request is done."""
+        while not self.idle:
+            self.step()
+
+    # -- one step ------------------------------------------------------------------------------
+    def step(self) -> list[Request]:
+        """Admit what fits, then verify every active request once; returns the requests
+        that finished in this step."""
+        finished = self._admit()
+        live = self.active
+        if live:
+            finished += self._verify(live)
+        return finished
+
+    def _admit(self) -> list[Request]:
+        finished = []
+        while self.waiting and None in self.rows:
+            req = self.waiting.popleft()
+            row = self.rows.index(None)
+            req.row, self.rows[row] = row, req
+            req.drafter = self.drafter_factory()
+            if req.drafter is not None:
+                req.drafter.reset()
+            logits = None
+            for s in range(0, len(req.prompt), self.prefill_chunk):
+                chunk = req.prompt[s:s + self.prefill_chunk]
+                logits = self._forward([chunk], [row], [s])[0, len(chunk) - 1]
+            self.lengths[row] = len(req.prompt)
+            req.pending = int(logits.argmax())
+            if self._emit(req, [req.pending]):
+                finished.append(req)
+        return finished
+
+    def _forward(self, seqs: list[list[int]], rows: list[int], starts: list[int]) -> torch.Tensor:
+        """Logits [R, T, vocab] of each row's tokens at its own positions (padded to T)."""
+        dev = self.model.device
+        t = max(len(s) for s in seqs)
+        ids = torch.tensor([s + [s[-1]] * (t - len(s)) for s in seqs], device=dev)
+        pos = torch.tensor(starts, device=dev)[:, None] + torch.arange(t, device=dev)
+        kv_len = max(starts) + t
+        seen = torch.arange(kv_len, device=dev)[None, None, :] <= pos[:, :, None]
+        out = self.model(ids, self.cache, 0, positions=pos, kv_len=kv_len, mask=seen,
+                         rows=torch.tensor(rows, device=dev), logits="all")
+        return out.logits
+
+    def _verify(self, live: list[Request]) -> list[Request]:
+        k_max = self.options["draft_len"]
+        seqs = []
+        for req in live:
+            room = self.max_context - self.lengths[req.row] - 1
+            k = min(k_max, room, req.max_new - len(req.tokens),
+                    max(0, self.token_budget // len(live) - 1))
+            chain: list[int] = []
+            if k > 0 and req.drafter is not None:
+                chain = req.drafter.draft(DraftContext(req.prompt + req.tokens), k).chain[:k]
+            seqs.append([req.pending] + chain)
+        logits = self._forward(seqs, [r.row for r in live], [self.lengths[r.row] for r in live])
+        target = logits.argmax(-1).tolist()          # the one host sync of a step
+        finished = []
+        for req, seq, tgt in zip(live, seqs, target):
+            n = 0
+            while n < len(seq) - 1 and seq[n + 1] == tgt[n]:
+                n += 1
+            self.lengths[req.row] += n + 1
+            req.accepted.append(n + 1)
+            req.pending = tgt[n]
+            if self._emit(req, tgt[:n + 1]):
+                finished.append(req)
+        return finished
+
+    def _emit(self, req: Request, new: list[int]) -> bool:
+        """Append a step's tokens, cut at a stop token or max_new; free the row when done."""
+        out = []
+        for tok in new:
+            out.append(tok)
+            if tok in self.stop_ids:
+                req.stop_reason = "stop"
+                break
+            if len(req.tokens) + len(out) >= req.max_new:
+                req.stop_reason = "length"
+                break
+        if not req.stop_reason and self.lengths[req.row] >= self.max_context:
+            req.stop_reason = "context"
+        req.tokens.extend(out)
+        if req.on_tokens is not None and out:
+            req.on_tokens(out)
+        if req.done:
+            self.rows[req.row] = None
+            self.lengths[req.row] = 0
+        return req.done
+
+
+class BackgroundBatch:
+    """A BatchEngine stepped by a thread of its own; `stream` is safe from many threads."""
+
+    _END = object()
+
+    def __init__(self, engine: BatchEngine):
+        self.engine = engine
+        self._lock = threading.Lock()
+        self._work = threading.Condition(self._lock)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="batch", daemon=True)
+        self._thread.start()
+
+    def stream(self, prompt: list[int], max_new: int) -> Iterator[list[int]]:
+        out: queue.Queue = queue.Queue()
+        with self._work:
+            if self._error is not None:
+                raise BatchError(f"the batch engine stopped: {self._error}")
+            req = self.engine.submit(prompt, max_new, on_tokens=out.put)
+            self._work.notify()
+        while True:
+            item = out.get()
+            if item is self._END:
+                return
+            if isinstance(item, BaseException):
+                raise BatchError(f"the batch engine stopped: {item}")
+            yield item
+            if req.done and out.empty():
+                return
+
+    def _loop(self) -> None:
+        while True:
+            with self._work:
+                while self.engine.idle:
+                    self._work.wait()
+                try:
+                    self.engine.step()
+                except BaseException as exc:   # every waiting caller hears of it
+                    self._error = exc
+                    for req in [*self.engine.active, *self.engine.waiting]:
+                        if req.on_tokens is not None:
+                            req.on_tokens(exc)
+                    return

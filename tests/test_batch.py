@@ -1,0 +1,108 @@
+"""Continuous batching (stock/batch.py): every request's output under batching equals its
+single-request greedy output (fp32, CPU), rows reused as requests leave, streaming from
+many threads, bad requests refused."""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+
+from block_fixtures import one_thread
+from stock.batch import BackgroundBatch, BatchEngine, BatchError
+from stock.config import PRESETS
+from stock.drafters.draft_model import DraftModelDrafter
+from stock.drafters.ngram import NGramDrafter
+from stock.engine import Engine
+from stock.model import Transformer
+from stock.options import Options
+
+RECORDED = json.loads((Path(__file__).parent / "data" / "greedy_64.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    with one_thread():
+        model = Transformer.random(PRESETS["tiny-qwen3"], seed=1, std=0.08)
+        gen = torch.Generator().manual_seed(0)
+        lengths = [5, 17, 9, 30, 3, 12, 44, 8, 21, 6, 14, 27, 2, 11, 19, 36]   # 16, mixed
+        motif = torch.randint(1, 512, (4,), generator=gen).tolist()
+        prompts = [(motif * 12)[:n] if i % 3 == 0 else
+                   torch.randint(1, 512, (n,), generator=gen).tolist()
+                   for i, n in enumerate(lengths)]
+        single = Engine(model, Options({"draft_len": 4}), 256)
+        want = [single.generate(p, 24).tokens for p in prompts]
+    return model, prompts, want
+
+
+@pytest.mark.parametrize("drafter", ["ar", "ngram", "draft"])
+def test_sixteen_requests_arriving_spread_equal_their_single_request_outputs(tiny, drafter):
+    model, prompts, want = tiny
+    factory = {"ar": lambda: None, "ngram": lambda: NGramDrafter(4, 1, 4),
+               "draft": lambda: DraftModelDrafter(model, 256, num_layers=1)}[drafter]
+    with one_thread():
+        be = BatchEngine(model, Options({"draft_len": 4}), max_batch=4, max_context=256,
+                         drafter_factory=factory)
+        reqs, steps, most = [], 0, 0
+        for i, p in enumerate(prompts):        # arrivals spread: two requests every step
+            reqs.append(be.submit(p, 24 - (i % 5)))
+            if i % 2:
+                be.step()
+                steps += 1
+                most = max(most, len(be.active))
+        be.run()
+    for i, (req, ref) in enumerate(zip(reqs, want)):
+        assert req.tokens == ref[:24 - (i % 5)], i
+        assert req.stop_reason == "length"
+    assert most == 4 and be.idle   # the batch was full, rows were reused, all left
+    if drafter != "ar":
+        assert max(max(r.accepted) for r in reqs) > 1   # drafts were accepted somewhere
+
+
+@pytest.mark.slow
+def test_the_embedded_defaults_dev_prompts_served_together_equal_their_ar_outputs(smol, dev_prompts):
+    be = BatchEngine(smol.engine.model, Options({"draft_len": 4}), max_batch=8,
+                     max_context=2048, stop_ids=smol.engine.stop_ids,
+                     drafter_factory=lambda: NGramDrafter(4, 1, 4))
+    reqs = [be.submit(p, 16) for p in dev_prompts]   # 16 tokens each: CI time
+    be.run()
+    for i, req in enumerate(reqs):
+        assert req.tokens == RECORDED["tokens"]["ar"][i][:16], i
+
+
+def test_many_threads_stream_at_once_and_get_their_own_tokens(tiny):
+    model, prompts, want = tiny
+    bg = BackgroundBatch(BatchEngine(model, Options({"draft_len": 4}), max_batch=3,
+                                     max_context=256,
+                                     drafter_factory=lambda: NGramDrafter(4, 1, 4)))
+    got: dict[int, list[list[int]]] = {}
+
+    def client(i):
+        got[i] = list(bg.stream(prompts[i], 24))
+
+    with one_thread():
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+    assert sorted(got) == list(range(8))
+    for i, chunks in got.items():
+        assert [t for c in chunks for t in c] == want[i]
+        assert len(chunks) > 1   # streamed a step at a time, not in one piece
+
+
+def test_bad_requests_are_refused_in_one_line(tiny):
+    model, prompts, _ = tiny
+    be = BatchEngine(model, max_batch=2, max_context=64)
+    for args, pattern in ((([], 4), "empty prompt"), (([1] * 64, 4), "does not fit the context"),
+                          (([1, 2], 0), "at least 1")):
+        with pytest.raises(BatchError, match=pattern):
+            be.submit(*args)
+    with pytest.raises(BatchError, match="hybrid GDN targets"):
+        BatchEngine(Transformer.random(PRESETS["tiny-hybrid"]))
+    with pytest.raises(BatchError, match="max_batch"):
+        BatchEngine(model, max_batch=0)
