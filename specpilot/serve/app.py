@@ -137,12 +137,13 @@ def create_app(backend: Backend) -> FastAPI:
     async def _answer(request: Request, kind: str):
         try:
             req = parse_request(parse_json(await request.body()), kind)
+            param = "messages" if kind == "chat" else "prompt"
             try:
                 ids = (backend.encode(req.prompt) if kind == "completion"
                        else backend.encode_chat(req.messages))
             except ValueError as exc:
-                raise RequestError(one_line(exc), "messages" if kind == "chat" else "prompt")
-            max_new = budget(len(ids), req.max_tokens, backend.max_context)
+                raise RequestError(one_line(exc), param) from None
+            max_new = budget(len(ids), req.max_tokens, backend.max_context, param)
         except RequestError as exc:
             return JSONResponse(exc.body(), status_code=exc.status)
         reply = Reply.new(kind, backend.name)

@@ -180,15 +180,17 @@ def _messages(body: dict) -> list[dict]:
     return out
 
 
-def budget(prompt_len: int, requested: int | None, max_context: int) -> int:
+def budget(prompt_len: int, requested: int | None, max_context: int,
+           param: str = "prompt") -> int:
     """New tokens to generate: `requested`, or the default capped by the context; a prompt
-    or a request that does not fit is a RequestError saying the lengths."""
+    (`param`: prompt or messages) or a request that does not fit is a RequestError saying
+    the lengths."""
     if prompt_len == 0:
-        raise RequestError("the prompt has no tokens", "prompt")
+        raise RequestError("the prompt has no tokens", param)
     room = max_context - prompt_len
     if room < 1:
         raise RequestError(f"prompt of {prompt_len} tokens does not fit the context of "
-                           f"{max_context} tokens (at most {max_context - 1})", "prompt")
+                           f"{max_context} tokens (at most {max_context - 1})", param)
     if requested is None:
         return min(DEFAULT_MAX_TOKENS, room)
     if requested > room:
