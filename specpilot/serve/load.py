@@ -3,9 +3,11 @@ Poisson arrivals at a rate or a fixed number in flight, and report throughput (o
 tokens/s, requests/s), time to first token, time per output token and latency (p50, p99)
 and the errors.
 
-Per request: TTFT is the time from sending it to the first event carrying text; its output
+Per request: TTFT is the time from sending it to the first event carrying text (or, for a
+reply without text, such as a lone stop token, the event that ends it); its output
 tokens are the server's usage count (stream_options.include_usage) or, where a server
-sends no usage, the number of text events; TPOT is (latency - TTFT) / (tokens - 1).
+sends no usage, the number of text events; TPOT is (latency - TTFT) / (tokens - 1), over
+the replies that came in more than one piece.
 Throughput is all output tokens over the wall time from the first send to the last reply.
 """
 
@@ -50,11 +52,14 @@ class Outcome:
     ttft: float | None = None         # seconds
     latency: float | None = None      # seconds
     output_tokens: int = 0
+    text_events: int = 0              # events that carried text
     error: str | None = None
 
     @property
     def tpot(self) -> float | None:
-        if self.ttft is None or self.latency is None or self.output_tokens < 2:
+        """None where the reply came in one piece (a server that does not stream tokens)."""
+        if self.ttft is None or self.latency is None or self.output_tokens < 2 \
+                or self.text_events < 2:
             return None
         return (self.latency - self.ttft) / (self.output_tokens - 1)
 
@@ -173,7 +178,7 @@ async def _one(client: httpx.AsyncClient, endpoint: str, body: dict, out: Outcom
                start: float) -> None:
     sent = time.perf_counter()
     out.sent = sent - start
-    usage_tokens, pieces = None, 0
+    usage_tokens = None
     try:
         async with client.stream("POST", endpoint, json=body) as resp:
             if resp.status_code != 200:
@@ -201,14 +206,15 @@ async def _one(client: httpx.AsyncClient, endpoint: str, body: dict, out: Outcom
                     piece = choice.get("text") if "text" in choice else \
                         (choice.get("delta") or {}).get("content")
                     if piece:
-                        if out.ttft is None:
-                            out.ttft = time.perf_counter() - sent
-                        pieces += 1
+                        out.text_events += 1
+                    # the first token: the first text, or the end of a reply with none
+                    if out.ttft is None and (piece or choice.get("finish_reason")):
+                        out.ttft = time.perf_counter() - sent
     except httpx.HTTPError as exc:
         out.error = f"{type(exc).__name__}: {one_line(exc) or 'no message'}"
         return
     out.latency = time.perf_counter() - sent
-    out.output_tokens = usage_tokens if isinstance(usage_tokens, int) else pieces
+    out.output_tokens = usage_tokens if isinstance(usage_tokens, int) else out.text_events
 
 
 def _line(o: Outcome) -> str:
