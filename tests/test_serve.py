@@ -27,6 +27,7 @@ import pytest
 
 from model_folders import build, edit_config
 from specpilot.lifeline import die_with_parent
+from specpilot.serve.backend import TurnLock
 from specpilot.serve.detok import IncrementalText
 from specpilot.serve.load import arrival_times, percentile
 
@@ -155,6 +156,25 @@ def test_percentiles_and_poisson_arrivals():
     gaps = [b - a for a, b in zip(times, times[1:])]
     assert abs(sum(gaps) / len(gaps) - 1 / 8) < 0.01          # mean gap 1/rate
     assert sum(g > 1 / 8 for g in gaps) / len(gaps) == pytest.approx(0.368, abs=0.03)  # e^-1
+
+
+def test_the_serial_backends_lock_is_first_come_first_served():
+    lock, order = TurnLock(), []
+
+    def request(i: int) -> None:
+        with lock:
+            order.append(i)
+
+    threads = []
+    with lock:   # held while eight threads queue up, each holding its ticket before the next
+        for i in range(8):
+            threads.append(threading.Thread(target=request, args=(i,)))
+            threads[-1].start()
+            while lock._next != i + 2:
+                time.sleep(0.001)
+    for t in threads:
+        t.join(5)
+    assert order == list(range(8))
 
 
 # -- the server ---------------------------------------------------------------------------------
@@ -330,3 +350,4 @@ def test_load_against_nothing_is_a_one_line_error():
     assert out.returncode == 1
     assert out.stderr.startswith("error: http://127.0.0.1:9: cannot reach the server")
     assert out.stderr.count("\n") == 1
+

@@ -40,9 +40,29 @@ class Backend(Protocol):
         ...
 
 
+class TurnLock:
+    """A lock taken in the order it was asked for (threading.Lock promises no order): the
+    requests waiting for a serial engine are served first come, first served."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._next = self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._cond:
+            ticket, self._next = self._next, self._next + 1
+            self._cond.wait_for(lambda: self._serving == ticket)
+
+    def __exit__(self, *exc) -> None:
+        with self._cond:
+            self._serving += 1
+            self._cond.notify_all()
+
+
 class SerialBackend:
-    """The stock system, one request at a time: a lock around Engine.generate, whose whole
-    output comes as one chunk (the single-request engine has no per-step callback)."""
+    """The stock system, one request at a time in arrival order: a TurnLock around
+    Engine.generate, whose whole output comes as one chunk (the single-request engine has
+    no per-step callback)."""
 
     def __init__(self, system: System, drafter: str | None, name: str):
         self.system = system
@@ -51,7 +71,7 @@ class SerialBackend:
         self.max_context = system.engine.max_context
         self.stop_ids = frozenset(system.engine.stop_ids)
         self._drafter = system.drafter(drafter)   # built once, reset by every generate()
-        self._lock = threading.Lock()
+        self._lock = TurnLock()
         template = system.tokenizer.chat_template
         # the same environment as stock.tokenizer's, for conversations of more than one turn
         self._template = (ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
