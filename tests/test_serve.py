@@ -351,3 +351,21 @@ def test_load_against_nothing_is_a_one_line_error():
     assert out.stderr.startswith("error: http://127.0.0.1:9: cannot reach the server")
     assert out.stderr.count("\n") == 1
 
+
+
+def test_bad_command_lines_are_one_line_errors(server, tmp_path):
+    port = server.rsplit(":", 1)[1]
+    bad_jsonl = tmp_path / "bad.jsonl"
+    bad_jsonl.write_text('{"id": "a", "prompt": "w1"}\n')
+    cases = [
+        (["serve", "--port", port], 1,
+         f"cannot listen on 127.0.0.1:{port}: Address already in use"),
+        (["serve", "--drafter", "magic"], 2, "'magic' is not one of"),
+        (["load", "--requests", str(tmp_path / "none.jsonl")], 1, "No such file or directory"),
+        (["load", "--requests", str(bad_jsonl)], 1, "bad.jsonl:1: invalid request: missing field"),
+        (["load", "--rate", "0"], 2, "--rate"),
+    ]
+    for args, code, words in cases:
+        out = _cli(*args)
+        assert (out.returncode, out.stderr.count("\n")) == (code, 1), (args, out.stderr)
+        assert out.stderr.startswith("error: ") and words in out.stderr, (args, out.stderr)

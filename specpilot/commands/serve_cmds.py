@@ -81,8 +81,10 @@ def load_cmd(url, request_set, rate, concurrency, num, max_tokens, chat, model, 
 
     try:
         reqs = load_dev() if request_set == "dev" else load_jsonl(request_set)
-    except (ValueError, FileNotFoundError, IsADirectoryError) as exc:
-        raise SpecPilotError(str(exc)) from exc
+    except ValueError as exc:
+        raise SpecPilotError(str(exc)) from None
+    except OSError as exc:
+        raise SpecPilotError(f"{request_set}: {exc.strerror or exc}") from None
     if not reqs:
         raise SpecPilotError(f"{request_set}: no requests")
     plan = LoadPlan(url=url, requests=pick(reqs, num), chat=chat, max_tokens=max_tokens,
