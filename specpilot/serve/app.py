@@ -60,18 +60,20 @@ class Generations:
                 pass
 
         def pump() -> None:
-            it = self.backend.stream(ids, max_new)
+            it = None
             try:
+                it = self.backend.stream(ids, max_new)
                 for chunk in it:
                     put(("chunk", list(chunk)))
                     if stop.is_set():
                         break
-            except Exception as exc:
-                put(("error", exc))
-                return
+            except BaseException as exc:   # to the consumer, which raises it
+                put(("error", exc if isinstance(exc, Exception) else
+                     RuntimeError(f"generation stopped by {type(exc).__name__}")))
             finally:
-                getattr(it, "close", lambda: None)()
-            put(("end", None))
+                if it is not None:
+                    getattr(it, "close", lambda: None)()
+                put(("end", None))   # after an error, never read
 
         loop.run_in_executor(self.pool, pump)
         try:
