@@ -24,8 +24,8 @@ def main():
 
 # Subcommands live in their own modules; registering them here keeps this file a table.
 from specpilot.commands import (cycle_cmds, engine_cmds, init_cmds, judge_cmds,  # noqa: E402
-                                memory_cmds, w12_cmds, worktree_cmds)
+                                memory_cmds, serve_cmds, w12_cmds, worktree_cmds)
 
 for _module in (engine_cmds, memory_cmds, worktree_cmds, init_cmds, judge_cmds, cycle_cmds,
-                w12_cmds):
+                w12_cmds, serve_cmds):
     _module.register(cli)

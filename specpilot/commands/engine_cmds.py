@@ -11,7 +11,9 @@ from specpilot.config import load_config
 from specpilot.errors import SpecPilotError
 
 
-def _system(model, opts, opts_file, device, max_context=None):
+def build_system(model, opts, opts_file, device, max_context=None):
+    """The stock system the engine flags name (--model, --opt, --opts-file, --device,
+    --max-context); the options are checked before any model loads."""
     # lazy: CLI startup time (stock.system and engine_bench import torch)
     from stock.options import resolve
     from stock.system import load_system
@@ -54,7 +56,7 @@ def run_cmd(prompt, ar, drafter, max_new, raw, model, opts, opts_file, device, m
         raise SpecPilotError("empty prompt")
     utf8_checked(prompt, "prompt")
     warn_if_busy()
-    system = _system(model, opts, opts_file, device, max_context)
+    system = build_system(model, opts, opts_file, device, max_context)
     ids = system.tokenizer.encode(prompt) if raw else system.tokenizer.chat(prompt)
     res = system.engine.generate(ids, max_new, None if ar else system.drafter(drafter))
     text = system.tokenizer.decode(res.tokens)
@@ -106,7 +108,7 @@ def bench_cmd(request_set, categories, limit, max_new, modes, drafter, model, op
     if not reqs:
         raise SpecPilotError("no requests selected")
     warn_if_busy()
-    system = _system(model, opts, opts_file, device, max_context)
+    system = build_system(model, opts, opts_file, device, max_context)
     err = Console(stderr=True)
     with Progress(console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task("bench", total=len(reqs) * len(mode_list))

@@ -1,0 +1,101 @@
+"""`specpilot serve` and `specpilot load`: the OpenAI-compatible server and its load
+generator (specpilot/serve/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from specpilot.commands.engine_cmds import (build_system, context_opt, device_opt, model_opt,
+                                            opt_opt, opts_file_opt)
+from specpilot.config import load_config
+from specpilot.errors import SpecPilotError
+from specpilot.requests import load_dev, load_jsonl
+
+DRAFTER_NAMES = ("ngram", "draft", "block", "ar")
+
+
+def _model_name(model: str) -> str:
+    return model if model == "embedded" else Path(model).stem if model.endswith(".gguf") \
+        else Path(model).name
+
+
+@click.command("serve")
+@click.option("--drafter", default="ngram", show_default=True,
+              type=click.Choice(DRAFTER_NAMES), help="the drafter; 'ar': autoregressive")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
+              help="0: any free port (the ready line says which)")
+@context_opt
+@device_opt
+@opts_file_opt
+@opt_opt
+@model_opt
+def serve_cmd(drafter, host, port, max_context, device, opts_file, opts, model):
+    """Serve the stock system over OpenAI-compatible HTTP (/v1/completions,
+    /v1/chat/completions, /v1/models, /health), greedily, one request at a time."""
+    # lazy: CLI startup time (the server imports fastapi and uvicorn, the backend torch)
+    from specpilot.serve.app import listen, serve
+    from specpilot.serve.backend import SerialBackend
+
+    try:
+        sock = listen(host, port)   # before the model loads: a taken port fails at once
+    except OSError as exc:
+        raise SpecPilotError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    model = model or load_config().model.path
+    system = build_system(model, opts, opts_file, device, max_context)
+    backend = SerialBackend(system, drafter, _model_name(model))
+    detail = f"drafter {backend.drafter_name}, {system.device}, context {backend.max_context}"
+    if not serve(backend, sock, detail):
+        raise SpecPilotError("the server did not start")
+
+
+@click.command("load")
+@click.option("--url", default="http://127.0.0.1:8000", show_default=True,
+              help="an OpenAI-compatible server (with or without /v1)")
+@click.option("--requests", "request_set", default="dev", show_default=True,
+              help="'dev' or a JSONL file of requests")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Poisson arrivals at this many requests/s (with --concurrency: a cap)")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None,
+              help="this many requests in flight at once (default 1 without --rate)")
+@click.option("--num", default=16, show_default=True, type=click.IntRange(min=1),
+              help="requests to send (spread over the set's categories, repeating if short)")
+@click.option("--max-tokens", default=128, show_default=True, type=click.IntRange(min=0),
+              help="cap on each request's new tokens (0: the request's own max_new_tokens)")
+@click.option("--chat", is_flag=True, help="/v1/chat/completions (default /v1/completions)")
+@click.option("--model", default=None, help="model id to send (default: the server's first)")
+@click.option("--seed", default=0, show_default=True, type=int, help="arrival times' seed")
+@click.option("--timeout", default=600.0, show_default=True,
+              type=click.FloatRange(min=0, min_open=True), help="seconds per request")
+@click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+def load_cmd(url, request_set, rate, concurrency, num, max_tokens, chat, model, seed, timeout,
+             as_json):
+    """Replay a request set against a server (streaming) and report throughput, TTFT and
+    time per output token."""
+    from rich.console import Console
+
+    # lazy: CLI startup time (the load generator imports httpx)
+    from specpilot.serve.load import LoadPlan, pick, report_table, run_load
+
+    try:
+        reqs = load_dev() if request_set == "dev" else load_jsonl(request_set)
+    except ValueError as exc:
+        raise SpecPilotError(str(exc)) from None
+    except OSError as exc:
+        raise SpecPilotError(f"{request_set}: {exc.strerror or exc}") from None
+    if not reqs:
+        raise SpecPilotError(f"{request_set}: no requests")
+    plan = LoadPlan(url=url, requests=pick(reqs, num), chat=chat, max_tokens=max_tokens,
+                    rate=rate, concurrency=concurrency, seed=seed, timeout=timeout, model=model)
+    report = run_load(plan, lambda line: click.echo(line, err=True))
+    if as_json:
+        click.echo(report.model_dump_json(indent=1))
+    else:
+        Console().print(report_table(report))
+
+
+def register(cli: click.Group) -> None:
+    cli.add_command(serve_cmd)
+    cli.add_command(load_cmd)

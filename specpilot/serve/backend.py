@@ -1,0 +1,106 @@
+"""The seam between the server and an engine: `Backend`, and `SerialBackend` over the
+single-request stock system (one request at a time, behind a lock).
+
+A batched backend (issue 27, items 1-2) implements the same protocol; the server needs
+nothing else from it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Protocol
+
+from jinja2 import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+if TYPE_CHECKING:   # the protocol without torch: only SerialBackend needs a stock System
+    from stock.system import System
+
+
+class Backend(Protocol):
+    name: str                      # the model id reported by /v1/models
+    max_context: int               # prompt + new tokens limit
+    stop_ids: frozenset[int]       # tokens that end a reply (finish_reason "stop")
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        """Token ids of a conversation (messages with string `role` and `content`), the chat
+        template applied with the generation prompt; ValueError if the template refuses
+        it."""
+        ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+    def stream(self, prompt_ids: list[int], max_new: int) -> Iterator[list[int]]:
+        """Blocking generator of the new tokens, a few at a time (one engine step's accepted
+        tokens), ending at a stop token (included) or at max_new; safe to call from many
+        threads at once."""
+        ...
+
+
+class TurnLock:
+    """A lock taken in the order it was asked for (threading.Lock promises no order): the
+    requests waiting for a serial engine are served first come, first served."""
+
+    def __init__(self):
+        self._cond = threading.Condition()
+        self._next = self._serving = 0
+
+    def __enter__(self) -> None:
+        with self._cond:
+            ticket, self._next = self._next, self._next + 1
+            self._cond.wait_for(lambda: self._serving == ticket)
+
+    def __exit__(self, *exc) -> None:
+        with self._cond:
+            self._serving += 1
+            self._cond.notify_all()
+
+
+class SerialBackend:
+    """The stock system, one request at a time in arrival order: a TurnLock around
+    Engine.generate, whose whole output comes as one chunk (the single-request engine has
+    no per-step callback)."""
+
+    def __init__(self, system: System, drafter: str | None, name: str):
+        self.system = system
+        self.name = name
+        self.drafter_name = drafter if drafter not in (None, "", "none") else "ar"
+        self.max_context = system.engine.max_context
+        self.stop_ids = frozenset(system.engine.stop_ids)
+        self._drafter = system.drafter(drafter)   # built once, reset by every generate()
+        self._lock = TurnLock()
+        template = system.tokenizer.chat_template
+        # the same environment as stock.tokenizer's, for conversations of more than one turn
+        self._template = (ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+                          .from_string(template) if template else None)
+
+    def encode(self, text: str) -> list[int]:
+        return self.system.tokenizer.encode(text)
+
+    def encode_chat(self, messages: list[dict]) -> list[int]:
+        tok = self.system.tokenizer
+        roles = [m["role"] for m in messages]
+        # one turn: exactly what `specpilot run` feeds the engine
+        if roles == ["user"]:
+            return tok.chat(messages[0]["content"])
+        if roles == ["system", "user"]:
+            return tok.chat(messages[1]["content"], messages[0]["content"])
+        if self._template is None:
+            return tok.encode("\n".join(m["content"] for m in messages))
+        try:
+            text = self._template.render(messages=messages, add_generation_prompt=True,
+                                         bos_token="", eos_token="")
+        except TemplateError as exc:
+            raise ValueError(f"messages: the chat template refused them: {exc}") from None
+        return tok.tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.system.tokenizer.decode(ids)
+
+    def stream(self, prompt_ids: list[int], max_new: int) -> Iterator[list[int]]:
+        with self._lock:
+            res = self.system.engine.generate(list(prompt_ids), max_new, self._drafter)
+        yield res.tokens
