@@ -113,3 +113,35 @@ def test_conflicts_where_both_sides_only_add_lines_keep_both(project):
     text = project.git("show", "refs/specpilot/entries/x:stock/opts.py")
     assert text.splitlines() == ["a = 1", "b = 2", "y = 4", "x = 3"]
     assert verify(project.memory()).ok
+
+
+def test_a_conflict_merged_by_hand_moves_with_resolved(moved):
+    """c conflicted (stock and c both edit line 30); merged by hand on the new stock it moves
+    with --resolved, d (blocked behind it) moves with it, and everything replays."""
+    merged = moved.make_commit(moved.onto, {
+        "stock/engine.py": engine_text({30: "'stock and c'", 55: "'stock'"})},
+        "c merged by hand", branch="c-merged")
+    result = moved.specpilot("memory", "rebase", "--onto", "stock2", "--resolved",
+                             "c=c-merged", "--json")
+    assert result.exit_code == 0, result.output
+    status = {r["id"]: r["status"] for r in json.loads(result.output)}
+    assert status["c"] == "moved" and status["d"] == "moved"
+    c, d = (moved.git("rev-parse", f"refs/specpilot/entries/{e}") for e in "cd")
+    assert moved.git("rev-parse", f"{c}^") == moved.onto and moved.git("rev-parse", f"{d}^") == c
+    assert "line_30 = 'stock and c'" in moved.git("show", f"{c}:stock/engine.py")
+    assert "line_40 = 'd'" in moved.git("show", f"{d}:stock/engine.py")
+    assert meta_of(moved, "c")["rebased"][-1]["resolved_from"] == merged
+    assert "resolved_from" not in meta_of(moved, "d")["rebased"][-1]   # d moved by 3-way
+    assert verify(moved.memory()).ok
+
+
+def test_a_resolution_must_sit_on_the_new_stock_and_name_an_entry(moved):
+    moved.make_commit(moved.base, {"stock/engine.py": engine_text({30: "'c'"})},
+                            "on the old stock", branch="c-old")
+    for args, words in ((["c=c-old"], "does not contain the new stock"),
+                        (["zz=c-old"], "no memory entry 'zz'"), (["c"], "expected ID=SRC")):
+        result = moved.specpilot("memory", "rebase", "--onto", "stock2", "--resolved", *args)
+        assert result.exit_code == 2 and words in result.output, result.output
+    assert moved.git("rev-parse", "refs/specpilot/entries/c") == moved.old["c"]   # untouched
+    plain = moved.specpilot("memory", "rebase", "--onto", "stock2")
+    assert plain.exit_code == 1 and "--resolved c=DIR" in plain.output

@@ -171,11 +171,20 @@ def repair_cmd(folder, drop, as_json):
 
 @memory_group.command("rebase")
 @click.option("--onto", required=True, help="The new stock commit.")
+@click.option("--resolved", "resolved", multiple=True, metavar="ID=SRC",
+              help="A conflict merged by hand: SRC (branch, commit or clean worktree) is the "
+                   "new stock with ID's moved dependencies and its change (repeatable).")
 @click.argument("ids", nargs=-1)
 @JSON
-def rebase_cmd(onto, ids, as_json):
+def rebase_cmd(onto, resolved, ids, as_json):
     """Move entries onto a new stock (3-way); results become stale; exit 1 on conflicts."""
-    results = rebase_entries(Memory(), onto, list(ids) or None)
+    pairs = {}
+    for item in resolved:
+        eid, sep, src = item.partition("=")
+        if not sep or not eid or not src:
+            raise SpecPilotError(f"--resolved {item!r}: expected ID=SRC", code=2)
+        pairs[eid] = src
+    results = rebase_entries(Memory(), onto, list(ids) or None, resolved=pairs)
     lines = []
     for r in results:
         line = f"{r.status:<10} {r.id}"
@@ -186,6 +195,11 @@ def rebase_cmd(onto, ids, as_json):
                      f"kept both (the new stock's first)")
         if r.error:
             line += f"  {r.error}"
+        if r.status == "conflict":
+            deps = " ".join(Memory().ref_entries()[r.id].meta.deps) or "(none: stock)"
+            line += (f"\n           merge it by hand on the moved dependencies ({deps}): "
+                     f"git specpilot replay <dep> --onto {onto} --worktree DIR, edit, commit, "
+                     f"then rebase again with --resolved {r.id}=DIR")
         lines.append(line)
     _emit(as_json, [r.to_json() for r in results], "\n".join(lines) or "(no memory entries)")
     sys.exit(0 if all(r.status in ("moved", "unchanged") for r in results) else 1)

@@ -92,6 +92,7 @@ class Rebased(_Strict):
     to_base: str = Field(pattern=HEX40)
     from_commit: str = Field(pattern=HEX40)
     date: datetime
+    resolved_from: str | None = Field(None, pattern=HEX40)   # a conflict resolved by hand
 
 
 class Amended(_Strict):

@@ -7,6 +7,12 @@ re-measured; its old commit stays reachable under `refs/specpilot/attic/<id>/<sh
 entry that conflicts keeps its old ref untouched and is reported with the conflicting paths;
 entries that depend on it are reported as blocked. Rebasing chosen ids moves their
 ancestors and descendants with them.
+
+A conflict is resolved by hand and given back: `resolved={id: SRC}` (the CLI's
+`--resolved ID=SRC`), SRC a branch, commit or clean worktree on the new stock with the
+entry's moved dependencies and its change merged by hand (`git specpilot replay DEP --onto
+NEW --worktree DIR`, edit, commit). Its change is then what SRC adds over them, which must
+replay to SRC's system tree; the move records the resolution's commit.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from specpilot.memory import patches
 from specpilot.memory.dag import replay_sequence
 from specpilot.memory.entry import Rebased, now
 from specpilot.memory.portable import _closure, _keep_in_attic
+from specpilot.memory.record import resolve_source
 from specpilot.memory.replay import Replayer, check_change
 from specpilot.memory.store import Memory, write_file_entry
 
@@ -40,11 +47,13 @@ class RebaseOutcome:
 
 
 def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
-           write_files: bool = True) -> list[RebaseOutcome]:
+           write_files: bool = True, resolved: dict[str, str] | None = None
+           ) -> list[RebaseOutcome]:
     store = memory.store
     onto = store.must_resolve(onto)
     onto_tree = store.must_resolve(onto, "tree")
     refs = memory.ref_entries()
+    resolutions = _resolutions(memory, onto, refs, resolved or {})
     results: dict[str, RebaseOutcome] = {}
     with store.private_index() as old_index, store.private_index() as index, \
             store.writer_lock():
@@ -75,7 +84,11 @@ def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
                 out.error = str(exc)
                 continue
             index.load(deps_tree)
-            res = index.apply(old.patches[eid], three_way=True)
+            if eid in resolutions:   # the user's merge: what it adds over the moved deps
+                res = index.apply(store.diff_patch(deps_tree, resolutions[eid],
+                                                   memory.system_paths))
+            else:
+                res = index.apply(old.patches[eid], three_way=True)
             if res.rc != 0 and index.unmerged():
                 out.kept_both = index.resolve_additions()
             if res.rc != 0 and not out.kept_both:
@@ -88,6 +101,11 @@ def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
                     out.error = patches.describe_failure(eid, old.patches[eid], res.err)
                 continue
             tree = index.write()
+            if eid in resolutions and store.system_tree(tree, memory.system_paths) != \
+                    store.system_tree(resolutions[eid], memory.system_paths):
+                out.error = (f"entry {eid!r}: the resolution does not sit on the moved "
+                             f"dependencies (its change over them does not give its tree)")
+                continue
             try:
                 check_change(store, eid, deps_tree, tree, memory.system_paths)
             except SpecPilotError as exc:
@@ -104,7 +122,8 @@ def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
                 "patch_sha256": patches.sha256(patch),
                 "results": [r.model_copy(update={"stale": True}) for r in meta.results],
                 "rebased": [*meta.rebased, Rebased(from_base=meta.base, to_base=onto,
-                                                   from_commit=entry.commit, date=now())],
+                                                   from_commit=entry.commit, date=now(),
+                                                   resolved_from=resolutions.get(eid))],
             })
             new_meta = type(meta).validate_dict(new_meta.model_dump(), f"rebased {eid}")
             parents = [new_commits[d] for d in meta.deps] or [onto]
@@ -113,6 +132,20 @@ def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
             new_commits[eid], new_patches[eid] = commit, patch
             out.status, out.new_commit = "moved", commit
     return list(results.values())
+
+
+def _resolutions(memory: Memory, onto: str, refs, resolved: dict[str, str]) -> dict[str, str]:
+    """Each hand resolution's commit; it must be an entry's and contain the new stock."""
+    out = {}
+    for eid, source in resolved.items():
+        if eid not in refs:
+            raise SpecPilotError(f"--resolved {eid}={source}: no memory entry {eid!r}", code=2)
+        commit = resolve_source(memory.store, source, memory.system_paths)
+        if memory.store.merge_base(commit, onto) != onto:
+            raise SpecPilotError(f"--resolved {eid}={source}: it does not contain the new "
+                                 f"stock {onto[:12]}; resolve on top of it", code=2)
+        out[eid] = commit
+    return out
 
 
 def replace_entry(memory: Memory, eid: str, old_commit: str, tree: str, new_meta, parents,
