@@ -69,8 +69,8 @@ def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
             if blocked:
                 out.status, out.error = "blocked", f"dependency {blocked[0]!r} was not moved"
                 continue
-            outcome = old.run(eid)
-            if not outcome.ok:
+            outcome = old.run(eid) if eid not in resolutions else None
+            if outcome is not None and not outcome.ok:   # (a resolution replaces the change)
                 out.error = f"does not reproduce on its old base: {outcome.error}"
                 continue
             if meta.base == onto and all(results[d].status == "unchanged" for d in meta.deps):
