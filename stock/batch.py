@@ -151,8 +151,10 @@ class BatchEngine:
         pos = torch.tensor(starts, device=dev)[:, None] + torch.arange(t, device=dev)
         kv_len = max(starts) + t
         seen = torch.arange(kv_len, device=dev)[None, None, :] <= pos[:, :, None]
-        out = self.model(ids, self.cache, 0, positions=pos, kv_len=kv_len, mask=seen,
-                         rows=torch.tensor(rows, device=dev), logits="all")
+        rows_t = torch.tensor(rows, device=dev)
+        for _ in range(1 + self.options["repeat_work"]):   # test-only: identical writes
+            out = self.model(ids, self.cache, 0, positions=pos, kv_len=kv_len, mask=seen,
+                             rows=rows_t, logits="all")
         return out.logits
 
     def _verify(self, live: list[Request]) -> list[Request]:

@@ -95,7 +95,7 @@ def server(model, tmp_path_factory):
     try:
         assert lines, f"no ready line; stderr: {errlog.read_text()}"
         match = re.fullmatch(r"serving tiny at (http://127\.0\.0\.1:\d+)/v1 \(drafter ngram, "
-                             rf"cpu, context {CONTEXT}\)\n", lines[0])
+                             rf"cpu, context {CONTEXT}, batches of up to 8\)\n", lines[0])
         assert match, lines[0]
         yield match.group(1)
     finally:
@@ -369,3 +369,20 @@ def test_bad_command_lines_are_one_line_errors(server, tmp_path):
         out = _cli(*args)
         assert (out.returncode, out.stderr.count("\n")) == (code, 1), (args, out.stderr)
         assert out.stderr.startswith("error: ") and words in out.stderr, (args, out.stderr)
+
+
+def test_both_backends_stream_the_engines_tokens_the_batched_one_a_step_at_a_time(model, refs):
+    """The server's two backends over the same system: BatchBackend (the default: requests
+    share steps) and SerialBackend (hybrid targets, the block drafter)."""
+    from specpilot.serve.backend import BatchBackend, SerialBackend, batch_refusal
+
+    _, system = model
+    assert batch_refusal(system, "ngram") is None and "block" in batch_refusal(system, "block")
+    batched = BatchBackend(system, "ngram", "tiny", max_batch=3)
+    serial = SerialBackend(system, "ngram", "tiny")
+    for prompt in PROMPTS[:4]:
+        ids = system.tokenizer.encode(prompt)
+        chunks = list(batched.stream(ids, MAX_TOKENS))
+        assert [t for c in chunks for t in c] == refs[prompt][1]
+        assert len(chunks) > 1 or len(refs[prompt][1]) == 1
+        assert list(serial.stream(ids, MAX_TOKENS)) == [refs[prompt][1]]

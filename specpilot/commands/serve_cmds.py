@@ -24,6 +24,8 @@ def _model_name(model: str) -> str:
 @click.command("serve")
 @click.option("--drafter", default="ngram", show_default=True,
               type=click.Choice(DRAFTER_NAMES), help="the drafter; 'ar': autoregressive")
+@click.option("--max-batch", default=8, show_default=True, type=click.IntRange(1, 256),
+              help="requests sharing each engine step (continuous batching)")
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
               help="0: any free port (the ready line says which)")
@@ -32,12 +34,13 @@ def _model_name(model: str) -> str:
 @opts_file_opt
 @opt_opt
 @model_opt
-def serve_cmd(drafter, host, port, max_context, device, opts_file, opts, model):
+def serve_cmd(drafter, max_batch, host, port, max_context, device, opts_file, opts, model):
     """Serve the stock system over OpenAI-compatible HTTP (/v1/completions,
-    /v1/chat/completions, /v1/models, /health), greedily, one request at a time."""
+    /v1/chat/completions, /v1/models, /health), greedily, up to --max-batch requests at
+    once in each engine step."""
     # lazy: CLI startup time (the server imports fastapi and uvicorn, the backend torch)
     from specpilot.serve.app import listen, serve
-    from specpilot.serve.backend import SerialBackend
+    from specpilot.serve.backend import BatchBackend, SerialBackend, batch_refusal
 
     try:
         sock = listen(host, port)   # before the model loads: a taken port fails at once
@@ -45,8 +48,14 @@ def serve_cmd(drafter, host, port, max_context, device, opts_file, opts, model):
         raise SpecPilotError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     model = model or load_config().model.path
     system = build_system(model, opts, opts_file, device, max_context)
-    backend = SerialBackend(system, drafter, _model_name(model))
-    detail = f"drafter {backend.drafter_name}, {system.device}, context {backend.max_context}"
+    why = batch_refusal(system, drafter)
+    if why is None:
+        backend = BatchBackend(system, drafter, _model_name(model), max_batch)
+        batching = f"batches of up to {max_batch}"
+    else:
+        backend, batching = SerialBackend(system, drafter, _model_name(model)), why
+    detail = (f"drafter {backend.drafter_name}, {system.device}, context "
+              f"{backend.max_context}, {batching}")
     if not serve(backend, sock, detail):
         raise SpecPilotError("the server did not start")
 

@@ -1,8 +1,8 @@
-"""The seam between the server and an engine: `Backend`, and `SerialBackend` over the
-single-request stock system (one request at a time, behind a lock).
-
-A batched backend (issue 27, items 1-2) implements the same protocol; the server needs
-nothing else from it.
+"""The seam between the server and an engine: `Backend`; `BatchBackend` over stock's
+continuous-batching engine (stock/batch.py: requests share every step, tokens stream a
+step at a time) and `SerialBackend` over the single-request system (one request at a time,
+behind a lock: for what the batched engine does not take yet, hybrid targets and the block
+drafter).
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from stock.batch import BackgroundBatch, BatchEngine
+from stock.system import make_drafter
 
 if TYPE_CHECKING:   # the protocol without torch: only SerialBackend needs a stock System
     from stock.system import System
@@ -59,10 +62,8 @@ class TurnLock:
             self._cond.notify_all()
 
 
-class SerialBackend:
-    """The stock system, one request at a time in arrival order: a TurnLock around
-    Engine.generate, whose whole output comes as one chunk (the single-request engine has
-    no per-step callback)."""
+class _Text:
+    """What every backend over a stock System shares: its tokenizer and chat template."""
 
     def __init__(self, system: System, drafter: str | None, name: str):
         self.system = system
@@ -70,8 +71,6 @@ class SerialBackend:
         self.drafter_name = drafter if drafter not in (None, "", "none") else "ar"
         self.max_context = system.engine.max_context
         self.stop_ids = frozenset(system.engine.stop_ids)
-        self._drafter = system.drafter(drafter)   # built once, reset by every generate()
-        self._lock = TurnLock()
         template = system.tokenizer.chat_template
         # the same environment as stock.tokenizer's, for conversations of more than one turn
         self._template = (ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
@@ -100,7 +99,44 @@ class SerialBackend:
     def decode(self, ids: list[int]) -> str:
         return self.system.tokenizer.decode(ids)
 
+
+class SerialBackend(_Text):
+    """The stock system, one request at a time in arrival order: a TurnLock around
+    Engine.generate, whose whole output comes as one chunk (the single-request engine has
+    no per-step callback)."""
+
+    def __init__(self, system: System, drafter: str | None, name: str):
+        super().__init__(system, drafter, name)
+        self._drafter = system.drafter(drafter)   # built once, reset by every generate()
+        self._lock = TurnLock()
+
     def stream(self, prompt_ids: list[int], max_new: int) -> Iterator[list[int]]:
         with self._lock:
             res = self.system.engine.generate(list(prompt_ids), max_new, self._drafter)
         yield res.tokens
+
+
+def batch_refusal(system: System, drafter: str | None) -> str | None:
+    """Why the batched engine cannot serve this system (None: it can)."""
+    if system.engine.model.cfg.hybrid:
+        return "hybrid GDN targets are served one request at a time"
+    if drafter == "block":
+        return "the block drafter is served one request at a time"
+    return None
+
+
+class BatchBackend(_Text):
+    """Stock's continuous-batching engine on a thread of its own: up to `max_batch`
+    requests share each step; each request's tokens stream a step at a time. Each request
+    gets a drafter of its own (the n-gram or draft-model drafter)."""
+
+    def __init__(self, system: System, drafter: str | None, name: str, max_batch: int):
+        super().__init__(system, drafter, name)
+        engine = system.engine
+        self.max_batch = max_batch
+        self._batch = BackgroundBatch(BatchEngine(
+            engine.model, engine.options, max_batch, engine.max_context, engine.stop_ids,
+            drafter_factory=lambda: make_drafter(drafter, engine)))
+
+    def stream(self, prompt_ids: list[int], max_new: int) -> Iterator[list[int]]:
+        yield from self._batch.stream(list(prompt_ids), max_new)
