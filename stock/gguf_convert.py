@@ -1,6 +1,7 @@
 """GGUF -> Hugging Face-style folder (config.json, model.safetensors, tokenizer.json).
 
-Converted once into the user cache; later loads read the safetensors file directly.
+Converted once into the user cache, keyed by the file's content (a second venv or a copy
+elsewhere finds the same conversion); later loads read the safetensors file directly.
 Quantized tensors are dequantized with the `gguf` package to fp32 (Q4/Q8 values are exact
 in fp32). llama.cpp stores q/k projections permuted for its RoPE layout; we undo that.
 """
@@ -52,10 +53,26 @@ def cache_root() -> Path:
     return Path(base) / "models"
 
 
+SAMPLE = 1 << 20   # bytes hashed at each of five places of the file
+
+
+def content_key(gguf_path: Path) -> str:
+    """The file's size and a hash of five 1 MiB samples (its start, where the header and
+    metadata are, its end, and three places between): the same model copied to another
+    venv, path or mtime has the same key, and hashing a 15 GB file does not read 15 GB."""
+    size = gguf_path.stat().st_size
+    h = hashlib.sha256(f"{size}|v{CONVERTER_VERSION}".encode())
+    with open(gguf_path, "rb") as f:
+        for at in sorted({0, size // 4, size // 2, 3 * size // 4, max(0, size - SAMPLE)}):
+            f.seek(at)
+            h.update(f.read(SAMPLE))
+    return h.hexdigest()[:16]
+
+
 def cache_dir_for(gguf_path: Path) -> Path:
-    st = gguf_path.stat()
-    key = f"{gguf_path.resolve()}|{st.st_size}|{st.st_mtime_ns}|v{CONVERTER_VERSION}"
-    return cache_root() / f"{gguf_path.stem}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+    """Where the converted folder lives: keyed by the file's content (content_key), not
+    its path."""
+    return cache_root() / f"{gguf_path.stem}-{content_key(gguf_path)}"
 
 
 def _hf_name(name: str) -> str:
