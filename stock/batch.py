@@ -14,10 +14,15 @@ token a step). Every output equals the request's single-request greedy output (f
 tests/test_batch.py), because each row computes exactly what a step of its own would,
 in a larger GEMM.
 
+On CUDA (option `cuda_graphs`) verify steps replay CUDA graphs per (requests, tokens,
+KV length) bucket with acceptance on the device (stock/batch_graphs.py); `static=True`
+runs that static step eagerly on any device (the CPU tests of its logic). Prefill stays
+the dynamic forward, a row at a time.
+
 Drafters are per request (`drafter_factory()` builds one per admitted request, e.g. the
 n-gram drafter; each drafts on the host from its own context). The block drafter (target
 hidden states per row) and hybrid targets (per-request recurrent state) are not batched
-yet; neither are CUDA graphs: this is the eager path.
+yet.
 
 `BackgroundBatch` runs a BatchEngine in a thread and streams each request's tokens to its
 caller (`stream`): what a server's many request handlers call at once.
@@ -34,7 +39,9 @@ from typing import Callable, Iterator
 
 import torch
 
+from stock.batch_graphs import BatchRunner
 from stock.drafters.base import DraftContext, Drafter
+from stock.graphs import BUCKETS
 from stock.errors import StockError
 from stock.model import Transformer
 from stock.options import Options
@@ -67,7 +74,8 @@ class BatchEngine:
     def __init__(self, model: Transformer, options: Options | None = None, max_batch: int = 8,
                  max_context: int | None = None, stop_ids=frozenset(),
                  drafter_factory: Callable[[], Drafter | None] | None = None,
-                 prefill_chunk: int = 256, token_budget: int = 4096):
+                 prefill_chunk: int = 256, token_budget: int = 4096,
+                 static: bool | None = None, capture: bool | None = None):
         if model.cfg.hybrid:
             raise BatchError("batched serving of hybrid GDN targets is not supported yet "
                              "(their recurrent state is per request)")
@@ -78,8 +86,14 @@ class BatchEngine:
         self.max_context = max_context or model.cfg.max_position
         self.stop_ids = frozenset(stop_ids)
         self.drafter_factory = drafter_factory or (lambda: None)
-        slack = self.options["draft_len"] + 1   # a step's padding past a row's context
-        self.cache = model.new_cache(self.max_context + slack, batch=max_batch)
+        if static is None:
+            static = model.device.type == "cuda" and self.options["cuda_graphs"]
+        # a step's padding past a row's context: its draft, or the largest T bucket
+        slack = BUCKETS[-1] if static else self.options["draft_len"] + 1
+        # static steps: one spare row past the requests, where padding requests write
+        self.cache = model.new_cache(self.max_context + slack, batch=max_batch + bool(static))
+        self.runner = BatchRunner(model, self.cache, max_batch, capture=capture) if static \
+            else None
         self.lengths = [0] * max_batch
         self.rows: list[Request | None] = [None] * max_batch
         self.waiting: deque[Request] = deque()
@@ -168,13 +182,20 @@ class BatchEngine:
             if k > 0 and req.drafter is not None:
                 chain = req.drafter.draft(DraftContext(req.prompt + req.tokens), k).chain[:k]
             seqs.append([req.pending] + chain)
-        logits = self._forward(seqs, [r.row for r in live], [self.lengths[r.row] for r in live])
-        target = logits.argmax(-1).tolist()          # the one host sync of a step
+        rows, starts = [r.row for r in live], [self.lengths[r.row] for r in live]
+        if self.runner is not None and max(map(len, seqs)) <= BUCKETS[-1]:
+            packed = self.runner.step(seqs, starts, rows)   # acceptance on the device
+            accepted = [(p[0], p[1:]) for p in packed]
+        else:
+            target = self._forward(seqs, rows, starts).argmax(-1).tolist()   # one host sync
+            accepted = []
+            for seq, tgt in zip(seqs, target):
+                n = 0
+                while n < len(seq) - 1 and seq[n + 1] == tgt[n]:
+                    n += 1
+                accepted.append((n, tgt))
         finished = []
-        for req, seq, tgt in zip(live, seqs, target):
-            n = 0
-            while n < len(seq) - 1 and seq[n + 1] == tgt[n]:
-                n += 1
+        for req, (n, tgt) in zip(live, accepted):
             self.lengths[req.row] += n + 1
             req.accepted.append(n + 1)
             req.pending = tgt[n]

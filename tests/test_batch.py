@@ -62,6 +62,23 @@ def test_sixteen_requests_arriving_spread_equal_their_single_request_outputs(tin
         assert max(max(r.accepted) for r in reqs) > 1   # drafts were accepted somewhere
 
 
+def test_the_static_step_the_graphs_replay_gives_the_same_outputs(tiny):
+    """stock/batch_graphs.py run eagerly (CPU): bucketed requests and tokens, padding
+    requests in the spare row, acceptance on the device; outputs as without it."""
+    model, prompts, want = tiny
+    with one_thread():
+        be = BatchEngine(model, Options({"draft_len": 4}), max_batch=3, max_context=256,
+                         drafter_factory=lambda: NGramDrafter(4, 1, 4), static=True,
+                         capture=False)
+        reqs = [be.submit(p, 24) for p in prompts]
+        be.run()
+    assert [r.tokens for r in reqs] == want
+    shapes = set(be.runner.slots)
+    assert {b for b, _, _ in shapes} >= {2, 3} and {t for _, t, _ in shapes} >= {1, 4, 8}
+    spare = be.cache.k[0].shape[0] - 1
+    assert spare == 3 and be.runner.spare == spare   # padding requests' scratch row
+
+
 @pytest.mark.slow
 def test_the_embedded_defaults_dev_prompts_served_together_equal_their_ar_outputs(smol, dev_prompts):
     be = BatchEngine(smol.engine.model, Options({"draft_len": 4}), max_batch=8,

@@ -1,0 +1,149 @@
+"""Batched verification steps replayed from CUDA graphs (the BatchEngine's static path).
+
+A `BatchRunner` owns one slot per shape it has run: (requests bucket B, tokens bucket T,
+KV-length bucket), buckets as GraphRunner's. A slot's static input is one int64 buffer:
+the B x T token ids (each request's [pending] + draft, padded with its last token), then
+per request its start (committed length), its cache row and its real draft length k. The
+step builds each row's positions (start + 0..T-1) and mask (key j visible iff j <= the
+token's position) on the device, runs the batched forward (cache rows, stock/model.py),
+and computes each request's acceptance there: `packed` [B, 1 + T] = (accepted draft tokens
+n, then the target's argmax per position). Reading `packed[:R]` is the step's one host
+synchronisation.
+
+Requests past the real count (the B bucket's padding) use the cache's spare last row, at
+start 0: their writes land there and nothing reads them; so does the warm-up before a
+capture. `capture=False` runs the same static step eagerly (any device: how the CPU tests
+check its logic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from stock.cache import KVCache
+from stock.errors import StockError
+from stock.graphs import BUCKETS, MIN_KV, WARMUP, kv_buckets
+from stock.model import Transformer
+from stock.profile import profiling
+
+
+class BatchGraphError(StockError):
+    pass
+
+
+def request_buckets(max_batch: int) -> tuple[int, ...]:
+    out, n = [], 1
+    while n < max_batch:
+        out.append(n)
+        n *= 2
+    return (*out, max_batch)
+
+
+@dataclass
+class BatchSlot:
+    b: int
+    t: int
+    kv_len: int
+    inp: torch.Tensor          # [b * t + 3 * b] int64: ids, starts, rows, ks
+    packed: torch.Tensor | None = None
+    graph: "torch.cuda.CUDAGraph | None" = None
+
+
+class BatchRunner:
+    def __init__(self, model: Transformer, cache: KVCache, max_batch: int,
+                 buckets: tuple[int, ...] = BUCKETS, capture: bool | None = None,
+                 min_kv: int = MIN_KV):
+        self.model, self.cache, self.max_batch = model, cache, max_batch
+        self.spare = cache.k[0].shape[0] - 1   # the cache's last row: padding's scratch
+        if self.spare < max_batch:
+            raise BatchGraphError(f"the cache needs a spare row past the {max_batch} requests")
+        self.device = model.device
+        self.capture = self.device.type == "cuda" if capture is None else capture
+        if self.capture and self.device.type != "cuda":
+            raise BatchGraphError("CUDA graphs need a CUDA device")
+        self.buckets, self.b_buckets = tuple(sorted(buckets)), request_buckets(max_batch)
+        self.kv_buckets = kv_buckets(cache.max_len, min_kv)
+        self.slots: dict[tuple[int, int, int], BatchSlot] = {}
+        self._pool = None
+
+    @staticmethod
+    def _fit(buckets, n: int, what: str) -> int:
+        for b in buckets:
+            if b >= n:
+                return b
+        raise BatchGraphError(f"{what} {n} exceeds the largest bucket ({buckets[-1]})")
+
+    def slot(self, b: int, t: int, kv_len: int) -> BatchSlot:
+        key = (b, t, kv_len)
+        s = self.slots.get(key)
+        if s is None:
+            with torch.inference_mode():
+                inp = torch.zeros(b * t + 3 * b, dtype=torch.long, device=self.device)
+            s = self.slots[key] = BatchSlot(b, t, kv_len, inp)
+            if self.capture:
+                self._capture(s)
+        return s
+
+    @torch.inference_mode()
+    def _compute(self, s: BatchSlot) -> torch.Tensor:
+        b, t = s.b, s.t
+        ids = s.inp[:b * t].view(b, t)
+        starts, rows, ks = s.inp[b * t:].view(3, b)
+        steps = torch.arange(t, device=self.device)
+        pos = starts[:, None] + steps
+        seen = torch.arange(s.kv_len, device=self.device)[None, None, :] <= pos[:, :, None]
+        out = self.model(ids, self.cache, 0, positions=pos, kv_len=s.kv_len, mask=seen,
+                         rows=rows, logits="all")
+        target = out.logits.argmax(-1)                                    # [b, t]
+        match = (ids[:, 1:] == target[:, :-1]) & (steps[None, :-1] < ks[:, None])
+        n = match.long().cumprod(1).sum(1, keepdim=True)
+        return torch.cat([n, target], dim=1)
+
+    def _scratch(self, s: BatchSlot) -> None:
+        with torch.inference_mode():
+            s.inp.zero_()
+            s.inp[s.b * s.t + s.b:s.b * s.t + 2 * s.b] = self.spare
+
+    def _capture(self, s: BatchSlot) -> None:
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        self._scratch(s)   # warm-up and capture write only the spare row
+        main = torch.cuda.current_stream(self.device)
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(main)
+        with profiling(None), torch.cuda.stream(side):
+            for _ in range(WARMUP):
+                self._compute(s)
+        main.wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with profiling(None), torch.cuda.graph(graph, pool=self._pool):
+            s.packed = self._compute(s)
+        s.graph = graph
+
+    def step(self, seqs: list[list[int]], starts: list[int], rows: list[int]) -> list[list[int]]:
+        """Verify each request's [pending] + draft at its start in its row; per request
+        [n, target tokens...] (n accepted draft tokens, then the T argmaxes)."""
+        r = len(seqs)
+        t = self._fit(self.buckets, max(len(x) for x in seqs), "a step of")
+        b = self._fit(self.b_buckets, r, "a batch of")
+        kv = self._fit(self.kv_buckets, max(starts) + t, "a context of")
+        s = self.slot(b, t, kv)
+        host = torch.zeros(b * t + 3 * b, dtype=torch.long)
+        buf = host.numpy()
+        for i, seq in enumerate(seqs):
+            buf[i * t:i * t + len(seq)] = seq
+            buf[i * t + len(seq):(i + 1) * t] = seq[-1]
+        buf[b * t:b * t + r] = starts
+        buf[b * t + b:b * t + b + r] = rows
+        buf[b * t + b + r:b * t + 2 * b] = self.spare       # padding requests: the spare row
+        buf[b * t + 2 * b:b * t + 2 * b + r] = [len(x) - 1 for x in seqs]
+        with torch.inference_mode():
+            s.inp.copy_(host.to(self.device, non_blocking=True) if self.device.type == "cuda"
+                        else host)
+        if s.graph is not None:
+            s.graph.replay()
+        else:
+            s.packed = self._compute(s)
+        return s.packed[:r].tolist()   # the one host sync of a step
