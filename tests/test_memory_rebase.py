@@ -131,6 +131,7 @@ def test_a_conflict_merged_by_hand_moves_with_resolved(moved):
     assert "line_30 = 'stock and c'" in moved.git("show", f"{c}:stock/engine.py")
     assert "line_40 = 'd'" in moved.git("show", f"{d}:stock/engine.py")
     assert meta_of(moved, "c")["rebased"][-1]["resolved_from"] == merged
+    assert moved.git("rev-parse", f"refs/specpilot/attic/c/{merged[:12]}") == merged
     assert "resolved_from" not in meta_of(moved, "d")["rebased"][-1]   # d moved by 3-way
     assert verify(moved.memory()).ok
 

@@ -129,6 +129,8 @@ def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
             parents = [new_commits[d] for d in meta.deps] or [onto]
             commit, _ = replace_entry(memory, eid, entry.commit, tree, new_meta, parents,
                                       patch, write_files, "rebase")
+            if eid in resolutions:   # the hand merge stays reachable beside the old commit
+                _keep_in_attic(memory, eid, resolutions[eid])
             new_commits[eid], new_patches[eid] = commit, patch
             out.status, out.new_commit = "moved", commit
     return list(results.values())
