@@ -34,7 +34,7 @@ from kernels.gdn import fla_available, recurrent_reference  # noqa: E402
 from kernels.gdn.ops import chunk_rule, recurrent_rule  # noqa: E402
 from stock.config import PRESETS  # noqa: E402
 from stock.gdn import mix  # noqa: E402
-from stock.graphs import GraphRunner  # noqa: E402
+from stock.graphs import GraphRunner, capture  # noqa: E402
 from stock.model import Transformer  # noqa: E402
 
 
@@ -149,18 +149,15 @@ def main() -> None:
 
 
 def _graphed(fn, dev):
-    """fn replayed from a CUDA graph of its own (CPU: fn itself)."""
+    """fn replayed from a CUDA graph of its own (stock.graphs.capture; CPU: fn itself)."""
     if dev != "cuda":
         return fn
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), torch.inference_mode():
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph), torch.inference_mode():
-        fn()
+
+    def run():
+        with torch.inference_mode():
+            return fn()
+
+    graph, _ = capture(run, torch.device("cuda"), None)
     return graph.replay
 
 

@@ -39,7 +39,7 @@ from typing import Callable, Iterator
 
 import torch
 
-from stock.batch_graphs import BatchRunner
+from stock.batch_graphs import BatchRunner, row_steps
 from stock.drafters.base import DraftContext, Drafter
 from stock.graphs import BUCKETS
 from stock.errors import StockError
@@ -162,9 +162,8 @@ class BatchEngine:
         dev = self.model.device
         t = max(len(s) for s in seqs)
         ids = torch.tensor([s + [s[-1]] * (t - len(s)) for s in seqs], device=dev)
-        pos = torch.tensor(starts, device=dev)[:, None] + torch.arange(t, device=dev)
         kv_len = max(starts) + t
-        seen = torch.arange(kv_len, device=dev)[None, None, :] <= pos[:, :, None]
+        pos, seen = row_steps(torch.tensor(starts, device=dev), t, kv_len)
         rows_t = torch.tensor(rows, device=dev)
         for _ in range(1 + self.options["repeat_work"]):   # test-only: identical writes
             out = self.model(ids, self.cache, 0, positions=pos, kv_len=kv_len, mask=seen,

@@ -24,13 +24,19 @@ import torch
 
 from stock.cache import KVCache
 from stock.errors import StockError
-from stock.graphs import BUCKETS, MIN_KV, WARMUP, kv_buckets
+from stock.graphs import BUCKETS, MIN_KV, capture, kv_buckets
 from stock.model import Transformer
-from stock.profile import profiling
 
 
 class BatchGraphError(StockError):
     pass
+
+
+def row_steps(starts: torch.Tensor, t: int, kv_len: int):
+    """Each row's positions [R, t] (its start + 0..t-1) and visibility [R, t, kv_len] (key
+    j visible iff j <= the token's position): a batched step's positions and mask."""
+    pos = starts[:, None] + torch.arange(t, device=starts.device)
+    return pos, torch.arange(kv_len, device=starts.device)[None, None, :] <= pos[:, :, None]
 
 
 def request_buckets(max_batch: int) -> tuple[int, ...]:
@@ -92,8 +98,7 @@ class BatchRunner:
         ids = s.inp[:b * t].view(b, t)
         starts, rows, ks = s.inp[b * t:].view(3, b)
         steps = torch.arange(t, device=self.device)
-        pos = starts[:, None] + steps
-        seen = torch.arange(s.kv_len, device=self.device)[None, None, :] <= pos[:, :, None]
+        pos, seen = row_steps(starts, t, s.kv_len)
         out = self.model(ids, self.cache, 0, positions=pos, kv_len=s.kv_len, mask=seen,
                          rows=rows, logits="all")
         target = out.logits.argmax(-1)                                    # [b, t]
@@ -110,17 +115,7 @@ class BatchRunner:
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         self._scratch(s)   # warm-up and capture write only the spare row
-        main = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(main)
-        with profiling(None), torch.cuda.stream(side):
-            for _ in range(WARMUP):
-                self._compute(s)
-        main.wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with profiling(None), torch.cuda.graph(graph, pool=self._pool):
-            s.packed = self._compute(s)
-        s.graph = graph
+        s.graph, s.packed = capture(lambda: self._compute(s), self.device, self._pool)
 
     def step(self, seqs: list[list[int]], starts: list[int], rows: list[int]) -> list[list[int]]:
         """Verify each request's [pending] + draft at its start in its row; per request

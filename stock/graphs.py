@@ -53,6 +53,23 @@ class GraphError(StockError):
     pass
 
 
+def capture(compute, device, pool):
+    """`compute()` warmed up WARMUP times on a side stream (as torch.cuda.graphs requires;
+    compiled regions compile there), then captured once into a CUDA graph in `pool`:
+    (the graph, the captured run's outputs, which each replay rewrites)."""
+    main = torch.cuda.current_stream(device)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(main)
+    with profiling(None), torch.cuda.stream(side):
+        for _ in range(WARMUP):
+            compute()
+    main.wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with profiling(None), torch.cuda.graph(graph, pool=pool):
+        out = compute()
+    return graph, out
+
+
 def kv_buckets(max_len: int, smallest: int = MIN_KV) -> tuple[int, ...]:
     """Powers of two from `smallest` below `max_len`, then `max_len` itself."""
     out, n = [], smallest
@@ -161,17 +178,7 @@ class GraphRunner:
         with torch.inference_mode():
             s.inp.zero_()
             s.inp[s.t] = self.cache.max_len - s.t  # warm-up writes land in never-committed slots
-        main = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(main)
-        with profiling(None), torch.cuda.stream(side):
-            for _ in range(WARMUP):
-                self._compute(s)
-        main.wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with profiling(None), torch.cuda.graph(graph, pool=self._pool):
-            s.out = self._compute(s)
-        s.graph = graph
+        s.graph, s.out = capture(lambda: self._compute(s), self.device, self._pool)
 
     def load(self, s: Slot, ids: list[int], start: int, k: int | None = None) -> None:
         """Copy a step's inputs into the slot: ids padded to its T with the last id."""
