@@ -196,10 +196,13 @@ def rebase_cmd(onto, resolved, ids, as_json):
         if r.error:
             line += f"  {r.error}"
         if r.status == "conflict":
-            deps = " ".join(Memory().ref_entries()[r.id].meta.deps) or "(none: stock)"
-            line += (f"\n           merge it by hand on the moved dependencies ({deps}): "
-                     f"git specpilot replay <dep> --onto {onto} --worktree DIR, edit, commit, "
-                     f"then rebase again with --resolved {r.id}=DIR")
+            deps = Memory().ref_entries()[r.id].meta.deps
+            start = (f"git worktree add DIR {onto}" if not deps else
+                     f"git specpilot replay {deps[0]} --onto {onto} --worktree DIR"
+                     + (f", then the other dependencies {', '.join(deps[1:])}"
+                        if len(deps) > 1 else ""))
+            line += (f"\n           merge it by hand there ({start}), edit, commit, then "
+                     f"rebase again with --resolved {r.id}=DIR")
         lines.append(line)
     _emit(as_json, [r.to_json() for r in results], "\n".join(lines) or "(no memory entries)")
     sys.exit(0 if all(r.status in ("moved", "unchanged") for r in results) else 1)
