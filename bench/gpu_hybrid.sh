@@ -5,6 +5,9 @@
 #   bash bench/gpu_hybrid.sh          # tests/gpu/test_gpu_hybrid.py (fla against the
 #                                     # reference, captured steps against eager ones), then
 #                                     # bench/step_hybrid.py on hybrid-27b (random weights)
+#   bash bench/gpu_hybrid.sh tree     # entries tree-verify + tree-verify-gdn applied in a
+#                                     # copy: tests/test_gdn_tree_kernel.py on CUDA, then
+#                                     # bench/gdn_tree.py (WY kernel, per-path, chain; steps)
 #   bash bench/gpu_hybrid.sh --smoke  # CPU: the same script on tiny-hybrid
 #
 # Tables on stdout; JSON and the tests' log in $OUT.
@@ -17,6 +20,17 @@ if [ "${1:-}" = "--smoke" ]; then
     exec python3 bench/step_hybrid.py --smoke --out "${OUT}"
 fi
 stage wheels || exit 1
+if [ "${1:-}" = "tree" ]; then
+    dir=$(mktemp -d /tmp/tree-gdn.XXXXXX) || exit 1
+    trap 'rm -rf "$dir"' EXIT
+    cp -a stock kernels specpilot training tests bench memory pyproject.toml "$dir/" && cd "$dir" \
+        && git apply memory/tree-verify.patch && git apply memory/tree-verify-gdn.patch \
+        || { echo "gpu_hybrid: the tree entries did not apply"; exit 1; }
+    export PYTHONPATH=$dir
+    python3 -m pytest -q -p no:cacheprovider tests/test_gdn_tree_kernel.py --tb=short 2>&1 \
+        | tee "$OUT/tests_tree.txt" | tail -20
+    exec python3 bench/gdn_tree.py --out "$OUT"
+fi
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 python3 -c "import fla, fla.ops.gated_delta_rule; print('fla', getattr(fla, '__version__', '?'))" \
     || echo "gpu_hybrid: flash-linear-attention not importable: the reference runs on CUDA"

@@ -1,6 +1,5 @@
 """Hybrid GDN targets on CUDA: flash-linear-attention against the plain-PyTorch delta rule,
-captured steps against the eager static forward (bit for bit), and generation with graphs
-giving the tokens of the dynamic forward."""
+and generation from captured steps giving the eager static steps' tokens."""
 
 from __future__ import annotations
 
@@ -31,7 +30,8 @@ def _inputs(t, dtype, seed=0, hk=4, hv=8, d=128):
 @pytest.mark.skipif(not fla_available(), reason="flash-linear-attention is not installed")
 @pytest.mark.parametrize("t", [1, 8, 16, 64, 300])
 def test_fla_matches_the_reference_on_random_inputs(t):
-    for dtype, tol in ((torch.float32, 1e-4), (torch.bfloat16, 2e-2)):
+    # fla runs its fp32 products in TF32 (Triton's default): about 1e-3 apart, not 1e-5
+    for dtype, tol in ((torch.float32, 3e-3), (torch.bfloat16, 2e-2)):
         args = _inputs(t, dtype)
         want_o, want_s = recurrent_reference(*[a.float() for a in args])
         for fn in (chunk_rule, recurrent_rule):
@@ -42,7 +42,11 @@ def test_fla_matches_the_reference_on_random_inputs(t):
     assert o.isfinite().all()
 
 
-def test_captured_hybrid_steps_give_the_dynamic_forwards_tokens():
+def test_captured_hybrid_steps_give_the_eager_static_steps_tokens():
+    """Replayed graphs run the eager static step's kernels: the same tokens, AR and
+    speculative. Speculative against AR is reported, not demanded: the verify step runs
+    fla's chunked kernel and AR its fused recurrent one, which round bf16 differently (on
+    the H200, 2026-12-01, this random tiny target diverged at a near-tie by token 4)."""
     model = Transformer.random(TINY, "cuda", torch.bfloat16, seed=4, std=0.08)
     gen = torch.Generator().manual_seed(5)
     prompts = [torch.randint(1, 512, (n,), generator=gen).tolist() for n in (12, 90)]
@@ -54,6 +58,8 @@ def test_captured_hybrid_steps_give_the_dynamic_forwards_tokens():
         want = eager.generate(prompt, 32).tokens
         assert graphs.generate(prompt, 32).tokens == want          # AR, replayed
         spec = graphs.generate(prompt, 32, DraftModelDrafter(model, 256))
-        assert spec.tokens == want and max(spec.accepted) == 5     # every draft accepted
-        # bf16: the dynamic forward's kernels may round differently; report, don't demand
-        print("dynamic == static:", dynamic.generate(prompt, 32).tokens == want)
+        spec_eager = eager.generate(prompt, 32, DraftModelDrafter(model, 256))
+        assert spec.tokens == spec_eager.tokens and spec.accepted == spec_eager.accepted
+        assert max(spec.accepted) == 5                             # whole drafts accepted
+        print("speculative == AR:", spec.tokens == want,
+              "dynamic == static:", dynamic.generate(prompt, 32).tokens == want)

@@ -1,0 +1,177 @@
+"""Batched decoding throughput: the BatchEngine at several concurrencies, AR and drafters.
+
+At each concurrency C the engine holds at most C requests (max_batch C) and 2C requests
+are submitted at once, so C stay in flight until the queue drains (a closed loop). Per
+(mode, C): output tokens/s over the whole run (prefill included), the median decode step
+(steps that admitted nothing, all C rows active), decode tokens/s (C × τ over that step:
+what the batch makes once prefill is out of the way), tokens gained per step per request
+(τ), and × C = 1 of the same mode (of tokens/s). Every run is first done once untimed on the same engine (the
+CUDA graphs of its shapes captured, compiled code warm), then timed.
+
+Targets: `random:<preset>` (random bf16 weights, random prompts of --prompt tokens: AR
+only, drafts mean nothing there; dense-27b shows where weights stop dominating a step) or
+`embedded` (the real model on the dev requests, chat-templated: AR and the n-gram chain;
+the block drafter is not batched yet). Each mode also runs its first two requests on the
+single-request `Engine` (row `<mode>-engine`, C = 1): what the batch must beat.
+
+Correctness: on every (mode, C) the outputs are compared with the same requests' outputs at
+C = 1 of AR (the single-request path of the batched engine); the table counts how many
+match (fp32: all; bf16: near-ties may differ, counted, not hidden).
+
+    python3 bench/batch_throughput.py --target random:dense-27b --conc 1,4,16,32   # H200
+    python3 bench/batch_throughput.py --target embedded --modes ar,ngram --conc 1,4,16,32
+    python3 bench/batch_throughput.py --smoke          # CPU: random:tiny-qwen3, 2 sizes
+
+Prints one table; writes batch_throughput.json to --out (default $OUT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import common  # noqa: F401  (the repository on sys.path)
+from common import log, print_table, smoke_device, write_json
+
+import torch  # noqa: E402
+
+from stock.batch import BatchEngine  # noqa: E402
+from stock.options import Options  # noqa: E402
+
+
+def load(args):
+    """(model, requests [(prompt ids, max_new)], stop ids)."""
+    dev = torch.device(args.device)
+    if args.target.startswith("random:"):
+        from stock.config import PRESETS
+        from stock.model import Transformer
+
+        dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+        net = Transformer.random(PRESETS[args.target[7:]], dev, dtype, seed=0)
+        gen = torch.Generator().manual_seed(1)
+        n = 2 * max(args.conc)
+        reqs = [(torch.randint(1, net.cfg.vocab_size, (args.prompt,), generator=gen).tolist(),
+                 args.max_new) for _ in range(n)]
+        return net, reqs, frozenset()
+    from specpilot.requests import load_dev, select
+    from stock.system import load_system
+
+    system = load_system(args.target, Options(), device=args.device, max_context=4096)
+    tok = system.tokenizer
+    dev_reqs = select(load_dev(), None, None)
+    reqs = [(tok.chat(r.prompt), min(args.max_new, r.max_new_tokens)) for r in dev_reqs]
+    n = 2 * max(args.conc)
+    reqs = [reqs[i % len(reqs)] for i in range(n)]
+    return system.engine.model, reqs, frozenset(system.engine.stop_ids)
+
+
+def drafter_factory(mode: str, opts: Options):
+    if mode == "ar":
+        return None
+    if mode == "ngram":
+        from stock.drafters.ngram import NGramDrafter
+
+        return lambda: NGramDrafter(opts["ngram_max"], opts["ngram_min"], opts["lattice_topk"])
+    raise SystemExit(f"batch_throughput: mode {mode!r} is not batched (ar, ngram)")
+
+
+def run(engine: BatchEngine, reqs) -> dict:
+    """Submit every request at once, step to the end; per step its time and whether it was a
+    pure decode step (nothing admitted, every row busy)."""
+    subs = [engine.submit(p, m) for p, m in reqs]
+    steps, t0 = [], time.perf_counter()
+    while not engine.idle:
+        admits = bool(engine.waiting) and None in engine.rows
+        s = time.perf_counter()
+        engine.step()   # ends with its one host read: the step's time is wall time
+        if not admits and all(r is not None for r in engine.rows):
+            steps.append(time.perf_counter() - s)
+    wall = time.perf_counter() - t0
+    tokens = sum(len(r.tokens) for r in subs)
+    gained = [a for r in subs for a in r.accepted]
+    return {"wall_s": wall, "tokens": tokens, "tok_s": tokens / wall,
+            "step_ms": 1e3 * statistics.median(steps) if steps else float("nan"),
+            "decode_steps": len(steps), "tau": statistics.mean(gained),
+            "outputs": [r.tokens for r in subs]}
+
+
+def single_engine(model, reqs, ctx, stops, drafter) -> dict:
+    """The same requests one after another on stock's single-request Engine (compiled
+    layers and CUDA graphs where the options say so): the baseline a batch must beat."""
+    from stock.engine import Engine
+
+    eng = Engine(model, Options(), ctx, set(stops))
+    for p, m in reqs:                                  # warm
+        eng.generate(p, m, drafter() if drafter else None)
+    t0, outs, steps = time.perf_counter(), [], []
+    for p, m in reqs:
+        res = eng.generate(p, m, drafter() if drafter else None)
+        outs.append(res.tokens)
+        steps += res.accepted
+    wall = time.perf_counter() - t0
+    tokens = sum(map(len, outs))
+    return {"wall_s": wall, "tokens": tokens, "tok_s": tokens / wall, "step_ms": float("nan"),
+            "decode_steps": 0, "tau": statistics.mean(steps), "outputs": outs}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", default="random:dense-27b")
+    ap.add_argument("--modes", default="ar")
+    ap.add_argument("--conc", default="1,4,16,32")
+    ap.add_argument("--prompt", type=int, default=128, help="random targets: prompt tokens")
+    ap.add_argument("--max-new", type=int, default=64)
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--out", default=os.environ.get("OUT", ""))
+    ap.add_argument("--smoke", action="store_true", help="CPU: random:tiny-qwen3, small")
+    args = ap.parse_args()
+    if args.smoke:
+        args.target, args.conc, args.prompt, args.max_new = "random:tiny-qwen3", "1,2", 12, 8
+        args.modes = "ar,ngram"
+    args.device = smoke_device(args)
+    args.conc = [int(c) for c in args.conc.split(",")]
+    modes = args.modes.split(",")
+    opts = Options()
+    model, reqs, stops = load(args)
+    ctx = max(len(p) for p, _ in reqs) + args.max_new + 8
+    log(f"{args.target} on {args.device}: {len(reqs)} requests, context {ctx}, modes {modes}")
+    res, rows = {}, []
+    for mode in modes:
+        res[f"{mode}-engine@1"] = single_engine(model, reqs[:2], ctx, stops,
+                                                drafter_factory(mode, opts))
+        log(f"{mode} single-request Engine: {res[f'{mode}-engine@1']['tok_s']:.1f} tok/s")
+        for c in args.conc:
+            eng = BatchEngine(model, opts, max_batch=c, max_context=ctx, stop_ids=stops,
+                              drafter_factory=drafter_factory(mode, opts))
+            work = reqs[: 2 * c]
+            run(eng, work)                       # warm: graphs captured, code compiled
+            r = run(eng, work)
+            res[f"{mode}@{c}"] = r
+            log(f"{mode} C={c}: {r['tok_s']:.1f} tok/s, step {r['step_ms']:.2f} ms")
+    single = {}
+    if "ar" in modes and 1 in args.conc:   # the single-request outputs: AR, C = 1, in order
+        base = BatchEngine(model, opts, max_batch=1, max_context=ctx, stop_ids=stops)
+        single = {i: o for i, o in enumerate(run(base, reqs[: 2 * max(args.conc)])["outputs"])}
+    for key, r in res.items():
+        mode, c = key.split("@")
+        c = int(c)
+        one = res.get(f"{mode.removesuffix('-engine')}@1")
+        same = (sum(o == single[i] for i, o in enumerate(r["outputs"])) if single else None)
+        r["decode_tok_s"] = 1e3 * c * r["tau"] / r["step_ms"] if r["decode_steps"] else 0.0
+        rows.append([mode, c, f"{r['tok_s']:.1f}", f"{r['decode_tok_s']:.1f}",
+                     f"{r['tok_s'] / one['tok_s']:.2f}" if one else "",
+                     f"{r['tok_s'] / res[f'ar@{c}']['tok_s']:.2f}" if f"ar@{c}" in res else "",
+                     f"{r['step_ms']:.2f}", r["decode_steps"], f"{r['tau']:.2f}",
+                     f"{same}/{len(r['outputs'])}" if single else "-"])
+        r.pop("outputs")
+    print_table(["mode", "C", "tok/s", "decode tok/s", "× C=1", "× AR", "decode step ms", "steps timed", "τ",
+                 "= single AR"], rows,
+                f"{args.target}, {args.device}, {args.max_new} new tokens, 2C requests per run")
+    write_json(args.out, "batch_throughput.json",
+               {"target": args.target, "device": args.device, "runs": res})
+
+
+if __name__ == "__main__":
+    main()
