@@ -67,6 +67,10 @@ _root = require_root
 @click.option("--drafter-a", default=None,
               help="A's drafter (default: config controller.drafter; ar for none)")
 @click.option("--drafter-b", default=None, help="B's drafter (default: A's)")
+@click.option("--batch", type=click.IntRange(min=1), default=None, metavar="C",
+              help="throughput mode: each round's requests served together by the batched "
+                   "engine, at most C at once; the round's time is the statistic (default "
+                   "2C requests a round, controller.min_pairs rounds)")
 @click.option("--json", "as_json", is_flag=True)
 def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, request_set, sigma,
                 family, model, drafter_a, drafter_b, as_json):
@@ -81,7 +85,8 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
     warn_if_busy()
     rep = compare(_root(), a, b, _pairs(opt_a, "--opt-a"), _pairs(opt_b, "--opt-b"),
                   _devices(devices), rounds, model, n_requests, max_new, sigma, request_set,
-                  progress, drafter_a=drafter_a, drafter_b=drafter_b, family=family)
+                  progress, drafter_a=drafter_a, drafter_b=drafter_b, family=family,
+                  batch=batch or 0)
     if as_json:
         click.echo(rep.model_dump_json(indent=1))
     else:
@@ -95,8 +100,10 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
         click.echo(f"B {rep.b.rev} ({rep.b.commit[:10]}, tree {rep.b.tree[:10]}) "
                    f"options {options_text(rep.b.options)}, "
                    f"drafter {rep.drafter_b or rep.drafter}")
+        batched = (f"; throughput mode: each round one batch, at most {rep.batch} at once"
+                   if rep.batch else "")
         click.echo(f"{rep.mode} on {', '.join(rep.devices)} ({rep.paired.hardware}); "
-                   f"{rep.processes} worker processes per side; {rep.rounds} rounds x "
+                   f"{rep.processes} worker processes per side{batched}; {rep.rounds} rounds x "
                    f"{len(rep.requests) // max(1, rep.rounds)} requests = {est.pairs} pairs per "
                    f"process, "
                    f"{rep.warmup_rounds} warm-up round(s) excluded; measured rounds took "

@@ -23,6 +23,14 @@ computes stock's greedy reference for every measured request; the outputs of the
 themselves are checked against it (specpilot/judges/outputs.py), so the path that is timed is
 the path whose outputs are checked. A fault rejects, whatever the speed.
 
+Throughput mode (`batch` C): each worker serves a round's requests together through its
+system's batched engine (at most C at once, all submitted at the round's start: the same
+requests and the same arrivals on both sides), and the controller times the whole batch
+around the channel: one cell per round and process, the round's time for the same tokens,
+so the gain is the throughput ratio. Every request's batched output is checked against
+stock's single-request greedy reference exactly as above (the batched gate: batching must
+change no token beyond a tolerated near-tie).
+
 Warm-up rounds run first and are never counted. Every request's time is measured by the
 controller around the channel and kept, per label (`paired.times[label][round][request]`).
 The gain, its lower bound, the run's own σ (same-side processes: stock against stock,
@@ -98,6 +106,7 @@ class Comparison(BaseModel):
     drafter_b: str | None = None   # B's drafter when it differs from A's
     estimate: stats.GainEstimate
     processes: int = 1     # worker processes per side
+    batch: int = 0         # throughput mode's concurrency (0: request by request)
     family: int = 1        # directions judged together: the bound's level is split by it
     sigma: float
     sigma_source: str
@@ -122,6 +131,8 @@ class Job:
     drafter_b: str | None = None   # B's drafter when not A's (e.g. block against ngram)
     processes: int = 2             # workers per side (1: the pre-screen only)
     session: tuple[int, ...] | None = None   # the process indices alive now (None: all)
+    batch: int = 0                 # throughput mode: a round served as one batch of at most
+                                   # `batch` at once (0: request by request)
 
     @property
     def indices(self) -> list[int]:
@@ -230,10 +241,16 @@ def check_outputs(workers: dict, job: Job, replies: dict, expected: dict[str, Ex
 
 def _charge(times: list[list[float]], rows: list[list[Req]],
             charges: dict[str, tuple[float, float]]) -> None:
-    """Charge each request its kept share of the timed run plus its continuations (in place)."""
+    """Charge each request its kept share of the timed run plus its continuations (in place).
+    A round timed as one batch (one cell) is charged its requests' mean share and every
+    continuation."""
     for r, row in enumerate(rows):
-        for i, req in enumerate(row):
-            share, extra = charges.get(req[0], (1.0, 0.0))
+        got = [charges.get(req[0], (1.0, 0.0)) for req in row]
+        if len(times[r]) == 1 and len(row) > 1:
+            times[r][0] = times[r][0] * sum(g[0] for g in got) / len(got) \
+                + sum(g[1] for g in got)
+            continue
+        for i, (share, extra) in enumerate(got):
             times[r][i] = times[r][i] * share + extra
 
 
@@ -347,9 +364,21 @@ def _call(w: Worker, req: Req, job: Job) -> Reply:
     return w.run(rid, job.max_new, ids=ids)
 
 
+def _batch(w: Worker, reqs: list[Req], job: Job, m: int, replies: dict) -> float:
+    """A round's requests served together by `w` (throughput mode): the batch's seconds."""
+    outputs, seconds = w.batch(f"round{m}", [(rid, ids) for rid, _p, ids in reqs], job.max_new,
+                               job.batch)
+    replies[w.label].update(outputs)
+    return seconds
+
+
 def _alternate(workers, job: Job, reqs: list[Req], m: int, replies: dict):
     order = round_order(job.names, m)
     rows: dict[str, list[float]] = {label: [] for label in order}
+    if job.batch:
+        for label in order:
+            rows[label].append(_batch(workers[label], reqs, job, m, replies))
+        return rows, ",".join(order)
     for req in reqs:
         for label in order:
             reply = _call(workers[label], req, job)
@@ -362,7 +391,14 @@ def _side_by_side(workers, job: Job, reqs: list[Req], m: int, replies: dict):
     order = round_order(job.indices, m)
     rows: dict[str, list[float]] = {label: [] for label in job.names}
     with ThreadPoolExecutor(2) as pool:
-        for req in reqs:
+        if job.batch:
+            for i in order:
+                pair = (f"A{i}", f"B{i}")
+                futures = [pool.submit(_batch, workers[label], reqs, job, m, replies)
+                           for label in pair]
+                for label, fut in zip(pair, futures):
+                    rows[label].append(fut.result())
+        for req in reqs if not job.batch else []:
             for i in order:
                 pair = (f"A{i}", f"B{i}")
                 futures = [pool.submit(_call, workers[label], req, job) for label in pair]
@@ -386,13 +422,15 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
             max_new: int | None = None, sigma: float | None = None, source: str = "fresh",
             progress: Callable[[str], None] = lambda s: None, *, drafter_a: str | None = None,
             drafter_b: str | None = None, seed: int | None = None,
-            family: int = 1) -> Comparison:
+            family: int = 1, batch: int = 0) -> Comparison:
     """Compare B against A; 'stock' names HEAD. σ is this run's own (same-side processes
     in the same rounds); a given `sigma` is a floor that can only raise the bar. `family`:
     how many directions are judged together (the bound's level is split among them).
     Both sides use the configured drafter unless `drafter_a` / `drafter_b` name others
     (e.g. `ngram` against `block`; `ar` for none). `source`: where the prompts come from
-    (specpilot/judges/prompts.py); `seed` only for tests, a secret one otherwise."""
+    (specpilot/judges/prompts.py); `seed` only for tests, a secret one otherwise. `batch`
+    C > 0: throughput mode (each round one batch of at most C at once; by default 2C
+    requests a round and at least controller.min_pairs rounds, one cell each)."""
     if sigma is not None and not (math.isfinite(sigma) and sigma >= 0):
         raise SpecPilotError(f"σ must be finite and at least 0, got {sigma}", code=2)
     root = Path(root).resolve()
@@ -404,17 +442,22 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
     co_b = clean_checkout(store, "HEAD" if rev_b == "stock" else rev_b, cfg.system_paths, root)
     co_stock = clean_checkout(store, "HEAD", cfg.system_paths, root)
     model = model or cfg.model.path
-    n_rounds, per_round = rounds or cc.rounds, requests or cc.requests
+    if batch < 0:
+        raise SpecPilotError(f"--batch must be at least 1 (0: request by request), got {batch}",
+                             code=2)
+    n_rounds = rounds or (max(cc.rounds, cc.min_pairs) if batch else cc.rounds)
+    per_round = requests or (2 * batch if batch else cc.requests)
     devices = devices or [_default_device()]
     if len(devices) > 2 or len(set(devices)) != len(devices):
         raise SpecPilotError("--devices takes one device or two different ones")
     if len(devices) == 2 and cc.processes % 2:
         raise SpecPilotError(f"two devices need an even controller.processes (each device "
                              f"hosts half of each side), got {cc.processes}")
-    stats.require_design(n_rounds, per_round, cc.processes, cc.processes, cc)   # before workers
+    # before workers; a batched round is one cell
+    stats.require_design(n_rounds, 1 if batch else per_round, cc.processes, cc.processes, cc)
     job = Job(prompts.draw(model, source, cc.warmup_rounds + n_rounds, per_round, seed),
               max_new or cc.max_new, drafter_a or cc.drafter, devices, n_rounds,
-              cc.warmup_rounds, model, processes=cc.processes)
+              cc.warmup_rounds, model, processes=cc.processes, batch=batch)
     if drafter_b and drafter_b != job.drafter:
         job.drafter_b = drafter_b
     log_dir = root / RUNS_DIR / time.strftime("compare-%Y%m%d-%H%M%S")
@@ -443,7 +486,7 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
         requests=[r[0] for r in job.measured], source=source, max_new=job.max_new,
         drafter=job.drafter, drafter_b=job.drafter_b,
         rounds=job.rounds, warmup_rounds=job.warmup_rounds, paired=paired,
-        processes=job.processes, family=family, estimate=est, sigma=decision.sigma,
+        processes=job.processes, batch=job.batch, family=family, estimate=est, sigma=decision.sigma,
         sigma_source=decision.sigma_source, decision=decision, outputs=checks, faults=faults,
         tolerance=near_tie(expected, cfg))
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -24,7 +24,10 @@ the correctness gates; "tokenize" {prompt}; "registry" -> the system's option de
 "measure" {prompts, max_new} -> the cost model's raw measurements (judges/analyze.py;
 teacher-forced lattices included, `teacher_forced`);
 "timed" {options, ids, max_new} -> one generation's decode time under other option values
-(the tuner); {"cmd": "quit"} or end of input ends it.
+(the tuner); "batch" {items: [{id, ids}], max_new, max_batch} -> every item's tokens,
+served together by the system's batched engine (stock.batch.BatchEngine, at most
+max_batch at once: the controller's throughput mode); {"cmd": "quit"} or end of input
+ends it.
 """
 
 from __future__ import annotations
@@ -301,6 +304,7 @@ class Server:
             self.drafter = system.drafter(setup.get("drafter"))
         self.drafter_name = setup.get("drafter")
         self.hardware = _hardware(device)
+        self.batchers: dict[int, object] = {}   # max_batch -> the system's BatchEngine
 
     def ready(self) -> dict:
         import torch
@@ -352,6 +356,31 @@ class Server:
         return {"event": "done", "id": msg.get("id"), "decode_s": res.decode_s,
                 "tokens": res.tokens, "uses_graphs": eng.uses_graphs}
 
+    def batch(self, msg: dict) -> dict:
+        """Every item served together by the system's own batched engine, built once per
+        max_batch (its CUDA graphs survive from round to round); drafters per request."""
+        # lazy: the checkout's stock, imported after setup hashed its tree
+        from stock.batch import BatchEngine
+        from stock.system import make_drafter
+
+        n = int(msg["max_batch"])
+        be = self.batchers.get(n)
+        if be is None:
+            if self.drafter_name not in (None, "", "ar", "none", "ngram"):
+                raise RuntimeError(f"drafter {self.drafter_name} is not batched by this "
+                                   f"system (throughput mode serves ar and ngram)")
+            eng = self.engine
+            be = self.batchers[n] = BatchEngine(
+                eng.model, eng.options, max_batch=n, max_context=eng.max_context,
+                stop_ids=eng.stop_ids,
+                drafter_factory=lambda: make_drafter(self.drafter_name, eng))
+        reqs = [(item["id"], be.submit(list(item["ids"]), int(msg["max_new"])))
+                for item in msg["items"]]
+        be.run()
+        return {"event": "done", "id": msg.get("id"),
+                "outputs": {rid: r.tokens for rid, r in reqs},
+                "steps": max((len(r.accepted) for _, r in reqs), default=0)}
+
     def registry(self, msg: dict) -> dict:
         """The system's own option definitions (entries record them as the code defines
         them; Phase 3 picks the options that act on a kernel category from them)."""
@@ -395,7 +424,7 @@ def main(argv: list[str]) -> int:
             elif msg.get("cmd") == "quit":
                 break
             elif msg.get("cmd") in ("run", "force", "reference", "tokenize", "registry",
-                                    "measure", "timed"):
+                                    "measure", "timed", "batch"):
                 t0 = time.perf_counter()
                 result = getattr(server, msg["cmd"])(msg)
                 result["worker_s"] = time.perf_counter() - t0

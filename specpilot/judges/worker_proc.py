@@ -246,6 +246,22 @@ class Worker:
             raise WorkerError(f"{self.label}: reply for {rep.get('id')!r}, sent {request_id!r}")
         return Reply(rep["tokens"], seconds, rep.get("worker_s", 0.0), rep.get("steps", 0))
 
+    def batch(self, batch_id: str, items: list[tuple[str, list[int]]], max_new: int,
+              max_batch: int) -> tuple[dict[str, list[int]], float]:
+        """Every item served together by the system's batched engine: (tokens per request
+        id, seconds measured here around the channel, the whole batch's)."""
+        t0 = time.perf_counter()
+        self._send({"cmd": "batch", "id": batch_id, "max_new": max_new, "max_batch": max_batch,
+                    "items": [{"id": rid, "ids": ids} for rid, ids in items]})
+        rep = self._receive("done")
+        seconds = time.perf_counter() - t0
+        if rep.get("id") != batch_id:
+            raise WorkerError(f"{self.label}: reply for {rep.get('id')!r}, sent {batch_id!r}")
+        outputs = rep.get("outputs") or {}
+        if sorted(outputs) != sorted(rid for rid, _ in items):
+            raise WorkerError(f"{self.label}: batch {batch_id} answered other requests")
+        return {rid: list(toks) for rid, toks in outputs.items()}, seconds
+
     def call(self, cmd: str, request_id: str, **fields) -> dict:
         """Any other command of the worker (force, reference, tokenize); the raw reply."""
         self._send({"cmd": cmd, "id": request_id, **fields})

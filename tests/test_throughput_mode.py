@@ -1,0 +1,66 @@
+"""The controller's throughput mode (`compare --batch C`): each round served as one batch by
+the system's batched engine, the round's time the statistic, and every batched output
+checked against stock's single-request reference (the batched gate).
+
+Real candidates (tests/judge_fixtures.py) in real workers on the random tiny target.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from judge_fixtures import cheat, judge_project
+from specpilot.errors import SpecPilotError
+from specpilot.judges.controller import compare
+
+MODEL = "random:tiny-qwen3"
+
+# Batching that changes tokens: while more than one request is in flight, every token a
+# request gains is shifted by one. Single-request generation (Engine) is untouched, so
+# every gate that runs requests one at a time passes it; it is also faster, since a wrong
+# token ends nothing early here: only the batched output check can see it.
+WRONG_WHEN_BATCHED = """
+_real_emit = BatchEngine._emit
+
+
+def _shifted_emit(self, req, new):
+    if len(self.active) > 1:
+        new = [(t + 1) % self.model.cfg.vocab_size for t in new]
+    return _real_emit(self, req, new)
+
+
+BatchEngine._emit = _shifted_emit
+"""
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    return judge_project(tmp_path_factory.mktemp("throughput") / "proj")
+
+
+def test_throughput_mode_times_each_round_as_one_batch_and_sees_a_slower_side(project):
+    # A verifies every step 4 times (option repeat_work: identical writes, same tokens)
+    rep = compare(project, "stock", "stock", opts_a={"repeat_work": "3"}, model=MODEL,
+                  max_new=8, rounds=4, requests=2, batch=2, sigma=0.05)
+    assert rep.batch == 2 and rep.a.effective["repeat_work"] == 3
+    assert len(rep.requests) == 4 * 2
+    assert all(len(row) == 1 for rows in rep.paired.times.values() for row in rows)
+    assert rep.estimate.pairs == 4                          # one cell per round
+    assert rep.outputs["A"].ok and rep.outputs["B"].ok and not rep.faults
+    assert rep.outputs["B"].requests == 2 * 8               # every batched output checked
+    assert rep.estimate.gain > 0 and rep.decision.direction == "faster"
+
+
+def test_a_candidate_whose_batched_outputs_differ_is_rejected_by_the_batched_gate(project):
+    bad = cheat(project, "wrong-when-batched", WRONG_WHEN_BATCHED, path="stock/batch.py")
+    rep = compare(project, "stock", bad, model=MODEL, max_new=8, rounds=4, requests=2,
+                  batch=2, sigma=0.05)
+    assert not rep.decision.adopted and rep.faults and rep.faults[0].startswith("B ")
+    assert rep.outputs["A"].ok and not rep.outputs["B"].ok
+
+
+def test_bad_throughput_designs_are_one_line_errors(project):
+    with pytest.raises(SpecPilotError, match="--batch must be at least 1"):
+        compare(project, "stock", "stock", model=MODEL, batch=-1)
+    with pytest.raises(SpecPilotError, match="pairs per process"):   # one cell a round
+        compare(project, "stock", "stock", model=MODEL, batch=2, rounds=2)
