@@ -3,8 +3,8 @@
 `BatchEngine` holds up to `max_batch` requests, each in a row of one cache
 ([max_batch, Hkv, slots, D] per layer) with its own committed length. `submit` queues a
 request; each `step()` first admits waiting requests into free rows, first come first
-served (each prompt prefilled into its row by the same batched forward, one row, in chunks
-of `prefill_chunk` tokens), then runs one verification step for every active request at
+served (the admitted prompts prefilled together by the same batched forward, chunk by chunk
+of `prefill_chunk` tokens, up to token_budget tokens a forward), then runs one verification step for every active request at
 once: each request's [pending token] + draft chain, padded to the longest (its padding
 written past its own tokens, never committed), each row at its own positions, attention
 per row over its own slots (the mask: key j visible to row r's token i iff
@@ -17,7 +17,7 @@ in a larger GEMM.
 On CUDA (option `cuda_graphs`) verify steps replay CUDA graphs per (requests, tokens,
 KV length) bucket with acceptance on the device (stock/batch_graphs.py); `static=True`
 runs that static step eagerly on any device (the CPU tests of its logic). Prefill stays
-the dynamic forward, a row at a time.
+the dynamic forward.
 
 Drafters are per request (`drafter_factory()` builds one per admitted request, e.g. the
 n-gram drafter; each drafts on the host from its own context). The block drafter (target
@@ -139,7 +139,11 @@ class BatchEngine:
         return finished
 
     def _admit(self) -> list[Request]:
-        finished = []
+        """Admit waiting requests into free rows, first come first served, and prefill them
+        together: chunk c of every admitted prompt in one batched forward (rows padded to
+        the longest chunk; padding lands past a row's tokens and is never committed), at
+        most token_budget // prefill_chunk rows a forward."""
+        admitted = []
         while self.waiting and None in self.rows:
             req = self.waiting.popleft()
             row = self.rows.index(None)
@@ -147,12 +151,27 @@ class BatchEngine:
             req.drafter = self.drafter_factory()
             if req.drafter is not None:
                 req.drafter.reset()
-            logits = None
-            for s in range(0, len(req.prompt), self.prefill_chunk):
-                chunk = req.prompt[s:s + self.prefill_chunk]
-                logits = self._forward([chunk], [row], [s])[0, len(chunk) - 1]
-            self.lengths[row] = len(req.prompt)
-            req.pending = int(logits.argmax())
+            admitted.append(req)
+        group = max(1, self.token_budget // self.prefill_chunk)
+        finished = []
+        for g in range(0, len(admitted), group):
+            finished += self._prefill(admitted[g:g + group])
+        return finished
+
+    def _prefill(self, reqs: list[Request]) -> list[Request]:
+        last: dict[int, torch.Tensor] = {}
+        c = self.prefill_chunk
+        for s in range(0, max(len(r.prompt) for r in reqs), c):
+            part = [r for r in reqs if len(r.prompt) > s]
+            chunks = [r.prompt[s:s + c] for r in part]
+            logits = self._forward(chunks, [r.row for r in part], [s] * len(part))
+            for i, (r, chunk) in enumerate(zip(part, chunks)):
+                if s + len(chunk) == len(r.prompt):
+                    last[r.row] = logits[i, len(chunk) - 1]
+        finished = []
+        for req in reqs:
+            self.lengths[req.row] = len(req.prompt)
+            req.pending = int(last[req.row].argmax())
             if self._emit(req, [req.pending]):
                 finished.append(req)
         return finished

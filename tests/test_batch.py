@@ -79,6 +79,29 @@ def test_the_static_step_the_graphs_replay_gives_the_same_outputs(tiny):
     assert spare == 3 and be.runner.spare == spare   # padding requests' scratch row
 
 
+def test_admitted_prompts_are_prefilled_together_chunk_by_chunk(tiny):
+    """Prompts of mixed lengths admitted in one step share each chunk's forward (rows
+    padded to the longest chunk, token_budget // prefill_chunk rows a forward) and still
+    give their single-request outputs."""
+    model, prompts, want = tiny
+    with one_thread():
+        be = BatchEngine(model, Options({"draft_len": 4}), max_batch=4, max_context=256,
+                         prefill_chunk=8, token_budget=24)
+        calls = []
+        real = be._forward
+        be._forward = lambda seqs, rows, starts: calls.append(len(rows)) or real(seqs, rows,
+                                                                              starts)
+        reqs = [be.submit(p, 24) for p in prompts]
+        be.step()                                  # admits four: their prefill, then a step
+    prefill = calls[:-1]
+    assert max(prefill) == 3                       # 24 // 8 rows at once, never more
+    alone = sum(-(-len(p) // 8) for p in prompts[:4])   # forwards a row at a time would take
+    assert len(prefill) < alone
+    with one_thread():
+        be.run()
+    assert [r.tokens for r in reqs] == want
+
+
 @pytest.mark.slow
 def test_the_embedded_defaults_dev_prompts_served_together_equal_their_ar_outputs(smol, dev_prompts):
     be = BatchEngine(smol.engine.model, Options({"draft_len": 4}), max_batch=8,
