@@ -20,9 +20,10 @@ runs that static step eagerly on any device (the CPU tests of its logic). Prefil
 the dynamic forward.
 
 Drafters are per request (`drafter_factory()` builds one per admitted request, e.g. the
-n-gram drafter; each drafts on the host from its own context). The block drafter (target
-hidden states per row) and hybrid targets (per-request recurrent state) are not batched
-yet.
+n-gram drafter; each drafts on the host from its own context), or one `batch_drafter` for
+all rows (stock/drafters/block_batch.py: every row's block in one forward, fed each step's
+committed target hidden states, which the verify step then also returns). Hybrid targets
+(per-request recurrent state) are not batched yet.
 
 `BackgroundBatch` runs a BatchEngine in a thread and streams each request's tokens to its
 caller (`stream`): what a server's many request handlers call at once.
@@ -41,6 +42,7 @@ import torch
 
 from stock.batch_graphs import BatchRunner, row_steps
 from stock.drafters.base import DraftContext, Drafter
+from stock.drafters.block_batch import BatchBlockDrafter
 from stock.graphs import BUCKETS
 from stock.errors import StockError
 from stock.model import Transformer
@@ -75,7 +77,8 @@ class BatchEngine:
                  max_context: int | None = None, stop_ids=frozenset(),
                  drafter_factory: Callable[[], Drafter | None] | None = None,
                  prefill_chunk: int = 256, token_budget: int = 4096,
-                 static: bool | None = None, capture: bool | None = None):
+                 static: bool | None = None, capture: bool | None = None,
+                 batch_drafter: "BatchBlockDrafter | None" = None):
         if model.cfg.hybrid:
             raise BatchError("batched serving of hybrid GDN targets is not supported yet "
                              "(their recurrent state is per request)")
@@ -86,14 +89,20 @@ class BatchEngine:
         self.max_context = max_context or model.cfg.max_position
         self.stop_ids = frozenset(stop_ids)
         self.drafter_factory = drafter_factory or (lambda: None)
+        # one drafter for every row (the block drafter: all rows' blocks in one forward),
+        # fed each step's committed target hidden states; else drafters per request
+        self.batch_drafter = batch_drafter
+        if batch_drafter is not None and drafter_factory is not None:
+            raise BatchError("give a batch drafter or a per-request drafter factory, not both")
+        self.hidden_layers = tuple(batch_drafter.hidden_layers) if batch_drafter else ()
         if static is None:
             static = model.device.type == "cuda" and self.options["cuda_graphs"]
         # a step's padding past a row's context: its draft, or the largest T bucket
         slack = BUCKETS[-1] if static else self.options["draft_len"] + 1
         # static steps: one spare row past the requests, where padding requests write
         self.cache = model.new_cache(self.max_context + slack, batch=max_batch + bool(static))
-        self.runner = BatchRunner(model, self.cache, max_batch, capture=capture) if static \
-            else None
+        self.runner = BatchRunner(model, self.cache, max_batch, capture=capture,
+                                  hidden_layers=self.hidden_layers) if static else None
         self.lengths = [0] * max_batch
         self.rows: list[Request | None] = [None] * max_batch
         self.waiting: deque[Request] = deque()
@@ -151,6 +160,8 @@ class BatchEngine:
             req.drafter = self.drafter_factory()
             if req.drafter is not None:
                 req.drafter.reset()
+            if self.batch_drafter is not None:
+                self.batch_drafter.reset(row)
             admitted.append(req)
         group = max(1, self.token_budget // self.prefill_chunk)
         finished = []
@@ -164,10 +175,13 @@ class BatchEngine:
         for s in range(0, max(len(r.prompt) for r in reqs), c):
             part = [r for r in reqs if len(r.prompt) > s]
             chunks = [r.prompt[s:s + c] for r in part]
-            logits = self._forward(chunks, [r.row for r in part], [s] * len(part))
+            logits, hidden = self._forward(chunks, [r.row for r in part], [s] * len(part))
             for i, (r, chunk) in enumerate(zip(part, chunks)):
                 if s + len(chunk) == len(r.prompt):
                     last[r.row] = logits[i, len(chunk) - 1]
+            if hidden is not None:
+                self.batch_drafter.extend([(r.row, s + len(c), hidden[i, :len(c)])
+                                           for i, (r, c) in enumerate(zip(part, chunks))])
         finished = []
         for req in reqs:
             self.lengths[req.row] = len(req.prompt)
@@ -176,8 +190,10 @@ class BatchEngine:
                 finished.append(req)
         return finished
 
-    def _forward(self, seqs: list[list[int]], rows: list[int], starts: list[int]) -> torch.Tensor:
-        """Logits [R, T, vocab] of each row's tokens at its own positions (padded to T)."""
+    def _forward(self, seqs: list[list[int]], rows: list[int], starts: list[int]):
+        """Logits [R, T, vocab] of each row's tokens at its own positions (padded to T),
+        and the batch drafter's target layers' hidden states side by side [R, T, n * H]
+        (None without one)."""
         dev = self.model.device
         t = max(len(s) for s in seqs)
         ids = torch.tensor([s + [s[-1]] * (t - len(s)) for s in seqs], device=dev)
@@ -186,32 +202,45 @@ class BatchEngine:
         rows_t = torch.tensor(rows, device=dev)
         for _ in range(1 + self.options["repeat_work"]):   # test-only: identical writes
             out = self.model(ids, self.cache, 0, positions=pos, kv_len=kv_len, mask=seen,
-                             rows=rows_t, logits="all")
-        return out.logits
+                             rows=rows_t, logits="all", hidden_layers=self.hidden_layers)
+        hidden = (torch.cat([out.hidden[i] for i in self.hidden_layers], dim=-1)
+                  if self.hidden_layers else None)
+        return out.logits, hidden
 
     def _verify(self, live: list[Request]) -> list[Request]:
         k_max = self.options["draft_len"]
-        seqs = []
+        bd = self.batch_drafter
+        if bd is not None:
+            k_max = min(k_max, bd.net.cfg.block_size)
+        ks, chains = [], []
         for req in live:
             room = self.max_context - self.lengths[req.row] - 1
-            k = min(k_max, room, req.max_new - len(req.tokens),
-                    max(0, self.token_budget // len(live) - 1))
-            chain: list[int] = []
-            if k > 0 and req.drafter is not None:
-                chain = req.drafter.draft(DraftContext(req.prompt + req.tokens), k).chain[:k]
-            seqs.append([req.pending] + chain)
+            ks.append(max(0, min(k_max, room, req.max_new - len(req.tokens),
+                                 self.token_budget // len(live) - 1)))
+        if bd is not None:   # every row's block in one forward
+            lattices = bd.draft([r.row for r in live], [r.pending for r in live], ks)
+            chains = [lat.chain[:k] for lat, k in zip(lattices, ks)]
+        else:
+            chains = [req.drafter.draft(DraftContext(req.prompt + req.tokens), k).chain[:k]
+                      if k > 0 and req.drafter is not None else [] for req, k in zip(live, ks)]
+        seqs = [[req.pending] + chain for req, chain in zip(live, chains)]
         rows, starts = [r.row for r in live], [self.lengths[r.row] for r in live]
         if self.runner is not None and max(map(len, seqs)) <= BUCKETS[-1]:
             packed = self.runner.step(seqs, starts, rows)   # acceptance on the device
             accepted = [(p[0], p[1:]) for p in packed]
+            hidden = self.runner.last.hidden
         else:
-            target = self._forward(seqs, rows, starts).argmax(-1).tolist()   # one host sync
+            logits, hidden = self._forward(seqs, rows, starts)
+            target = logits.argmax(-1).tolist()   # one host sync
             accepted = []
             for seq, tgt in zip(seqs, target):
                 n = 0
                 while n < len(seq) - 1 and seq[n + 1] == tgt[n]:
                     n += 1
                 accepted.append((n, tgt))
+        if bd is not None:   # the committed spans' context: [start, start + n + 1) per row
+            bd.extend([(req.row, start + n + 1, hidden[i, :n + 1])
+                       for i, (req, start, (n, _)) in enumerate(zip(live, starts, accepted))])
         finished = []
         for req, (n, tgt) in zip(live, accepted):
             self.lengths[req.row] += n + 1

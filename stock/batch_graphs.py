@@ -8,7 +8,8 @@ step builds each row's positions (start + 0..T-1) and mask (key j visible iff j 
 token's position) on the device, runs the batched forward (cache rows, stock/model.py),
 and computes each request's acceptance there: `packed` [B, 1 + T] = (accepted draft tokens
 n, then the target's argmax per position). Reading `packed[:R]` is the step's one host
-synchronisation.
+synchronisation. With `hidden_layers` (a block drafter's) each slot also outputs those
+layers' hidden states side by side, [B, T, layers * H] (`last.hidden` after a step).
 
 Requests past the real count (the B bucket's padding) use the cache's spare last row, at
 start 0: their writes land there and nothing reads them; so does the warm-up before a
@@ -54,14 +55,16 @@ class BatchSlot:
     kv_len: int
     inp: torch.Tensor          # [b * t + 3 * b] int64: ids, starts, rows, ks
     packed: torch.Tensor | None = None
+    hidden: torch.Tensor | None = None   # [b, t, layers * H]: the runner's hidden_layers
     graph: "torch.cuda.CUDAGraph | None" = None
 
 
 class BatchRunner:
     def __init__(self, model: Transformer, cache: KVCache, max_batch: int,
                  buckets: tuple[int, ...] = BUCKETS, capture: bool | None = None,
-                 min_kv: int = MIN_KV):
+                 min_kv: int = MIN_KV, hidden_layers: tuple[int, ...] = ()):
         self.model, self.cache, self.max_batch = model, cache, max_batch
+        self.hidden_layers = tuple(hidden_layers)   # every slot's extra output (a drafter's)
         self.spare = cache.k[0].shape[0] - 1   # the cache's last row: padding's scratch
         if self.spare < max_batch:
             raise BatchGraphError(f"the cache needs a spare row past the {max_batch} requests")
@@ -73,6 +76,7 @@ class BatchRunner:
         self.kv_buckets = kv_buckets(cache.max_len, min_kv)
         self.slots: dict[tuple[int, int, int], BatchSlot] = {}
         self._pool = None
+        self.last: BatchSlot | None = None   # the slot of the last step
 
     @staticmethod
     def _fit(buckets, n: int, what: str) -> int:
@@ -93,18 +97,20 @@ class BatchRunner:
         return s
 
     @torch.inference_mode()
-    def _compute(self, s: BatchSlot) -> torch.Tensor:
+    def _compute(self, s: BatchSlot):
         b, t = s.b, s.t
         ids = s.inp[:b * t].view(b, t)
         starts, rows, ks = s.inp[b * t:].view(3, b)
         steps = torch.arange(t, device=self.device)
         pos, seen = row_steps(starts, t, s.kv_len)
         out = self.model(ids, self.cache, 0, positions=pos, kv_len=s.kv_len, mask=seen,
-                         rows=rows, logits="all")
+                         rows=rows, logits="all", hidden_layers=self.hidden_layers)
         target = out.logits.argmax(-1)                                    # [b, t]
         match = (ids[:, 1:] == target[:, :-1]) & (steps[None, :-1] < ks[:, None])
         n = match.long().cumprod(1).sum(1, keepdim=True)
-        return torch.cat([n, target], dim=1)
+        hidden = (torch.cat([out.hidden[i] for i in self.hidden_layers], dim=-1)
+                  if self.hidden_layers else None)
+        return torch.cat([n, target], dim=1), hidden
 
     def _scratch(self, s: BatchSlot) -> None:
         with torch.inference_mode():
@@ -115,7 +121,8 @@ class BatchRunner:
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         self._scratch(s)   # warm-up and capture write only the spare row
-        s.graph, s.packed = capture(lambda: self._compute(s), self.device, self._pool)
+        s.graph, (s.packed, s.hidden) = capture(lambda: self._compute(s), self.device,
+                                                self._pool)
 
     def step(self, seqs: list[list[int]], starts: list[int], rows: list[int]) -> list[list[int]]:
         """Verify each request's [pending] + draft at its start in its row; per request
@@ -140,5 +147,6 @@ class BatchRunner:
         if s.graph is not None:
             s.graph.replay()
         else:
-            s.packed = self._compute(s)
+            s.packed, s.hidden = self._compute(s)
+        self.last = s
         return s.packed[:r].tolist()   # the one host sync of a step

@@ -1,0 +1,149 @@
+"""The block drafter for a batch of requests: every active request's block in one forward.
+
+`BatchBlockDrafter` holds the same weights as `BlockDrafter` (stock/drafters/block.py) and
+the same per-request state, one row per request of the BatchEngine's cache: per drafter
+layer context K/V [rows, Hkv, slots, D] and each row's context length. Two calls a step:
+
+- `extend(spans)`: the newly committed spans of several rows, [(row, end, features)], with
+  features the chosen target layers' hidden states side by side [n, n_ctx * H] of
+  positions [end - n, end): every span's context K/V from one GEMM for all rows and layers,
+  one RoPE, written at (row, position) in one indexed store per layer and K/V;
+- `draft(rows, pendings)`: each row's block (its pending token, then block_size - 1 mask
+  embeddings) at positions ctx_len_r .. ctx_len_r + T - 1, all rows in one forward of
+  [R, T] tokens; each row attends to its own context and its whole block (keys before
+  ctx_len_r + T of its own cache row); the target's head, then each row's lattice (top-k
+  ids and log-probs) in one host read.
+
+The arithmetic is BlockDrafter's plain path row by row, so a row drafts what a
+single-request BlockDrafter would with the same context (up to the summation order of the
+larger GEMMs: tests/test_batch_block.py). Rows past the real requests are never read.
+CPU and CUDA eager; no CUDA graph of its own yet.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+
+from stock.drafters.base import DraftLattice
+from stock.drafters.block import BlockDrafterError, BlockNet
+from stock.drafters.block_step import rms
+from stock.layers import apply_rope
+from stock.linear import linear
+
+
+class BatchBlockDrafter:
+    name = "block"
+
+    def __init__(self, net: BlockNet, target, max_len: int, rows: int, topk: int = 4):
+        cfg = net.cfg
+        cfg.check_target(target.cfg)
+        p = next(net.parameters())
+        if p.device != target.device or p.dtype != target.dtype:
+            net = copy.deepcopy(net).to(device=target.device, dtype=target.dtype)
+        self.net, self.target, self.topk = net.eval(), target, topk
+        self.hidden_layers = tuple(cfg.target_layers)
+        self.slots = max_len + cfg.block_size
+        dev, dt = target.device, target.dtype
+        shape = (rows, cfg.num_kv_heads, self.slots, cfg.head_dim)
+        self.k = [torch.zeros(shape, device=dev, dtype=dt) for _ in range(cfg.num_layers)]
+        self.v = [torch.zeros(shape, device=dev, dtype=dt) for _ in range(cfg.num_layers)]
+        self.ctx_len = [0] * rows
+        with torch.no_grad():
+            attn = [layer.self_attn for layer in net.layers]
+            self._ctx_w = torch.cat([w for a in attn for w in (a.k_proj.weight, a.v_proj.weight)])
+            self._qkv_w = [torch.cat([a.q_proj.weight, a.k_proj.weight, a.v_proj.weight])
+                           for a in attn]
+            self._gate_up_w = [torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight])
+                               for layer in net.layers]
+            self._masks = net.mask_embedding.to(dt)[None].expand(cfg.block_size - 1, -1)
+        self._steps = torch.arange(cfg.block_size, device=dev)
+        self._keys = torch.arange(self.slots, device=dev)
+
+    def reset(self, row: int) -> None:
+        self.ctx_len[row] = 0
+
+    def _rope(self, pos: torch.Tensor):
+        pos = pos.clamp(max=self.target.cfg.max_position - 1)
+        return self.target.cos[pos], self.target.sin[pos]
+
+    @torch.inference_mode()
+    def extend(self, spans: list[tuple[int, int, torch.Tensor]]) -> None:
+        """Context of positions [end - n, end) of each (row, end, features [n, n_ctx * H])."""
+        spans = [s for s in spans if s[2].shape[0]]
+        if not spans:
+            return
+        dev, dt = self.target.device, self.target.dtype
+        for row, end, feat in spans:
+            if end - feat.shape[0] > self.ctx_len[row] or end > self.slots:
+                raise BlockDrafterError(f"block drafter row {row}: positions "
+                                        f"{end - feat.shape[0]}..{end - 1} do not extend its "
+                                        f"context of {self.ctx_len[row]}")
+        rows = torch.tensor([r for r, _, f in spans for _ in range(f.shape[0])], device=dev)
+        pos = torch.cat([torch.arange(e - f.shape[0], e, device=dev) for _, e, f in spans])
+        net, cfg = self.net, self.net.cfg
+        feat = net.context_norm(net.fc(torch.cat([f.to(dt) for _, _, f in spans])))  # [N, H]
+        n_layers, hkv, d = cfg.num_layers, cfg.num_kv_heads, cfg.head_dim
+        kv = linear(feat, self._ctx_w).view(-1, n_layers, 2, hkv, d)
+        cos, sin = self._rope(pos)                                         # [N, D]
+        for i, layer in enumerate(net.layers):
+            k, v = kv[:, i, 0], kv[:, i, 1]                                  # [N, Hkv, D]
+            if cfg.qk_norm:   # as BlockDrafter's context update (block_step.block_context)
+                k = rms(k, layer.self_attn.k_norm.weight, net.context_norm.eps)
+            k = apply_rope(k[:, :, None], cos[:, None, None], sin[:, None, None])[:, :, 0]
+            self.k[i][rows, :, pos] = k
+            self.v[i][rows, :, pos] = v
+        for row, end, _ in spans:
+            self.ctx_len[row] = end
+
+    @torch.inference_mode()
+    def draft(self, rows: list[int], pendings: list[int], ks: list[int]) -> list[DraftLattice]:
+        """Each row's lattice of its first ks[i] block positions (0: an empty one)."""
+        live = [i for i, k in enumerate(ks) if k > 0]
+        out = [DraftLattice.empty(self.topk) for _ in rows]
+        if not live:
+            return out
+        net, cfg = self.net, self.net.cfg
+        dev, dt = self.target.device, self.target.dtype
+        t, h, hkv, d = cfg.block_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        g, b = h // hkv, len(live)
+        row_t = torch.tensor([rows[i] for i in live], device=dev)
+        ends = torch.tensor([self.ctx_len[rows[i]] for i in live], device=dev)
+        pos = ends[:, None] + self._steps                                   # [B, T]
+        cos, sin = self._rope(pos)
+        cos, sin = cos[:, None], sin[:, None]                               # [B, 1, T, D]
+        kv_len = int(ends.max()) + t
+        keys = self._keys[:kv_len]
+        zero = torch.zeros((), dtype=dt, device=dev)
+        mask = torch.where(keys[None] < (ends + t)[:, None], zero,
+                           torch.full_like(zero, float("-inf"))).view(b, 1, 1, kv_len)
+        emb = self.target.model.embed_tokens(torch.tensor([pendings[i] for i in live],
+                                                          device=dev))
+        x = torch.cat([emb[:, None], self._masks.expand(b, -1, -1)], dim=1)  # [B, T, H]
+        for i, layer in enumerate(net.layers):
+            attn = layer.self_attn
+            y = layer.input_layernorm(x)
+            q, k, v = linear(y, self._qkv_w[i]).view(b, t, h + 2 * hkv, d).split(
+                [h, hkv, hkv], dim=2)
+            if cfg.qk_norm:
+                q, k = attn.q_norm(q), attn.k_norm(k)
+            q = apply_rope(q.transpose(1, 2), cos, sin)
+            k = apply_rope(k.transpose(1, 2), cos, sin)                     # [B, Hkv, T, D]
+            r_idx = row_t[:, None].expand(b, t)
+            self.k[i][r_idx, :, pos] = k.transpose(1, 2)
+            self.v[i][r_idx, :, pos] = v
+            kk = self.k[i].index_select(0, row_t)[:, :, :kv_len]
+            vv = self.v[i].index_select(0, row_t)[:, :, :kv_len]
+            o = F.scaled_dot_product_attention(q.reshape(b, hkv, g * t, d), kk, vv,
+                                               attn_mask=mask)
+            x = x + attn.o_proj(o.view(b, h, t, d).transpose(1, 2).reshape(b, t, h * d))
+            gate, up = linear(layer.post_attention_layernorm(x), self._gate_up_w[i]).chunk(2, -1)
+            x = x + layer.mlp.down_proj(F.silu(gate) * up)
+        logits = self.target.lm_head(rms(x, net.norm.weight, cfg.rms_norm_eps)).float()
+        top = torch.log_softmax(logits, dim=-1).topk(self.topk, dim=-1)
+        both = torch.stack([top.indices.double(), top.values.double()]).cpu()   # one read
+        for j, i in enumerate(live):
+            out[i] = DraftLattice(both[0, j, :ks[i]].long(), both[1, j, :ks[i]].float())
+        return out

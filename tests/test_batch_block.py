@@ -1,0 +1,70 @@
+"""The block drafter batched (stock/drafters/block_batch.py): every row's block in one
+forward drafts what the single-request BlockDrafter drafts from the same context, and the
+BatchEngine speculating with it gives every request its single-request greedy output
+(fp32, CPU; a toy-trained drafter, so drafts are accepted)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from block_fixtures import random_net, toy, toy_trained  # noqa: F401 (fixtures)
+from stock.batch import BatchEngine, BatchError
+from stock.drafters.base import DraftContext
+from stock.drafters.block import BlockDrafter
+from stock.drafters.block_batch import BatchBlockDrafter
+from stock.engine import Engine
+from stock.options import Options
+
+
+def test_a_batch_of_rows_drafts_what_single_drafters_draft(toy):
+    target, prompts, _ = toy
+    net = random_net(target, block_size=4, seed=3)
+    layers = tuple(net.cfg.target_layers)
+    bd = BatchBlockDrafter(net, target, 256, rows=4, topk=3)
+    want, spans, pend = [], [], []
+    for row, p in enumerate(prompts[:3]):
+        ids = torch.tensor([p])
+        out = target(ids, target.new_cache(256), 0, logits="last", hidden_layers=layers)
+        single = BlockDrafter(net, target, 256, topk=3)
+        pending = int(out.logits[0, -1].argmax())
+        want.append(single.draft(DraftContext(p + [pending], out.hidden), 3))
+        spans.append((row, len(p), torch.cat([out.hidden[i][0] for i in layers], -1)))
+        pend.append(pending)
+    bd.extend(spans[:1])           # rows extended in two calls, then drafted together
+    bd.extend(spans[1:])
+    got = bd.draft([0, 1, 2], pend, [3, 2, 0])
+    for i, k in enumerate([3, 2, 0]):
+        assert torch.equal(got[i].ids, want[i].ids[:k]), i
+        assert torch.allclose(got[i].logprobs, want[i].logprobs[:k], atol=1e-5), i
+    assert len(got[2]) == 0 and bd.ctx_len[:3] == [len(p) for p in prompts[:3]]
+
+
+@pytest.mark.parametrize("static", [False, True])
+def test_batched_block_speculation_gives_single_request_outputs(toy, toy_trained, static):
+    target, prompts, _ = toy
+    net = toy_trained[0]
+    opts = Options({"draft_len": 3, "block_size": 4})
+    single = Engine(target, opts, 256)
+    want = [single.generate(p, 20, BlockDrafter(net, target, 256)) for p in prompts]
+    be = BatchEngine(target, opts, max_batch=3, max_context=256, static=static,
+                     capture=False, batch_drafter=BatchBlockDrafter(net, target, 256, rows=4),
+                     prefill_chunk=8)
+    reqs = []
+    for i, p in enumerate(prompts):    # arrivals spread: rows freed and reused
+        reqs.append(be.submit(p, 20))
+        if i % 2:
+            be.step()
+    be.run()
+    for i, (req, ref) in enumerate(zip(reqs, want)):
+        assert req.tokens == ref.tokens, i
+        assert req.accepted == ref.accepted, i       # the same drafts as one at a time
+    assert max(max(r.accepted) for r in reqs) > 1    # drafts were accepted
+
+
+def test_a_batch_drafter_and_a_drafter_factory_are_refused_together(toy):
+    target, _, _ = toy
+    bd = BatchBlockDrafter(random_net(target), target, 64, rows=2)
+    with pytest.raises(BatchError, match="not both"):
+        BatchEngine(target, max_batch=1, max_context=64, batch_drafter=bd,
+                    drafter_factory=lambda: None)
