@@ -10,8 +10,8 @@ CUDA graphs of its shapes captured, compiled code warm), then timed.
 
 Targets: `random:<preset>` (random bf16 weights, random prompts of --prompt tokens: AR
 only, drafts mean nothing there; dense-27b shows where weights stop dominating a step) or
-`embedded` (the real model on the dev requests, chat-templated: AR and the n-gram chain;
-the block drafter is not batched yet). Each mode also runs its first two requests on the
+`embedded` (the real model on the dev requests, chat-templated: AR, the n-gram chain and
+the block drafter, batched: `--modes ar,ngram,block`). Each mode also runs its first two requests on the
 single-request `Engine` (row `<mode>-engine`, C = 1): what the batch must beat.
 
 Correctness: on every (mode, C) the outputs are compared with the same requests' outputs at
@@ -19,7 +19,7 @@ C = 1 of AR (the single-request path of the batched engine); the table counts ho
 match (fp32: all; bf16: near-ties may differ, counted, not hidden).
 
     python3 bench/batch_throughput.py --target random:dense-27b --conc 1,4,16,32   # H200
-    python3 bench/batch_throughput.py --target embedded --modes ar,ngram --conc 1,4,16,32
+    python3 bench/batch_throughput.py --target embedded --modes ar,ngram,block --conc 1,4,16,32
     python3 bench/batch_throughput.py --smoke          # CPU: random:tiny-qwen3, 2 sizes
 
 Prints one table; writes batch_throughput.json to --out (default $OUT).
@@ -38,7 +38,9 @@ from common import log, print_table, smoke_device, write_json
 import torch  # noqa: E402
 
 from stock.batch import BatchEngine  # noqa: E402
+from stock.engine import Engine  # noqa: E402
 from stock.options import Options  # noqa: E402
+from stock.system import batch_engine, make_drafter  # noqa: E402
 
 
 def load(args):
@@ -67,16 +69,6 @@ def load(args):
     return system.engine.model, reqs, frozenset(system.engine.stop_ids)
 
 
-def drafter_factory(mode: str, opts: Options):
-    if mode == "ar":
-        return None
-    if mode == "ngram":
-        from stock.drafters.ngram import NGramDrafter
-
-        return lambda: NGramDrafter(opts["ngram_max"], opts["ngram_min"], opts["lattice_topk"])
-    raise SystemExit(f"batch_throughput: mode {mode!r} is not batched (ar, ngram)")
-
-
 def run(engine: BatchEngine, reqs) -> dict:
     """Submit every request at once, step to the end; per step its time and whether it was a
     pure decode step (nothing admitted, every row busy)."""
@@ -97,17 +89,15 @@ def run(engine: BatchEngine, reqs) -> dict:
             "outputs": [r.tokens for r in subs]}
 
 
-def single_engine(model, reqs, ctx, stops, drafter) -> dict:
+def single_engine(eng, reqs, mode) -> dict:
     """The same requests one after another on stock's single-request Engine (compiled
     layers and CUDA graphs where the options say so): the baseline a batch must beat."""
-    from stock.engine import Engine
-
-    eng = Engine(model, Options(), ctx, set(stops))
+    drafter = make_drafter(None if mode == "ar" else mode, eng)
     for p, m in reqs:                                  # warm
-        eng.generate(p, m, drafter() if drafter else None)
+        eng.generate(p, m, drafter)
     t0, outs, steps = time.perf_counter(), [], []
     for p, m in reqs:
-        res = eng.generate(p, m, drafter() if drafter else None)
+        res = eng.generate(p, m, drafter)
         outs.append(res.tokens)
         steps += res.accepted
     wall = time.perf_counter() - t0
@@ -137,34 +127,33 @@ def main() -> None:
     model, reqs, stops = load(args)
     ctx = max(len(p) for p, _ in reqs) + args.max_new + 8
     log(f"{args.target} on {args.device}: {len(reqs)} requests, context {ctx}, modes {modes}")
+    single = Engine(model, opts, ctx, set(stops))
     res, rows = {}, []
     for mode in modes:
-        res[f"{mode}-engine@1"] = single_engine(model, reqs[:2], ctx, stops,
-                                                drafter_factory(mode, opts))
+        res[f"{mode}-engine@1"] = single_engine(single, reqs[:2], mode)
         log(f"{mode} single-request Engine: {res[f'{mode}-engine@1']['tok_s']:.1f} tok/s")
         for c in args.conc:
-            eng = BatchEngine(model, opts, max_batch=c, max_context=ctx, stop_ids=stops,
-                              drafter_factory=drafter_factory(mode, opts))
+            eng = batch_engine(single, None if mode == "ar" else mode, c)
             work = reqs[: 2 * c]
             run(eng, work)                       # warm: graphs captured, code compiled
             r = run(eng, work)
             res[f"{mode}@{c}"] = r
             log(f"{mode} C={c}: {r['tok_s']:.1f} tok/s, step {r['step_ms']:.2f} ms")
-    single = {}
+    ref = {}
     if "ar" in modes and 1 in args.conc:   # the single-request outputs: AR, C = 1, in order
         base = BatchEngine(model, opts, max_batch=1, max_context=ctx, stop_ids=stops)
-        single = {i: o for i, o in enumerate(run(base, reqs[: 2 * max(args.conc)])["outputs"])}
+        ref = {i: o for i, o in enumerate(run(base, reqs[: 2 * max(args.conc)])["outputs"])}
     for key, r in res.items():
         mode, c = key.split("@")
         c = int(c)
         one = res.get(f"{mode.removesuffix('-engine')}@1")
-        same = (sum(o == single[i] for i, o in enumerate(r["outputs"])) if single else None)
+        same = sum(o == ref[i] for i, o in enumerate(r["outputs"])) if ref else None
         r["decode_tok_s"] = 1e3 * c * r["tau"] / r["step_ms"] if r["decode_steps"] else 0.0
         rows.append([mode, c, f"{r['tok_s']:.1f}", f"{r['decode_tok_s']:.1f}",
                      f"{r['tok_s'] / one['tok_s']:.2f}" if one else "",
                      f"{r['tok_s'] / res[f'ar@{c}']['tok_s']:.2f}" if f"ar@{c}" in res else "",
                      f"{r['step_ms']:.2f}", r["decode_steps"], f"{r['tau']:.2f}",
-                     f"{same}/{len(r['outputs'])}" if single else "-"])
+                     f"{same}/{len(r['outputs'])}" if ref else "-"])
         r.pop("outputs")
     print_table(["mode", "C", "tok/s", "decode tok/s", "× C=1", "× AR", "decode step ms", "steps timed", "τ",
                  "= single AR"], rows,

@@ -71,11 +71,7 @@ def make_drafter(name: str | None, engine: Engine) -> Drafter | None:
     if name == "block":
         if "block" in engine.drafters:  # built once per engine: weights, CUDA graphs
             return engine.drafters["block"]
-        from stock.drafters.block_weights import load_block  # lazy: only for block
-
-        net, manifest = load_block(opts["block_weights"] or None, engine.model)
-        if opts["block_size"] != manifest.config.block_size:
-            net = net.resized(opts["block_size"])
+        net = block_net(engine)
         cuda = engine.model.device.type == "cuda"
         # option compile: the drafter's step regions too (stock/drafters/block_step.py)
         drafter = engine.drafters["block"] = BlockDrafter(
@@ -84,3 +80,31 @@ def make_drafter(name: str | None, engine: Engine) -> Drafter | None:
             compiled=compile_enabled(opts, engine.model.device))
         return drafter
     raise StockError(f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")
+
+
+def block_net(engine: Engine):
+    """The block drafter's weights as the options name them, at the options' block size."""
+    from stock.drafters.block_weights import load_block  # lazy: only for block
+
+    opts = engine.options
+    net, manifest = load_block(opts["block_weights"] or None, engine.model)
+    if opts["block_size"] != manifest.config.block_size:
+        net = net.resized(opts["block_size"])
+    return net
+
+
+def batch_engine(engine: Engine, drafter: str | None, max_batch: int, **kw):
+    """A BatchEngine over `engine`'s model, options, context and stop ids, speculating with
+    `drafter`: the block drafter batched (one forward for every row's block), the others
+    one per request."""
+    from stock.batch import BatchEngine  # lazy: the serving and throughput paths only
+    from stock.drafters.block_batch import BatchBlockDrafter
+
+    args = dict(max_batch=max_batch, max_context=engine.max_context, stop_ids=engine.stop_ids)
+    if drafter == "block":
+        bd = BatchBlockDrafter(block_net(engine), engine.model, engine.max_context,
+                               rows=max_batch + 1, topk=engine.options["block_topk"])
+        return BatchEngine(engine.model, engine.options, batch_drafter=bd, **args, **kw)
+    make_drafter(drafter, engine)   # an unknown name fails here, before any request
+    return BatchEngine(engine.model, engine.options, **args, **kw,
+                       drafter_factory=lambda: make_drafter(drafter, engine))

@@ -360,20 +360,12 @@ class Server:
         """Every item served together by the system's own batched engine, built once per
         max_batch (its CUDA graphs survive from round to round); drafters per request."""
         # lazy: the checkout's stock, imported after setup hashed its tree
-        from stock.batch import BatchEngine
-        from stock.system import make_drafter
+        from stock.system import batch_engine
 
         n = int(msg["max_batch"])
         be = self.batchers.get(n)
         if be is None:
-            if self.drafter_name not in (None, "", "ar", "none", "ngram"):
-                raise RuntimeError(f"drafter {self.drafter_name} is not batched by this "
-                                   f"system (throughput mode serves ar and ngram)")
-            eng = self.engine
-            be = self.batchers[n] = BatchEngine(
-                eng.model, eng.options, max_batch=n, max_context=eng.max_context,
-                stop_ids=eng.stop_ids,
-                drafter_factory=lambda: make_drafter(self.drafter_name, eng))
+            be = self.batchers[n] = batch_engine(self.engine, self.drafter_name, n)
         reqs = [(item["id"], be.submit(list(item["ids"]), int(msg["max_new"])))
                 for item in msg["items"]]
         be.run()

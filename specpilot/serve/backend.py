@@ -1,8 +1,7 @@
 """The seam between the server and an engine: `Backend`; `BatchBackend` over stock's
 continuous-batching engine (stock/batch.py: requests share every step, tokens stream a
 step at a time) and `SerialBackend` over the single-request system (one request at a time,
-behind a lock: for what the batched engine does not take yet, hybrid targets and the block
-drafter).
+behind a lock: for what the batched engine does not take yet, hybrid targets).
 """
 
 from __future__ import annotations
@@ -14,8 +13,8 @@ from typing import TYPE_CHECKING, Protocol
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-from stock.batch import BackgroundBatch, BatchEngine
-from stock.system import make_drafter
+from stock.batch import BackgroundBatch
+from stock.system import batch_engine
 
 if TYPE_CHECKING:   # the protocol without torch: only SerialBackend needs a stock System
     from stock.system import System
@@ -120,23 +119,20 @@ def batch_refusal(system: System, drafter: str | None) -> str | None:
     """Why the batched engine cannot serve this system (None: it can)."""
     if system.engine.model.cfg.hybrid:
         return "hybrid GDN targets are served one request at a time"
-    if drafter == "block":
-        return "the block drafter is served one request at a time"
     return None
 
 
 class BatchBackend(_Text):
     """Stock's continuous-batching engine on a thread of its own: up to `max_batch`
     requests share each step; each request's tokens stream a step at a time. Each request
-    gets a drafter of its own (the n-gram or draft-model drafter)."""
+    gets a drafter of its own (the n-gram or draft-model drafter), or all share the
+    batched block drafter (one forward drafts every row's block)."""
 
     def __init__(self, system: System, drafter: str | None, name: str, max_batch: int):
         super().__init__(system, drafter, name)
         engine = system.engine
         self.max_batch = max_batch
-        self._batch = BackgroundBatch(BatchEngine(
-            engine.model, engine.options, max_batch, engine.max_context, engine.stop_ids,
-            drafter_factory=lambda: make_drafter(drafter, engine)))
+        self._batch = BackgroundBatch(batch_engine(engine, drafter, max_batch))
 
     def stream(self, prompt_ids: list[int], max_new: int) -> Iterator[list[int]]:
         yield from self._batch.stream(list(prompt_ids), max_new)
