@@ -28,3 +28,25 @@ def test_graph_replayed_batches_equal_the_eager_static_ones():
         if capture:
             assert all(s.graph is not None for s in be.runner.slots.values())
     assert outs[0] == outs[1]
+
+
+def test_graph_replayed_batches_with_the_batched_block_drafter_equal_the_eager_ones():
+    """The BatchRunner's slots also return the block drafter's target hidden states: the
+    same tokens and acceptance with graphs as without."""
+    from stock.drafters.block import BlockConfig, BlockNet
+    from stock.drafters.block_batch import BatchBlockDrafter
+
+    model = Transformer.random(PRESETS["tiny-qwen3"], "cuda", torch.bfloat16, seed=1, std=0.08)
+    cfg = BlockConfig.for_target(model.cfg, num_layers=2, block_size=4)
+    net = BlockNet(cfg).init_from_target(model)
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(1, 512, (n,), generator=gen).tolist() for n in (5, 17, 9, 30, 3)]
+    outs = []
+    for capture in (True, False):
+        be = BatchEngine(model, Options({"draft_len": 3, "block_size": 4}), max_batch=4,
+                         max_context=256, capture=capture,
+                         batch_drafter=BatchBlockDrafter(net, model, 256, rows=5))
+        reqs = [be.submit(p, 24) for p in prompts]
+        be.run()
+        outs.append([(r.tokens, r.accepted) for r in reqs])
+    assert outs[0] == outs[1]
