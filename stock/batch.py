@@ -147,12 +147,8 @@ class BatchEngine:
             finished += self._verify(live)
         return finished
 
-    def _admit(self) -> list[Request]:
-        """Admit waiting requests into free rows, first come first served, and prefill them
-        together: chunk c of every admitted prompt in one batched forward (rows padded to
-        the longest chunk; padding lands past a row's tokens and is never committed), at
-        most token_budget // prefill_chunk rows a forward."""
-        admitted = []
+    def _take_rows(self) -> list[Request]:
+        taken = []
         while self.waiting and None in self.rows:
             req = self.waiting.popleft()
             row = self.rows.index(None)
@@ -162,7 +158,15 @@ class BatchEngine:
                 req.drafter.reset()
             if self.batch_drafter is not None:
                 self.batch_drafter.reset(row)
-            admitted.append(req)
+            taken.append(req)
+        return taken
+
+    def _admit(self) -> list[Request]:
+        """Admit waiting requests into free rows, first come first served, and prefill them
+        together: chunk c of every admitted prompt in one batched forward (rows padded to
+        the longest chunk; padding lands past a row's tokens and is never committed), at
+        most token_budget // prefill_chunk rows a forward."""
+        admitted = self._take_rows()
         group = max(1, self.token_budget // self.prefill_chunk)
         finished = []
         for g in range(0, len(admitted), group):
@@ -208,37 +212,49 @@ class BatchEngine:
         return out.logits, hidden
 
     def _verify(self, live: list[Request]) -> list[Request]:
+        seqs = self._draft_seqs(live)
+        starts = [self.lengths[r.row] for r in live]
+        accepted, hidden = self._run(seqs, starts, [r.row for r in live])
+        return self._commit(live, starts, accepted, hidden)
+
+    def _draft_seqs(self, live: list[Request]) -> list[list[int]]:
+        """Each decoding request's [pending] + draft chain."""
         k_max = self.options["draft_len"]
         bd = self.batch_drafter
         if bd is not None:
             k_max = min(k_max, bd.net.cfg.block_size)
-        ks, chains = [], []
+        ks = []
         for req in live:
             room = self.max_context - self.lengths[req.row] - 1
             ks.append(max(0, min(k_max, room, req.max_new - len(req.tokens),
                                  self.token_budget // len(live) - 1)))
-        if bd is not None:   # every row's block in one forward
+        if bd is not None and live:   # every row's block in one forward
             lattices = bd.draft([r.row for r in live], [r.pending for r in live], ks)
             chains = [lat.chain[:k] for lat, k in zip(lattices, ks)]
         else:
             chains = [req.drafter.draft(DraftContext(req.prompt + req.tokens), k).chain[:k]
                       if k > 0 and req.drafter is not None else [] for req, k in zip(live, ks)]
-        seqs = [[req.pending] + chain for req, chain in zip(live, chains)]
-        rows, starts = [r.row for r in live], [self.lengths[r.row] for r in live]
+        return [[req.pending] + chain for req, chain in zip(live, chains)]
+
+    def _run(self, seqs: list[list[int]], starts: list[int], rows: list[int]):
+        """One target forward over every row's tokens: per row (accepted draft tokens n,
+        the target's argmax per position), and the drafter's hidden states (or None)."""
         if self.runner is not None and max(map(len, seqs)) <= BUCKETS[-1]:
             packed = self.runner.step(seqs, starts, rows)   # acceptance on the device
-            accepted = [(p[0], p[1:]) for p in packed]
-            hidden = self.runner.last.hidden
-        else:
-            logits, hidden = self._forward(seqs, rows, starts)
-            target = logits.argmax(-1).tolist()   # one host sync
-            accepted = []
-            for seq, tgt in zip(seqs, target):
-                n = 0
-                while n < len(seq) - 1 and seq[n + 1] == tgt[n]:
-                    n += 1
-                accepted.append((n, tgt))
-        if bd is not None:   # the committed spans' context: [start, start + n + 1) per row
+            return [(p[0], p[1:]) for p in packed], self.runner.last.hidden
+        logits, hidden = self._forward(seqs, rows, starts)
+        target = logits.argmax(-1).tolist()   # one host sync
+        accepted = []
+        for seq, tgt in zip(seqs, target):
+            n = 0
+            while n < len(seq) - 1 and seq[n + 1] == tgt[n]:
+                n += 1
+            accepted.append((n, tgt))
+        return accepted, hidden
+
+    def _commit(self, live: list[Request], starts: list[int], accepted, hidden) -> list[Request]:
+        bd = self.batch_drafter
+        if bd is not None and live:   # the committed spans' context: [start, start + n + 1)
             bd.extend([(req.row, start + n + 1, hidden[i, :n + 1])
                        for i, (req, start, (n, _)) in enumerate(zip(live, starts, accepted))])
         finished = []
