@@ -46,9 +46,13 @@ def test_offline_plan_reuses_memory_first_then_tunes_by_factor(project):
     assert {"fused-rmsnorm", "w12-weights"} <= {m.id for m in metas}
     # an entry with no option of its own (tree-verify-gdn acts through its dependency's
     # tree_budget) is no direction of its own
-    reuses = len([m for m in metas if m.options])
+    # and an entry for the batched engine alone (prompt-admission) is none on this
+    # single-request cycle, one on a batched load
+    reuses = len([m for m in metas if m.options and m.load != "batched"])
     dirs = offline_plan(ANALYSIS, metas, "ngram", reuses + 2, 2)
-    assert "tree-verify-gdn" not in {d.entry for d in dirs}
+    assert {"tree-verify-gdn", "prompt-admission"}.isdisjoint({d.entry for d in dirs})
+    batched = offline_plan(ANALYSIS, metas, "ngram", reuses + 3, 2, load="batched")
+    assert "prompt-admission" in {d.entry for d in batched}
     assert [d.backend for d in dirs] == ["reuse"] * reuses + ["tune", "tune"]
     assert all(d.counted is False for d in dirs[:reuses])
     reuse = {d.entry: d for d in dirs[:reuses]}

@@ -1,7 +1,8 @@
 """The planner (main agent): Phase 0 report + memory + past cycles -> validated directions.
 
 - offline (default without a key): memory entries whose options the base does not
-  register yet become `reuse` directions (not discoveries); an entry's applicability is
+  register yet become `reuse` directions (not discoveries), except entries for the batched
+  engine alone (`load = "batched"`) on a single-request cycle; an entry's applicability is
   free text, not matched here: the pre-screen, gates and controller judge it on this
   deployment; entries a cycle recorded but did not validate are never offered;
   tunable options of the current system become `tune` directions, ordered by the factor
@@ -34,10 +35,13 @@ FACTOR_OF_DRAFTER = {"ngram": ("draft_len", "ngram_max", "ngram_min"),
 
 
 def offline_plan(analysis: dict, memory_entries: list, drafter: str, max_directions: int,
-                 tune_values: int, coding: str | None = None) -> list[Direction]:
+                 tune_values: int, coding: str | None = None,
+                 load: str = "single") -> list[Direction]:
     """`coding`: the backend that writes code changes ([explore] backend: command or
     anthropic), or None. With one, a direction per cost-model factor (largest first) for it
-    comes before the reuse and tune directions: the user asked for their agent."""
+    comes before the reuse and tune directions: the user asked for their agent. `load`:
+    the load the cycle judges ("single" requests: entries for the batched engine only, load
+    "batched", are not offered)."""
     factors = {k: v for k, v in ((analysis or {}).get("factors") or {}).items()
                if v is not None}   # a factor the cost model could not compute is null
     code = code_directions(factors, coding) if coding else []
@@ -46,6 +50,8 @@ def offline_plan(analysis: dict, memory_entries: list, drafter: str, max_directi
         names = [o.name for o in meta.options]
         if not names or any(n in REGISTRY for n in names):
             continue  # no option to switch it on, or already part of the base
+        if getattr(meta, "load", "any") == "batched" and load != "batched":
+            continue  # acts on the batched engine only: nothing to gain on this load
         dirs.append(Direction(
             id=_slug(f"reuse-{meta.id}"), title=f"Reuse memory entry {meta.id}: {meta.title}",
             hypothesis=meta.summary or meta.title, target_factor=_factor_of(meta, factors),

@@ -119,6 +119,9 @@ class EntryMeta(_Strict):
     results: list[Result] = Field(default_factory=list)
     applicability: list[str] = Field(default_factory=list)
     untested: list[str] = Field(default_factory=list)
+    # the serving load it acts on: "batched" entries change only the batched engine
+    # (stock/batch.py), so a planner judging single requests does not offer them
+    load: Literal["any", "batched"] = "any"
     rebased: list[Rebased] = Field(default_factory=list)
     amended: list[Amended] = Field(default_factory=list)
     validation: Validation | None = None   # None: not recorded by a cycle
