@@ -5,8 +5,9 @@
 request; each `step()` first admits waiting requests into free rows, first come first
 served (the admitted prompts prefilled together by the same batched forward, chunk by
 chunk of `prefill_chunk` tokens, up to token_budget tokens a forward), then runs one
-verification step for every active request at once: each request's [pending token] + draft chain, padded to the longest (its padding
-written past its own tokens, never committed), each row at its own positions, attention
+verification step for every active request at once: each request's [pending token] +
+draft chain, padded to the longest (its padding written past its own tokens, never
+committed), each row at its own positions, attention
 per row over its own slots (the mask: key j visible to row r's token i iff
 j <= length_r + i). Acceptance, commit and stop tests are per request; a finished request
 leaves and its row is reused. With no drafter every request steps autoregressively (one
