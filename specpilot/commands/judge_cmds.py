@@ -73,7 +73,7 @@ _root = require_root
                    "2C requests a round, controller.min_pairs rounds)")
 @click.option("--json", "as_json", is_flag=True)
 def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, request_set, sigma,
-                family, model, drafter_a, drafter_b, as_json):
+                family, model, drafter_a, drafter_b, batch, as_json):
     """Paired benchmark of B against A (commits, or `stock` for HEAD). Exit 0 if B is
     adopted, 3 if not."""
     # lazy: CLI startup time (the judges import numpy and their workers' machinery)
