@@ -198,7 +198,13 @@ class Worker:
     ready: dict = field(default_factory=dict)
 
     def start(self, timeout: float = 600.0) -> dict:
+        self.begin()
+        return self.finish()
+
+    def begin(self) -> None:
+        """Start the process and send its setup; `finish()` waits for its report."""
         mode = confinement.policy(self.confine)  # before anything is opened: it may refuse
+        self._mode = mode
         argv, env, device, self._inside, self._scratch = launch(
             self.checkout, self.device, self.model, self.options, mode)
         read_fd, write_fd = os.pipe()
@@ -217,8 +223,10 @@ class Worker:
                     "model": self.model, "options": self.options, "device": device,
                     "drafter": self.drafter, "max_context": self.max_context,
                     "options_only": self.options_only})
+
+    def finish(self) -> dict:
         self.ready = self._receive("ready")
-        self.ready["confined"] = mode  # the parent's word, not the worker's
+        self.ready["confined"] = self._mode  # the parent's word, not the worker's
         self._check_ready()
         return self.ready
 
