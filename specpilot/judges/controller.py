@@ -57,7 +57,7 @@ from specpilot.judges import prompts, stats
 from specpilot.judges.outputs import (Expected, OutputCheck, Tolerance, check_request,
                                       near_tie_budget, tolerance)
 from specpilot.judges.prompts import Req
-from specpilot.judges.worker_proc import (Checkout, Reply, Worker, check_options,
+from specpilot.judges.worker_proc import (Checkout, Reply, Worker, check_options_of,
                                          clean_checkout)
 from specpilot.requests.sealed import logs_dir
 
@@ -467,10 +467,9 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
     log_dir = root / RUNS_DIR / time.strftime("compare-%Y%m%d-%H%M%S")
     if source == "sealed":   # logs and report of sealed requests stay outside the repository
         log_dir = logs_dir(log_dir.name)
-    for label, co, opts in (("A", co_a, opts_a), ("B", co_b, opts_b)):   # before any model
-        if opts:
-            check_options(f"{label} options", co, cfg.system_paths, opts,
-                          log_dir / f"{label}-options.log", confine=cfg.judges.confine)
+    check_options_of([(f"{label} options", co, opts, log_dir / f"{label}-options.log")
+                      for label, co, opts in (("A", co_a, opts_a), ("B", co_b, opts_b))
+                      if opts], cfg.system_paths, cfg.judges.confine)   # before any model
     progress("stock's reference outputs")
     job, expected = stock_outputs(co_stock, job, cfg, log_dir, devices[0])
     paired, ready_a, ready_b, checks = paired_run(co_a, opts_a, co_b, opts_b, job, cfg,
