@@ -169,12 +169,22 @@ def judge(root: Path, cfg: Config, gates: GatesSection, candidate_rev: str, opti
                                                           if forcing else [])
     reports: list[GateReport] = []
     specs: dict = {}
-    for name, opts in runs:
-        worker = Worker(f"candidate ({name} gate)", co, cfg.system_paths, model, opts, device,
-                        log_dir / f"gate-{check}-{name}.log", worker_drafter(cfg), ctx,
-                        confine=cfg.judges.confine)
-        try:
-            worker.start()
+    workers = [(name, opts, Worker(f"candidate ({name} gate)", co, cfg.system_paths, model,
+                                   opts, device, log_dir / f"gate-{check}-{name}.log",
+                                   worker_drafter(cfg), ctx, confine=cfg.judges.confine))
+               for name, opts in runs]
+    # on a CPU the second gate's worker starts (seconds of imports and model construction)
+    # while the first gate runs; on CUDA each starts once the one before it has stopped
+    together = device.startswith("cpu")
+    try:
+        if together:
+            for _name, _opts, worker in workers:
+                worker.begin()
+        for name, opts, worker in workers:
+            if together:
+                worker.finish()
+            else:
+                worker.start()
             engine = WorkerEngine(worker)
             if name == "default":
                 reports.append(option_default_gate(engine, refs, gates, check=check))
@@ -182,7 +192,9 @@ def judge(root: Path, cfg: Config, gates: GatesSection, candidate_rev: str, opti
                 reports.append(forcing_gate(engine, refs, gates, exact=exact, check=check))
                 known = worker.call("registry", "registry")["registry"]
                 specs = {n: known[n] for n in opts if n in known}
-        finally:
+            worker.stop()
+    finally:
+        for _name, _opts, worker in workers:
             worker.stop()
     return GateRun(reports, specs)
 

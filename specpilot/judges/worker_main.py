@@ -430,4 +430,14 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    code = main(sys.argv)
+    # Nothing is left to do once the channel is done (replies sent, the judge removes the
+    # scratch folder): the interpreter's own teardown of torch and the system's modules
+    # (static destructors, ~1700 modules) took 0.5 s a worker on the 2-core CPU, paid by
+    # every judge's stop(). What the system printed is flushed to the log first.
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)

@@ -198,7 +198,13 @@ class Worker:
     ready: dict = field(default_factory=dict)
 
     def start(self, timeout: float = 600.0) -> dict:
+        self.begin()
+        return self.finish()
+
+    def begin(self) -> None:
+        """Start the process and send its setup; `finish()` waits for its report."""
         mode = confinement.policy(self.confine)  # before anything is opened: it may refuse
+        self._mode = mode
         argv, env, device, self._inside, self._scratch = launch(
             self.checkout, self.device, self.model, self.options, mode)
         read_fd, write_fd = os.pipe()
@@ -217,8 +223,10 @@ class Worker:
                     "model": self.model, "options": self.options, "device": device,
                     "drafter": self.drafter, "max_context": self.max_context,
                     "options_only": self.options_only})
+
+    def finish(self) -> dict:
         self.ready = self._receive("ready")
-        self.ready["confined"] = mode  # the parent's word, not the worker's
+        self.ready["confined"] = self._mode  # the parent's word, not the worker's
         self._check_ready()
         return self.ready
 
@@ -317,9 +325,21 @@ def check_options(label: str, co: Checkout, system_paths: list[str], options: di
     """The options in effect once `co`'s own registry has checked `options` (an unknown
     name or a value out of range is a one-line WorkerError), in a worker that loads no
     model: seconds, so that a judge fails on a bad --opt before it loads a model."""
-    w = Worker(label, co, system_paths, "random:", dict(options), "cpu", log_path,
-               confine=confine, options_only=True)
+    return check_options_of([(label, co, options, log_path)], system_paths, confine)[0]
+
+
+def check_options_of(checks: list[tuple[str, Checkout, dict, Path]], system_paths: list[str],
+                     confine: bool = True) -> list[dict]:
+    """`check_options` for several systems, (label, checkout, options, log) each: their
+    processes (no model, CPU) started side by side, then read in order, so that the first
+    one refused is the error raised, as when they ran one after another."""
+    workers = [Worker(label, co, system_paths, "random:", dict(options), "cpu", log_path,
+                      confine=confine, options_only=True)
+               for label, co, options, log_path in checks]
     try:
-        return w.start()["options"]
+        for w in workers:
+            w.begin()
+        return [w.finish()["options"] for w in workers]
     finally:
-        w.stop()
+        for w in workers:
+            w.stop()
