@@ -8,7 +8,7 @@
 #   bash bench/gpu_hybrid.sh tree     # entries tree-verify + tree-verify-gdn applied in a
 #                                     # copy: tests/test_gdn_tree_kernel.py on CUDA, then
 #                                     # bench/gdn_tree.py (WY kernel, per-path, chain; steps)
-#   bash bench/gpu_hybrid.sh --smoke  # CPU: the same script on tiny-hybrid
+#   bash bench/gpu_hybrid.sh --smoke  # CPU: step_hybrid.py and gdn_tree.py on tiny-hybrid
 #
 # Tables on stdout; JSON and the tests' log in $OUT.
 set -u
@@ -16,17 +16,22 @@ cd "$(dirname "$0")/.." || exit 1
 source bench/stage.sh
 OUT=${OUT:-$PWD}
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
-if [ "${1:-}" = "--smoke" ]; then
-    exec python3 bench/step_hybrid.py --smoke --out "${OUT}"
-fi
-stage wheels || exit 1
-if [ "${1:-}" = "tree" ]; then
+tree_copy() {   # a copy of this tree with the entries tree-verify and tree-verify-gdn applied
     dir=$(mktemp -d /tmp/tree-gdn.XXXXXX) || exit 1
     trap 'rm -rf "$dir"' EXIT
     cp -a stock kernels specpilot training tests bench memory pyproject.toml "$dir/" && cd "$dir" \
         && git apply memory/tree-verify.patch && git apply memory/tree-verify-gdn.patch \
         || { echo "gpu_hybrid: the tree entries did not apply"; exit 1; }
     export PYTHONPATH=$dir
+}
+if [ "${1:-}" = "--smoke" ]; then   # both scripts on tiny-hybrid, the second in the entry tree
+    python3 bench/step_hybrid.py --smoke --out "${OUT}" || exit 1
+    tree_copy
+    exec python3 bench/gdn_tree.py --smoke --out "${OUT}"
+fi
+stage wheels || exit 1
+if [ "${1:-}" = "tree" ]; then
+    tree_copy
     python3 -m pytest -q -p no:cacheprovider tests/test_gdn_tree_kernel.py --tb=short 2>&1 \
         | tee "$OUT/tests_tree.txt" | tail -20
     exec python3 bench/gdn_tree.py --out "$OUT"
