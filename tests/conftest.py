@@ -6,6 +6,23 @@ import pytest
 import torch
 
 
+@pytest.fixture(scope="module", autouse=True)
+def child_threads():
+    """Processes the tests start (the judges' workers above all) at the torch threads the
+    `specpilot` command gives its own (specpilot/threads.py): the cores other tasks do not
+    hold now, decided per test module, unless OMP_NUM_THREADS or SPECPILOT_THREADS is set.
+    The tests call the judges in-process, past the command's threads.install(), so their
+    workers took torch's default, every core: on a 2-core CPU with one core busy elsewhere a
+    worker of the tiny target then ran 25x slower (two OpenMP threads stalling on the held
+    core), and the cycle tests' timings turned to noise. This process's own torch threads
+    are unchanged (it read them when torch was imported above)."""
+    from specpilot import threads
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OMP_NUM_THREADS", str(threads.decide().threads))
+        yield
+
+
 @pytest.fixture(scope="session")
 def smol():
     """The embedded default as a System (fp32 CPU, 2048-token context)."""
