@@ -270,7 +270,12 @@ class Server:
         import stock
         import stock.system  # noqa: F401 - registers every option the system defines (drafters')
         import torch
+        from stock.engine import Engine
         from stock.options import Options
+        from stock.system import batch_engine, make_drafter
+
+        self.Engine, self.Options, self.make_drafter = Engine, Options, make_drafter
+        self.batch_engine = batch_engine
 
         where = Path(stock.__file__).resolve()
         if checkout not in where.parents:
@@ -285,9 +290,7 @@ class Server:
         if model.startswith("random:"):
             # lazy: the checkout's stock, imported after setup hashed its tree
             from stock.config import PRESETS
-            from stock.engine import Engine
             from stock.model import Transformer
-            from stock.system import make_drafter
 
             net = Transformer.random(PRESETS[model[7:]], torch.device(device),
                                      compute_dtype(device))
@@ -344,28 +347,20 @@ class Server:
         evidence: its search is the pre-screen; gates and controller judge its pick in
         workers started at that pick): a fresh engine, and a drafter built for it, so that
         drafter options (ngram_max, ...) take effect."""
-        # lazy: the checkout's stock, imported after setup hashed its tree
-        from stock.engine import Engine
-        from stock.options import Options
-        from stock.system import make_drafter
-
-        eng = Engine(self.engine.model, Options(msg.get("options") or {}),
-                     self.engine.max_context, self.engine.stop_ids)
+        eng = self.Engine(self.engine.model, self.Options(msg.get("options") or {}),
+                          self.engine.max_context, self.engine.stop_ids)
         res = eng.generate(list(msg["ids"]), int(msg["max_new"]),
-                           make_drafter(self.drafter_name, eng))
+                           self.make_drafter(self.drafter_name, eng))
         return {"event": "done", "id": msg.get("id"), "decode_s": res.decode_s,
                 "tokens": res.tokens, "uses_graphs": eng.uses_graphs}
 
     def batch(self, msg: dict) -> dict:
         """Every item served together by the system's own batched engine, built once per
         max_batch (its CUDA graphs survive from round to round); drafters per request."""
-        # lazy: the checkout's stock, imported after setup hashed its tree
-        from stock.system import batch_engine
-
         n = int(msg["max_batch"])
         be = self.batchers.get(n)
         if be is None:
-            be = self.batchers[n] = batch_engine(self.engine, self.drafter_name, n)
+            be = self.batchers[n] = self.batch_engine(self.engine, self.drafter_name, n)
         reqs = [(item["id"], be.submit(list(item["ids"]), int(msg["max_new"])))
                 for item in msg["items"]]
         be.run()
