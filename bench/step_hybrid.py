@@ -8,10 +8,13 @@ Parts:
      plain-PyTorch recurrence on random inputs of the model's GDN shapes (relative error);
   2. the floor: every parameter byte but the embedding table's read once per step, plus
      each GDN layer's fp32 state read and written, at the device's copy bandwidth;
-  3. correctness at a context of --context tokens: graph replay against the eager static
-     forward (bit for bit) and the static forward against the dynamic one (argmax);
+  3. correctness at a context of --context tokens, per way of running the layers: graph
+     replay against the eager static forward (bit for bit) and the static forward against
+     the dynamic one (argmax, relative error);
   4. timings: per T, the step replayed from its graph (CUDA events, median and p10-p90 of
-     --iters), beside one GDN layer's mixing (its projections, conv, delta rule, gated norm)
+     --iters), its layers as the model's own modules (eager inside the graph) and, on CUDA,
+     as the engine runs them by default (stock/compiled.py's regions, fused projections,
+     the split-KV attention kernel), side by side; beside one GDN layer's mixing (its projections, conv, delta rule, gated norm)
      replayed from a graph of its own, times the GDN layer count: their share of the step.
 
     python bench/step_hybrid.py --out $OUT          # the H200 (bash bench/gpu_hybrid.sh)
@@ -33,6 +36,7 @@ import torch  # noqa: E402
 from kernels.gdn import fla_available, recurrent_reference  # noqa: E402
 from kernels.gdn.ops import chunk_rule, recurrent_rule  # noqa: E402
 from stock.config import PRESETS  # noqa: E402
+from stock.fused import fuse_projections  # noqa: E402
 from stock.gdn import mix  # noqa: E402
 from stock.graphs import GraphRunner, capture  # noqa: E402
 from stock.model import Transformer  # noqa: E402
@@ -77,6 +81,8 @@ def main() -> None:
     ap.add_argument("--ts", default="1,8,16,32,64")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
+    ap.add_argument("--compile", choices=["both", "off"], default="both",
+                    help="CUDA: also time the layers as compiled regions (the engine's default)")
     ap.add_argument("--smoke", action="store_true", help="CPU: tiny-hybrid, fp32, no graphs")
     args = ap.parse_args()
     dev = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
@@ -102,49 +108,67 @@ def main() -> None:
                         generator=torch.Generator(device=dev).manual_seed(1))
     model(ids, cache, 0, logits="none")
     cache.commit(args.context)
-    graphs = GraphRunner(model, cache, max_context, capture=dev == "cuda")
-    eager = GraphRunner(model, cache, max_context, capture=False)
+    # the layers as the model's own modules inside the graph, and as the engine runs them
+    # on CUDA by default: stock/compiled.py's regions, fused projections, split-KV attention
+    variants = {"eager layers": {}}
+    if dev == "cuda" and args.compile == "both":
+        fuse_projections(model)   # views: the eager layers' modules and outputs are unchanged
+        variants["compiled"] = {"compile": True, "attention": "triton", "fused": True}
+    runners = {name: (GraphRunner(model, cache, max_context, capture=dev == "cuda", **kw),
+                      GraphRunner(model, cache, max_context, capture=False, **kw))
+               for name, kw in variants.items()}
 
     log("3. graph replay against the eager static forward, static against dynamic")
     rows, checks = [], {}
     gen = torch.Generator().manual_seed(2)
     step_ids = {t: torch.randint(1, cfg.vocab_size, (t,), generator=gen).tolist() for t in ts}
-    for t in sorted({1, 16} & set(ts)) or ts[:1]:
-        want = eager.step(step_ids[t], args.context).logits[:t].clone()
-        got = graphs.step(step_ids[t], args.context).logits[:t].clone()
-        dyn = model(torch.tensor([step_ids[t]], device=dev), cache, args.context).logits[0]
-        cache.rollback(args.context)   # drop the staged step: nothing is committed
-        checks[t] = {"graph_equals_eager": bool(torch.equal(got, want)),
-                     "argmax_static_vs_dynamic": float((want.argmax(-1) == dyn.argmax(-1))
-                                                       .float().mean())}
+    for name, (graphs, eager) in runners.items():
+        for t in sorted({1, 16} & set(ts)) or ts[:1]:
+            want = eager.step(step_ids[t], args.context).logits[:t].clone()
+            got = graphs.step(step_ids[t], args.context).logits[:t].clone()
+            dyn = model(torch.tensor([step_ids[t]], device=dev), cache, args.context).logits[0]
+            cache.rollback(args.context)   # drop the staged step: nothing is committed
+            checks[f"{name} T={t}"] = {
+                "graph_equals_eager": bool(torch.equal(got, want)),
+                "argmax_static_vs_dynamic": float((want.argmax(-1) == dyn.argmax(-1))
+                                                  .float().mean()),
+                "rel_err_vs_dynamic": float((want - dyn).abs().max() / dyn.abs().max())}
     result["checks"] = checks
-    print_table(["T", "graph == eager (bits)", "argmax static = dynamic"],
-                [[t, c["graph_equals_eager"], f"{c['argmax_static_vs_dynamic']:.2f}"]
-                 for t, c in checks.items()], "Correctness")
+    print_table(["layers, T", "graph == eager static (bits)", "argmax static = dynamic",
+                 "rel err static vs dynamic"],
+                [[k, c["graph_equals_eager"], f"{c['argmax_static_vs_dynamic']:.2f}",
+                  f"{c['rel_err_vs_dynamic']:.1e}"] for k, c in checks.items()], "Correctness")
 
     log("4. steps and one GDN layer's mixing, from graphs")
     gdn = next(layer.linear_attn for layer in model.model.layers if hasattr(layer, "linear_attn"))
     n_gdn = sum(hasattr(layer, "linear_attn") for layer in model.model.layers)
-    timings = {}
+    timings: dict = {}
     for t in ts:
-        s = graphs.slot(graphs.bucket(t), graphs.kv_bucket(args.context + t))
-        graphs.load(s, step_ids[t], args.context)
-        step = timed(lambda: graphs.launch(s), args.iters, dev)
+        timings[t] = {}
+        for name, (graphs, _) in runners.items():
+            s = graphs.slot(graphs.bucket(t), graphs.kv_bucket(args.context + t))
+            graphs.load(s, step_ids[t], args.context)
+            timings[t][name] = timed(lambda: graphs.launch(s), args.iters, dev)
         hx = torch.randn(1, t, cfg.hidden_size, device=dev, dtype=dtype)
         mixing = _graphed(lambda: mix(gdn, hx, cache, None), dev)
-        layer = timed(mixing, args.iters, dev)
+        layer = timings[t]["gdn_layer"] = timed(mixing, args.iters, dev)
         cache.rollback(args.context)
-        timings[t] = {"step": step, "gdn_layer": layer}
-        share = n_gdn * layer["median_ms"] / step["median_ms"]
-        ar = timings[ts[0]]["step"]["median_ms"]
-        rows.append([t, f"{step['median_ms']:.3f}", f"{step['p10_ms']:.3f}-{step['p90_ms']:.3f}",
-                     f"{step['median_ms'] / floor:.2f}", f"{step['median_ms'] / ar:.3f}",
-                     f"{layer['median_ms']:.3f}", f"{share:.0%}"])
     sync(dev)
+    for name in runners:
+        ar = timings[ts[0]][name]["median_ms"]
+        for t in ts:
+            step, layer = timings[t][name], timings[t]["gdn_layer"]
+            rows.append([name, t, f"{step['median_ms']:.3f}",
+                         f"{step['p10_ms']:.3f}-{step['p90_ms']:.3f}",
+                         f"{step['median_ms'] / floor:.2f}", f"{step['median_ms'] / ar:.3f}",
+                         f"{timings[t]['eager layers']['median_ms'] / step['median_ms']:.3f}",
+                         f"{layer['median_ms']:.3f}",
+                         f"{n_gdn * layer['median_ms'] / step['median_ms']:.0%}"])
     result.update(floor_ms=floor, bandwidth=bw, timings=timings, gdn_layers=n_gdn)
-    print_table(["T", "step ms", "p10-p90", "x floor", "x AR step", "1 GDN layer ms",
-                 f"{n_gdn} GDN layers' share"], rows,
-                f"{args.preset} verify steps at context {args.context} (floor {floor:.3f} ms)")
+    print_table(["layers", "T", "step ms", "p10-p90", "x floor", "x AR step",
+                 "eager layers / this", "1 GDN layer ms (eager)", f"{n_gdn} GDN layers' share"],
+                rows, f"{args.preset} verify steps at context {args.context} "
+                f"(floor {floor:.3f} ms)")
     write_json(args.out, "step_hybrid.json", result)
 
 

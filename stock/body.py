@@ -82,19 +82,26 @@ def group_out(call, fused, x: torch.Tensor) -> torch.Tensor:
     return linear(x, fused) if isinstance(fused, torch.Tensor) else call(fused, x)
 
 
-def gated_q(call, attn, hx: torch.Tensor):
-    """A gated attention's queries [B, T, H, D] and output gate [B, T, H*D]: q_proj emits
-    both, interleaved per head (Qwen3.5)."""
+def gated_qkv(call, attn, hx: torch.Tensor, fused=None):
+    """A gated attention's queries [B, T, H, D], output gate [B, T, H*D], k and v [B, T,
+    Hkv, D]: q_proj emits queries and gate interleaved per head (Qwen3.5); `fused`: q/k/v
+    as one GEMM (qkv's)."""
     b, t, _ = hx.shape
-    qg = call(attn.q_proj, hx).view(b, t, attn.h, 2 * attn.d)
-    return qg[..., :attn.d], qg[..., attn.d:].reshape(b, t, attn.h * attn.d)
+    if fused is None:
+        qg, k, v = call(attn.q_proj, hx), call(attn.k_proj, hx), call(attn.v_proj, hx)
+    else:
+        qg, k, v = group_out(call, fused, hx).split(
+            [2 * attn.h * attn.d, attn.hkv * attn.d, attn.hkv * attn.d], dim=-1)
+    qg = qg.reshape(b, t, attn.h, 2 * attn.d)
+    return (qg[..., :attn.d], qg[..., attn.d:].reshape(b, t, attn.h * attn.d),
+            k.reshape(b, t, attn.hkv, attn.d), v.reshape(b, t, attn.hkv, attn.d))
 
 
 def qkv(call, attn, hx: torch.Tensor, fused=None):
     """q, k, v [B, T, heads, D]: three projections, or one GEMM by the fused matrix."""
     b, t, _ = hx.shape
     if getattr(attn, "gated", False):   # drafters' attention modules have no gate
-        raise ValueError("a gated attention's queries come from gated_q")
+        raise ValueError("a gated attention's queries come from gated_qkv")
     if fused is None:
         q, k, v = call(attn.q_proj, hx), call(attn.k_proj, hx), call(attn.v_proj, hx)
     else:
@@ -180,9 +187,7 @@ def eager_layers(model, x, cos, sin, cache, slots, kv_len: int, mask_g,
         attn = layer.self_attn
         with region("gemm"):
             if attn.gated:
-                q, gate = gated_q(plain, attn, hx)
-                k = attn.k_proj(hx).view(b, t, attn.hkv, attn.d)
-                v = attn.v_proj(hx).view(b, t, attn.hkv, attn.d)
+                q, gate, k, v = gated_qkv(plain, attn, hx)
             else:
                 q, k, v = qkv(plain, attn, hx)
         with region("attention"):

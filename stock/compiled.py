@@ -56,9 +56,10 @@ import torch
 from torch import nn
 
 from stock import body
+from stock import gdn as gdn_body
 from stock.cache import KVCache
-from stock.fused import fused_gate_up, fused_qkv, groups
-from stock.layers import MLP, RMSNorm
+from stock.fused import fused_gate_up, fused_gdn_in, fused_qkv, groups
+from stock.layers import MLP, OffsetRMSNorm, RMSNorm
 from stock.linear import Linear
 from stock.model import Output
 
@@ -66,7 +67,7 @@ log = logging.getLogger("stock.compiled")
 
 BACKEND = "inductor"  # tests may count graphs with "eager" (no code generation)
 RECOMPILE_LIMIT = 256  # per region: T buckets x models x caches in one process
-_TRACED_TYPES = (Linear, nn.Linear, RMSNorm)
+_TRACED_TYPES = (Linear, nn.Linear, RMSNorm, OffsetRMSNorm)
 
 _graphs = 0
 _fallbacks: dict[str, str] = {}
@@ -133,11 +134,35 @@ def attn_in(x, ln, attn, cos, sin, positions, k_buf, v_buf, qkv=None):
     return body.fold(attn, q)
 
 
-def attn_out_mlp(x, out, attn, ln, mlp, gate_up=None):
+def attn_out_mlp(x, out, attn, ln, mlp, gate_up=None, gate=None):
     """Region B: attention output [B, Hkv, G*T, D] -> the layer's output x [B, T, H].
-    `gate_up`: the layer's fused gate/up matrix (stock/fused.py) or None."""
+    `gate_up`: the layer's fused gate/up matrix (stock/fused.py) or None; `gate`: a gated
+    attention's output gate (gated_attn_in's)."""
     b, t, _ = x.shape
-    x = x + _call(attn.o_proj, body.merge(attn, out, b, t))
+    out = body.merge(attn, out, b, t)
+    if gate is not None:
+        out = out * torch.sigmoid(gate)
+    x = x + _call(attn.o_proj, out)
+    return x + body.mlp(_call, mlp, _call(ln, x), gate_up)
+
+
+def gated_attn_in(x, ln, attn, cos, sin, positions, k_buf, v_buf, qkv=None):
+    """Region A of a gated attention (hybrid targets): (folded queries, output gate)."""
+    q, gate, k, v = body.gated_qkv(_call, attn, _call(ln, x), qkv)
+    q, k, v = body.rotate(_call, attn, q, k, v, cos, sin)
+    body.write_kv(k_buf, v_buf, positions, k, v)
+    return body.fold(attn, q), gate
+
+
+def gdn_in(x, ln, gdn, fused=None):
+    """A GDN layer's region before its recurrence: input norm and projections (stock/gdn.py's
+    project): mixed, z, beta, g."""
+    return gdn_body.project(_call, gdn, _call(ln, x), fused)
+
+
+def gdn_out_mlp(x, out, z, gdn, ln, mlp, gate_up=None):
+    """A GDN layer's region after its recurrence: gated norm, out_proj, residual, the MLP."""
+    x = x + gdn_body.finish(_call, gdn, out, z)
     return x + body.mlp(_call, mlp, _call(ln, x), gate_up)
 
 
@@ -155,7 +180,8 @@ def head(x, norm, lm_head):
 
 
 REGIONS = {"attn_in": attn_in, "attn_out_mlp": attn_out_mlp,
-           "attn_out_mlp_next": attn_out_mlp_next, "head": head}
+           "attn_out_mlp_next": attn_out_mlp_next, "head": head,
+           "gated_attn_in": gated_attn_in, "gdn_in": gdn_in, "gdn_out_mlp": gdn_out_mlp}
 
 
 def register_region(name: str, fn) -> None:
@@ -270,8 +296,8 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
     SDPA with that mask, or the split-KV kernel with `tree` (the same visibility as bits)
     where the kernel runs."""
     layers = list(model.model.layers)
-    kernel = (seen is None or tree is not None) and uses_kernel(attention, ids.device,
-                                                                 layers[0].self_attn.d)
+    head_dim = next(la.self_attn.d for la in layers if hasattr(la, "self_attn"))
+    kernel = (seen is None or tree is not None) and uses_kernel(attention, ids.device, head_dim)
     if kernel:
         from kernels.attention import decode_attention  # lazy: Triton, CUDA only
     cos, sin, mask_g, x = body.step_inputs(model, ids, positions if rope is None else rope,
@@ -291,6 +317,14 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
 
     with dynamo_limits():
         _mark_dynamic_buffers(model)
+        if model.cfg.hybrid:
+            if seen is not None:
+                raise ValueError("a hybrid target's GDN layers take no tree (stock/model.py)")
+            x = _hybrid_layers(layers, x, cos, sin, positions, cache, buffers, attend,
+                               fused, hidden_layers, hidden)
+            if not logits:
+                return Output(None, hidden)
+            return Output(run_region("head", x, model.model.norm, model.lm_head), hidden)
         first = layers[0]
         qg = run_region("attn_in", x, first.input_layernorm, first.self_attn, cos, sin,
                         positions, *buffers(first), qkv(first))
@@ -311,3 +345,35 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
         if not logits:
             return Output(None, hidden)
         return Output(run_region("head", x, model.model.norm, model.lm_head), hidden)
+
+
+def _hybrid_layers(layers, x, cos, sin, positions, cache, buffers, attend, fused,
+                   hidden_layers, hidden):
+    """A hybrid target's layers (called by forward, under dynamo_limits): per GDN layer its
+    two regions around the eager recurrence (conv and delta rule: kernels/gdn, stock/gdn.py's
+    recur, staging the commit; a static step's start is trusted, as in the eager forward),
+    per gated attention layer region A, attention, region B with the gate. Regions are not
+    joined across layers here (four kinds of neighbours)."""
+    for i, layer in enumerate(layers):
+        ln, mlp = layer.post_attention_layernorm, layer.mlp
+        gate_up = fused_gate_up(mlp) if fused else None
+        if hasattr(layer, "linear_attn"):
+            gdn = layer.linear_attn
+            mixed, z, beta, g = run_region("gdn_in", x, layer.input_layernorm, gdn,
+                                           fused_gdn_in(gdn) if fused else None)
+            out = gdn_body.recur(gdn, mixed, beta, g, cache, None)
+            x = run_region("gdn_out_mlp", x, out, z, gdn, ln, mlp, gate_up)
+        else:
+            attn = layer.self_attn
+            qkv = fused_qkv(attn) if fused else None
+            if attn.gated:
+                qg, gate = run_region("gated_attn_in", x, layer.input_layernorm, attn, cos,
+                                      sin, positions, *buffers(layer), qkv)
+            else:
+                qg, gate = run_region("attn_in", x, layer.input_layernorm, attn, cos, sin,
+                                      positions, *buffers(layer), qkv), None
+            out = attend(qg, *buffers(layer))
+            x = run_region("attn_out_mlp", x, out, attn, ln, mlp, gate_up, gate)
+        if i in hidden_layers:
+            hidden[i] = x
+    return x

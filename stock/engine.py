@@ -101,9 +101,8 @@ class Engine:
         self.stop_ids = frozenset(stop_ids)
         if static is None:
             static = model.device.type == "cuda" and self.options["cuda_graphs"]
-        # a hybrid target's static steps run the model's own layers (no compiled regions)
         self._static, self._capture = static, capture
-        self.compiled = compile_enabled(self.options, model.device) and not model.cfg.hybrid
+        self.compiled = compile_enabled(self.options, model.device)
         self.attention = self.options["attention_kernel"] if self.compiled else "sdpa"
         self.fused = self.compiled and self.options["fuse_projections"]
         if self.fused:

@@ -35,6 +35,7 @@ from stock.linear import Linear
 
 QKV = ("q_proj", "k_proj", "v_proj")
 GATE_UP = ("gate_proj", "up_proj")
+GDN_IN = ("in_proj_qkv", "in_proj_z", "in_proj_b", "in_proj_a")   # a hybrid's GDN layers
 _ATTR = "_fused_weight"  # plain attribute of the owning module (not a buffer: no state dict)
 _GROUP = "_fused_group"  # (module, members) installed by a patch; plain attribute as well
 
@@ -86,13 +87,8 @@ def _group(owner: nn.Module, names: tuple[str, ...]) -> nn.Module | None:
 
 def groups(model) -> list[nn.Module]:
     """The group modules installed in model's decoder layers (valid or not)."""
-    out = []
-    for layer in model.model.layers:
-        for owner in (layer.self_attn, layer.mlp):
-            group = owner.__dict__.get(_GROUP)
-            if group is not None:
-                out.append(group[0])
-    return out
+    return [owner.__dict__[_GROUP][0] for owner, _ in _owners(model)
+            if _GROUP in owner.__dict__]
 
 
 def _fused(owner: nn.Module, names: tuple[str, ...]) -> torch.Tensor | nn.Module | None:
@@ -116,12 +112,11 @@ def _fused(owner: nn.Module, names: tuple[str, ...]) -> torch.Tensor | nn.Module
 
 
 def fuse_projections(model) -> int:
-    """Fuse q/k/v and gate/up of every decoder layer whose modules are plain bias-free
-    linears (module docstring); returns the number of groups fused now."""
+    """Fuse q/k/v (a GDN layer's input projections) and gate/up of every decoder layer whose
+    modules are plain bias-free linears (module docstring); returns the number of groups fused now."""
     n = 0
-    for layer in model.model.layers:
-        n += _fuse(layer.self_attn, QKV)
-        n += _fuse(layer.mlp, GATE_UP)
+    for owner, names in _owners(model):
+        n += _fuse(owner, names)
     if n and any(p.is_cuda for p in model.parameters()):
         # the separate weights' blocks are free now but stay reserved by the caching
         # allocator, which cannot join them into blocks for the larger fused matrices: on
@@ -136,17 +131,33 @@ def unfuse(model) -> int:
     output changes; the matrix's bytes are freed once no module views them any more: a
     patch that replaces the modules calls this so the old weights do not stay alive).
     Returns the number of matrices dropped."""
-    n = 0
+    return sum(owner.__dict__.pop(_ATTR, None) is not None for owner, _ in _owners(model))
+
+
+def _owners(model) -> list[tuple[nn.Module, tuple[str, ...]]]:
+    """Every fusable group of the decoder layers: (owner, member names). A hybrid target's
+    GDN layers have their four input projections instead of q/k/v; a gated attention's
+    q_proj (queries and gate) fuses with k and v like any q_proj."""
+    out = []
     for layer in model.model.layers:
-        for owner in (layer.self_attn, layer.mlp):
-            n += owner.__dict__.pop(_ATTR, None) is not None
-    return n
+        if hasattr(layer, "linear_attn"):
+            out.append((layer.linear_attn, GDN_IN))
+        else:
+            out.append((layer.self_attn, QKV))
+        out.append((layer.mlp, GATE_UP))
+    return out
 
 
 def fused_qkv(attn: nn.Module) -> torch.Tensor | nn.Module | None:
     """The layer's [Nq + 2 Nkv, H] q/k/v matrix, or the group module a patch installed, or
     None if its projections are neither (never fused, or a module was replaced since)."""
     return _fused(attn, QKV)
+
+
+def fused_gdn_in(gdn: nn.Module) -> torch.Tensor | nn.Module | None:
+    """A GDN layer's [conv_dim + Hv Dv + 2 Hv, H] input matrix (stock/gdn.py's project), or
+    its group module, or None (as `fused_qkv`)."""
+    return _fused(gdn, GDN_IN)
 
 
 def fused_gate_up(mlp: nn.Module) -> torch.Tensor | nn.Module | None:

@@ -18,7 +18,7 @@ from torch import nn
 
 from kernels.gdn import causal_conv, chunk_rule, recurrent_rule
 from stock.config import ModelConfig
-from stock.linear import Linear
+from stock.linear import Linear, linear
 
 
 class GatedRMSNorm(nn.Module):
@@ -64,14 +64,34 @@ class GatedDeltaNet(nn.Module):
         self.out_proj = Linear(self.hv * self.dv, h, bias=False)
 
 
-def mix(gdn: GatedDeltaNet, hx: torch.Tensor, cache, start: int) -> torch.Tensor:
-    """The layer's output [B, T, hidden] for normed inputs hx [B, T, hidden] at cache
-    position `start` (the committed length); stages the step's commit in `cache`."""
+def _plain(mod, x: torch.Tensor) -> torch.Tensor:
+    return mod(x)
+
+
+def project(call, gdn: GatedDeltaNet, hx: torch.Tensor, fused=None):
+    """The layer's input projections of normed inputs hx [B, T, hidden]: mixed [B, T,
+    conv_dim] (the conv's input), the output gate z [B, T, Hv, Dv], beta [B, T, Hv] and the
+    decay g [B, T, Hv] (fp32). `call(mod, x)` calls a module (stock/body.py's convention);
+    `fused`: the four projections' concatenated matrix (stock/fused.py), one GEMM, or a
+    group module a patch installed for them."""
     b, t, _ = hx.shape
-    mixed = gdn.in_proj_qkv(hx)                                      # [B, T, conv_dim]
-    z = gdn.in_proj_z(hx).view(b, t, gdn.hv, gdn.dv)
-    beta = torch.sigmoid(gdn.in_proj_b(hx))
-    g = -gdn.A_log.float().exp() * F.softplus(gdn.in_proj_a(hx).float() + gdn.dt_bias.float())
+    if fused is None:
+        mixed, z = call(gdn.in_proj_qkv, hx), call(gdn.in_proj_z, hx)
+        bb, a = call(gdn.in_proj_b, hx), call(gdn.in_proj_a, hx)
+    else:
+        out = linear(hx, fused) if isinstance(fused, torch.Tensor) else call(fused, hx)
+        mixed, z, bb, a = out.split(
+            [gdn.conv_dim, gdn.hv * gdn.dv, gdn.hv, gdn.hv], dim=-1)
+    beta = torch.sigmoid(bb)
+    g = -gdn.A_log.float().exp() * F.softplus(a.float() + gdn.dt_bias.float())
+    return mixed, z.reshape(b, t, gdn.hv, gdn.dv), beta, g
+
+
+def recur(gdn: GatedDeltaNet, mixed, beta, g, cache, start: int | None) -> torch.Tensor:
+    """The conv and the gated delta rule from the committed state at `start` (the committed
+    length; None: a static step's, trusted): the rule's output [B, T, Hv, Dv]; stages the
+    step's commit in `cache`."""
+    b, t, _ = mixed.shape
     window, state = cache.gdn_state(gdn.layer, start)
     x = causal_conv(mixed, window, gdn.conv1d.weight.squeeze(1))
     q, k, v = x.split([gdn.hk * gdn.dk, gdn.hk * gdn.dk, gdn.hv * gdn.dv], dim=-1)
@@ -80,5 +100,17 @@ def mix(gdn: GatedDeltaNet, hx: torch.Tensor, cache, start: int) -> torch.Tensor
     rule = recurrent_rule if t == 1 else chunk_rule
     out, final = rule(q, k, v, g, beta, state)
     cache.stage(gdn.layer, start, mixed, k, v, g, beta, final)
-    out = gdn.norm(out, z).reshape(b, t, gdn.hv * gdn.dv)
-    return gdn.out_proj(out)
+    return out
+
+
+def finish(call, gdn: GatedDeltaNet, out: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """The gated norm of the rule's output and the output projection: [B, T, hidden]."""
+    b, t = out.shape[:2]
+    return call(gdn.out_proj, gdn.norm(out, z).reshape(b, t, gdn.hv * gdn.dv))
+
+
+def mix(gdn: GatedDeltaNet, hx: torch.Tensor, cache, start: int) -> torch.Tensor:
+    """The layer's output [B, T, hidden] for normed inputs hx [B, T, hidden] at cache
+    position `start` (the committed length); stages the step's commit in `cache`."""
+    mixed, z, beta, g = project(_plain, gdn, hx)
+    return finish(_plain, gdn, recur(gdn, mixed, beta, g, cache, start), z)

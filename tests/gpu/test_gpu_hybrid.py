@@ -63,3 +63,35 @@ def test_captured_hybrid_steps_give_the_eager_static_steps_tokens():
         assert max(spec.accepted) == 5                             # whole drafts accepted
         print("speculative == AR:", spec.tokens == want,
               "dynamic == static:", dynamic.generate(prompt, 32).tokens == want)
+
+
+@pytest.mark.parametrize("t", [1, 16])
+def test_compiled_hybrid_regions_run_inductor_and_match_the_eager_step(t):
+    """stock/compiled.py's hybrid layers through inductor (the CPU tests trace with dynamo's
+    eager backend): no region falls back, and the step's bf16 logits and GDN state agree
+    with the uncompiled static step's to bf16 rounding (inductor fuses the norms' fp32
+    math differently)."""
+    from stock import compiled as C
+    from stock.fused import fuse_projections
+    from stock.static_step import static_forward
+
+    model = Transformer.random(TINY, "cuda", torch.bfloat16, seed=4, std=0.08)
+    assert fuse_projections(model) == 2 * TINY.num_layers   # the compiled step's one GEMMs
+    gen = torch.Generator().manual_seed(6)
+    ctx = torch.randint(1, 512, (1, 40), generator=gen).cuda()
+    ids = torch.randint(1, 512, (1, t), generator=gen).cuda()
+    outs = []
+    for compiled in (False, True):
+        cache = model.new_cache(128)
+        with torch.inference_mode():
+            model(ctx, cache, 0)
+            cache.commit(40)
+            out = static_forward(model, ids, torch.arange(40, 40 + t, device="cuda"), cache,
+                                 64, (), compiled=compiled, fused=True)
+        cache.commit(40 + t)
+        outs.append((out.logits.float(), {i: s.clone() for i, s in cache.state.items()}))
+    assert not C.fallbacks() and C.graphs_compiled() > 0
+    (ref, ref_state), (got, state) = outs
+    assert float((got - ref).abs().max() / ref.abs().max()) <= 2e-2
+    for layer, s in ref_state.items():
+        assert float((state[layer] - s).abs().max() / s.abs().max()) <= 2e-2
