@@ -80,3 +80,30 @@ def test_anthropic_plan_is_validated_with_one_repair_retry():
     client = ScriptedClient([reply("end_turn", text("no")), reply("end_turn", text("[{}]"))])
     dirs, how = anthropic_plan(client, "m", ANALYSIS, [], [], 3, events.append)
     assert dirs is None and "offline plan used" in how
+
+
+def test_integrate_never_reopens_a_finished_run_silently(project, monkeypatch):
+    """`specpilot integrate` on a run past integration is a one-line error that leaves the
+    record as it was; with --again it re-opens it: phase integrate, the old validation and
+    finish cleared, a note saying so."""
+    c = runner.start(project)
+    c.state.phase, c.state.finished = "done", "2026-12-02 03:00:00"
+    c.state.validation = {"passed": True}
+    c.save()
+    before = c.runs.state_path.read_bytes()
+    res = CliRunner().invoke(cli, ["integrate"])
+    assert res.exit_code == 2 and "--again" in res.output and "validation passed" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert c.runs.state_path.read_bytes() == before
+    seen = {}
+
+    def drive(factory, until, as_json):   # the cycle itself is test_cycle_integrate's
+        seen["state"], seen["until"] = factory(lambda who, msg: None).state, until
+
+    monkeypatch.setattr("specpilot.commands.cycle_cmds._drive", drive)
+    res = CliRunner().invoke(cli, ["integrate", "--again"])
+    assert res.exit_code == 0, res.output
+    st = RunStore(project, c.state.run_id).load()
+    assert st == seen["state"] and seen["until"] == "validate"
+    assert st.phase == "integrate" and st.validation is None and st.finished is None
+    assert "--again" in st.notes[-1]

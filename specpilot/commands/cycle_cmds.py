@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 
 import click
 
@@ -97,21 +98,46 @@ def explore_cmd(resume_id, until, as_json):
 
 @click.command("integrate")
 @click.option("--run", "run_id", default=None, help="run id (default: the latest)")
+@click.option("--again", is_flag=True,
+              help="integrate a run that is past integration again (its validation is "
+                   "cleared: run `specpilot validate` after)")
 @click.option("--json", "as_json", is_flag=True)
-def integrate_cmd(run_id, as_json):
+def integrate_cmd(run_id, again, as_json):
     """Phase 2 (and 3) of a run: stack its adopted entries and measure them together."""
     # lazy: CLI startup time (the cycle's modules load the judges and numpy)
     from specpilot.cycle import runner
 
     root = _root()
     rid = runner.find_run(root, run_id)
+    reopen = integrated(RunStore(root, rid).load(), again)
 
     def factory(p):
         c = runner.resume(root, rid, p, make_client())
-        if c.state.phase in ("validate", "done"):
-            c.state.phase = "integrate"
+        if reopen:
+            c.state.phase, c.state.finished, c.state.validation = "integrate", None, None
+            c.state.notes.append(f"integration re-run by `specpilot integrate --again` at "
+                                 f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC; "
+                                 f"the earlier validation was cleared")
+            c.save()
         return c
     _drive(factory, "validate", as_json)
+
+
+def integrated(state, again: bool) -> bool:
+    """Whether `integrate` re-opens this run: never silently. A run past integration is
+    an error without --again (its record, validation included, would be overwritten)."""
+    if state.phase not in ("validate", "done"):
+        return False
+    if not again:
+        done = "finished" if state.phase == "done" else "integrated, not yet validated"
+        verdict = ""
+        if state.validation is not None:
+            verdict = f", validation {'passed' if state.validation.get('passed') else 'failed'}"
+        raise SpecPilotError(f"run {state.run_id} is {done}{verdict}: `specpilot integrate "
+                             f"--again` re-runs its integration and clears its validation"
+                             + ("" if state.phase == "done" else
+                                "; `specpilot validate` continues it"), code=2)
+    return True
 
 
 @click.command("validate")
