@@ -190,8 +190,12 @@ def test_gates_run_in_workers_from_clean_checkouts(project):
     from specpilot.judges.forcing import ReferenceCache
     from specpilot.judges.gates import run_gate
 
-    ok = run_gate(project, "dev", {}, True, False, 1, 12)
+    seen = []
+    ok = run_gate(project, "dev", {}, True, False, 1, 12, progress=seen.append)
     assert ok.gate == "option-default" and ok.passed and ok.tokens_checked == 12
+    # progress with the time left: stock's reference (not cached yet), then the gate's steps
+    assert "stock's reference, request 1/1" in seen
+    assert seen[-2].startswith("default gate, step 3/3 (about ") and seen[-2].endswith(" left)")
     tree = GitStore(project).system_tree("HEAD", ["stock", "kernels"])
     assert ReferenceCache.for_check(project, "dev").get("embedded", tree, ok.requests[0], 12)
     bad = run_gate(project, "dev", {"fault_logit_bias_after": "4"}, False, False, 1, 12)
@@ -221,6 +225,7 @@ def test_compare_cli_prints_the_verdict_and_exits_3_when_not_adopted(project, mo
     assert res.exit_code == 1 and "repeat_work" in res.output
     res = CliRunner().invoke(cli, args + ["--json"])   # an A/A: any verdict holds these
     assert "stock's reference outputs" in res.stderr   # progress on stderr, with --json too
+    assert "round 2/2 (about " in res.stderr             # with the time left
     dec = json.loads(res.stdout)["decision"]
     assert dec["sigma"] >= 0.01   # --sigma is a floor: the run's own σ when larger
     assert dec["threshold"] == pytest.approx(0.01 + 2 * dec["sigma"])

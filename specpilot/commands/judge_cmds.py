@@ -157,7 +157,8 @@ def gate_cmd(check, opts, default_gate, exact, n_requests, length, candidate, ba
     from specpilot.judges.gates import run_gate
 
     rep = run_gate(_root(), check, _pairs(opts, "--opt"), default_gate, exact, n_requests,
-                   length, candidate, base, device)
+                   length, candidate, base, device,
+                   progress=lambda msg: click.echo(f"  {msg}", err=True))   # stderr
     if as_json:
         click.echo(rep.model_dump_json(indent=1))
     else:

@@ -54,6 +54,7 @@ from specpilot.config import Config, load_config
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
 from specpilot.judges import prompts, stats
+from specpilot.judges.eta import Eta
 from specpilot.judges.outputs import (Expected, OutputCheck, Tolerance, check_request,
                                       near_tie_budget, tolerance)
 from specpilot.judges.prompts import Req
@@ -171,8 +172,9 @@ def round_order(items: list, m: int) -> list:
     return items[k:] + items[:k]
 
 
-def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path,
-                  device: str) -> tuple[Job, dict[str, Expected]]:
+def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path, device: str,
+                  progress: Callable[[str], None] = lambda s: None
+                  ) -> tuple[Job, dict[str, Expected]]:
     """Stock's greedy reference for every measured request, from a clean checkout of stock at
     defaults in a worker of its own (run before, never beside, the candidates); prompts are
     tokenized there too, so every worker is sent the same ids. Returns the job with ids."""
@@ -188,6 +190,7 @@ def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path,
                           ref.call("tokenize", rid, prompt=text)["ids"])
                          for rid, text, ids in row])
         job = dataclasses.replace(job, round_requests=rows)
+        eta = Eta("stock's reference, request", len(job.measured), progress)
         for rid, _text, ids in job.measured:
             rep = ref.call("reference", rid, ids=ids, length=job.max_new,
                            draft_len=g.reference_draft_len, chunk=g.chunk)
@@ -196,6 +199,7 @@ def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path,
                                      stop_reason=rep["stop_reason"],
                                      noise=rep.get("noise") or [],
                                      noise_flips=rep.get("noise_flips") or [])
+            eta.done()
     finally:
         ref.stop()
     return job, expected
@@ -343,16 +347,19 @@ def measure(workers: dict, job: Job, progress: Callable[[str], None] = lambda s:
     times: dict[str, list[list[float]]] = {label: [] for label in names}
     placement, walls = [], []
     replies: dict[str, dict[str, list[int]]] = {label: {} for label in names}
+    eta = None
     for r, reqs in enumerate(job.round_requests):
         measured = r >= job.warmup_rounds
         m = r - job.warmup_rounds
-        progress(f"round {m + 1}/{job.rounds}" if measured else "warm-up")
         if not measured:  # every worker serves every warm-up request
+            progress("warm-up")
             run(workers, job, reqs, m, {label: {} for label in names})
             continue
+        eta = eta or Eta("round", job.rounds, progress)
         t0 = time.perf_counter()
         rows, where = run(workers, job, reqs, m, replies)
         walls.append(time.perf_counter() - t0)
+        eta.done()
         for label, row in rows.items():
             times[label].append(row)
         placement.append(where)
@@ -471,7 +478,7 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
                       for label, co, opts in (("A", co_a, opts_a), ("B", co_b, opts_b))
                       if opts], cfg.system_paths, cfg.judges.confine)   # before any model
     progress("stock's reference outputs")
-    job, expected = stock_outputs(co_stock, job, cfg, log_dir, devices[0])
+    job, expected = stock_outputs(co_stock, job, cfg, log_dir, devices[0], progress)
     paired, ready_a, ready_b, checks = paired_run(co_a, opts_a, co_b, opts_b, job, cfg,
                                                   log_dir, progress, expected)
     eff_a, eff_b = ready_a["options"], ready_b["options"]

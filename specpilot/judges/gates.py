@@ -11,12 +11,14 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from specpilot.config import Config, GatesSection, load_config
 from specpilot.errors import SpecPilotError
 from specpilot.judges.forcing import (GateReport, Reference, ReferenceCache, forcing_gate,
                                       option_default_gate)
 from specpilot.gitstore import GitStore
+from specpilot.judges.eta import Eta
 from specpilot.judges.worker_main import DEFAULT_CONTEXT
 from specpilot.judges.worker_proc import Worker, check_options, clean_checkout
 from specpilot.requests import load_dev, load_jsonl, spread
@@ -93,27 +95,36 @@ class WorkerEngine:
 
     remote = True   # generates with the drafter its worker was started with
 
-    def __init__(self, worker: Worker):
+    def __init__(self, worker: Worker, eta: Eta | None = None):
         self.worker = worker
         self.options = _Opts(worker.ready["options"], worker.ready.get("non_default", {}))
         self._n = 0
+        self.eta = eta   # one unit a forced pass or generation (the gate's requests)
 
     def _id(self) -> str:
         self._n += 1
         return f"q{self._n}"
 
+    def _done(self) -> None:
+        if self.eta is not None and self.eta.count < self.eta.total:
+            self.eta.done()
+
     def force(self, prompt, forced, chunk=None, digests=False) -> _Forced:
         rep = self.worker.call("force", self._id(), ids=list(prompt), forced=list(forced),
                                chunk=chunk, digests=digests)
+        self._done()
         return _Forced(rep["argmax"], rep["margin"], list(forced), rep.get("digests", []))
 
     def generate(self, prompt, max_new, drafter=None) -> _Gen:  # the worker's own drafter
-        return _Gen(self.worker.run(self._id(), max_new, ids=list(prompt)).tokens)
+        tokens = self.worker.run(self._id(), max_new, ids=list(prompt)).tokens
+        self._done()
+        return _Gen(tokens)
 
 
 def stock_references(root: Path, cfg: Config, gates: GatesSection, stock_rev: str,
                      requests: list[Request], length: int, device: str,
-                     log_path: Path, check: str) -> list[Reference]:
+                     log_path: Path, check: str,
+                     progress: Callable[[str], None] = lambda s: None) -> list[Reference]:
     """Stock's reference of each request for `length` new tokens: from the cache of
     `check` (dev: in the repository; sealed: beside the secret seed, outside it; keyed by
     model, the stock commit's system tree, request and length; a longer entry serves a
@@ -129,7 +140,9 @@ def stock_references(root: Path, cfg: Config, gates: GatesSection, stock_rev: st
         stock = Worker("stock", co, cfg.system_paths, model, {}, device, log_path,
                        worker_drafter(cfg), ctx, confine=cfg.judges.confine)
         try:
+            progress(f"stock's references: {len(missing)} of {len(requests)} not cached")
             stock.start()
+            eta = Eta("stock's reference, request", len(missing), progress)
             for rid, prompt, ids in missing:
                 if ids is None:
                     ids = stock.call("tokenize", rid, prompt=prompt)["ids"]
@@ -143,6 +156,7 @@ def stock_references(root: Path, cfg: Config, gates: GatesSection, stock_rev: st
                                 noise_flips=rep.get("noise_flips") or [])
                 cache.put(ref)
                 found[rid] = ref
+                eta.done()
         finally:
             stock.stop()
     return [found[rid] for rid, _, _ in requests]
@@ -156,7 +170,8 @@ class GateRun:
 
 def judge(root: Path, cfg: Config, gates: GatesSection, candidate_rev: str, options: dict,
           refs: list[Reference], check: str, device: str, log_dir: Path, *,
-          default_gate: bool, forcing: bool, exact: bool = False) -> GateRun:
+          default_gate: bool, forcing: bool, exact: bool = False,
+          progress: Callable[[str], None] = lambda s: None) -> GateRun:
     """The option-default gate (every option at its default) and/or the token-forcing gate
     (at `options`) of `candidate_rev` against `refs`: each in its own worker on a clean
     checkout of the candidate's commit; the verdicts are computed here."""
@@ -185,7 +200,11 @@ def judge(root: Path, cfg: Config, gates: GatesSection, candidate_rev: str, opti
                 worker.finish()
             else:
                 worker.start()
-            engine = WorkerEngine(worker)
+            # units: a forced pass and a generation per request (the default gate: and
+            # its short generation)
+            n = sum(bool(r.tokens) for r in refs)
+            engine = WorkerEngine(worker, Eta(f"{name} gate, step", (3 if name == "default"
+                                                                     else 2) * n, progress))
             if name == "default":
                 reports.append(option_default_gate(engine, refs, gates, check=check))
             else:
@@ -201,7 +220,8 @@ def judge(root: Path, cfg: Config, gates: GatesSection, candidate_rev: str, opti
 
 def run_gate(root: Path, check: str, opts: dict, default_gate: bool, exact: bool,
              n_requests: int | None, length: int | None, candidate: str = "HEAD",
-             base: str = "HEAD", device: str | None = None) -> GateReport:
+             base: str = "HEAD", device: str | None = None,
+             progress: Callable[[str], None] = lambda s: None) -> GateReport:
     """`specpilot gate`: one gate of `candidate` against the references of `base`'s stock."""
     cfg = load_config(root)
     gates = cfg.gates
@@ -216,9 +236,10 @@ def run_gate(root: Path, check: str, opts: dict, default_gate: bool, exact: bool
     logs = log_folder(root, check, time.strftime("gate-%Y%m%d-%H%M%S"))
     preflight(root, cfg, candidate, opts, logs)   # seconds; the references take minutes
     refs = stock_references(root, cfg, gates, base, reqs, length, device, logs / "stock.log",
-                            check)
+                            check, progress)
     run = judge(root, cfg, gates, candidate, opts, refs, check, device, logs,
-                default_gate=default_gate, forcing=not default_gate, exact=exact)
+                default_gate=default_gate, forcing=not default_gate, exact=exact,
+                progress=progress)
     return run.reports[0]
 
 

@@ -1,0 +1,45 @@
+"""Progress of long judge work, with the time left: stock's references, a gate's requests,
+a comparison's rounds. A unit of work (a request, a round) takes about as long as the last
+few did, so the time left is their mean times the units left; before the first unit ends
+there is no estimate, and the line says what is starting."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+
+def span(seconds: float) -> str:
+    """A duration for a progress line: 8 s, 3.5 min, 1.2 h."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+class Eta:
+    """`total` units of `what`; `done()` after each reports "what i/N (about S left)"."""
+
+    WINDOW = 5   # the units the estimate averages over (the latest ones)
+
+    def __init__(self, what: str, total: int, progress: Callable[[str], None],
+                 clock: Callable[[], float] = time.monotonic):
+        self.what, self.total, self.progress, self.clock = what, max(0, total), progress, clock
+        self.count = 0
+        self.times: list[float] = []
+        self.last = clock()
+        if self.total:
+            progress(f"{what} 1/{self.total}")
+
+    def done(self) -> None:
+        now = self.clock()
+        self.times.append(now - self.last)
+        self.last = now
+        self.count += 1
+        left = self.total - self.count
+        if left <= 0:
+            return
+        recent = self.times[-self.WINDOW:]
+        eta = sum(recent) / len(recent) * left
+        self.progress(f"{self.what} {self.count + 1}/{self.total} (about {span(eta)} left)")
