@@ -4,7 +4,8 @@ user would: does every command work as written?
 A fresh clone of this repository's HEAD (uncommitted changes are not in it) in a temporary
 folder, a virtual environment that sees this machine's packages (`--system-site-packages`:
 the README's `pip install` lines then find torch and the rest installed and download
-nothing big) whose `bin/` goes first on PATH, so the README's own install line installs the
+nothing big; its `pip` is this machine's, installing into it) whose `bin/` goes first on
+PATH, so the README's own install line installs the
 clone's `specpilot` there and every later `specpilot` is the clone's. Each line runs with
 `bash -c` in the clone (a `cd` holds for its own line), with a time limit; `specpilot
 serve` is started in the background and stopped after the lines that talk to it. Skipped,
@@ -169,15 +170,27 @@ def main() -> None:
     clone, venv = tmp / "clone", tmp / "venv"
     log(f"fresh clone of {ROOT} (HEAD) in {clone}")
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
-                   check=True)
+    # no pip of its own (ensurepip's setuptools cannot build an editable install): the
+    # machine's pip, run by the venv's python, installs into the venv
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip",
+                    str(venv)], check=True)
+    shim = venv / "bin" / "pip"
+    shim.write_text(f'#!/bin/sh\nexec "{venv / "bin" / "python"}" -m pip "$@"\n')
+    shim.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     env.update(PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}", VIRTUAL_ENV=str(venv),
                SPECPILOT_SEALED_DIR=str(tmp / "sealed"), PYTHONUNBUFFERED="1")
     if args.smoke:   # the README's install line, less its downloads: the clone's specpilot
-        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps",
+        subprocess.run([str(shim), "install", "-q", "--no-deps",
                         "--no-build-isolation", "-e", str(clone)], check=True, env=env)
     rows = run_lines(shell_lines(text), clone, env, args.limit, args.quick)
+    where = subprocess.run(["bash", "-c", "python -c 'import specpilot; print(specpilot.__file__)'"
+                            " && command -v specpilot"], cwd=tmp, env=env,
+                           capture_output=True, text=True).stdout.split()
+    own = len(where) == 2 and where[0].startswith(str(clone)) and where[1].startswith(str(venv))
+    rows.append({"line": "(the specpilot that ran)", "seconds": 0.0,
+                 "result": "ok" if own else "FAILED", "note": " ".join(where)[:160]
+                 + ("" if own else f" (not the clone's, in {venv})")})
     print_table(["command", "result", "s", "note"],
                 [[f"`{r['line'][:90]}`", r["result"], f"{r['seconds']:.0f}", r["note"]]
                  for r in rows],

@@ -34,6 +34,7 @@ SMOKES = [
     pytest.param("gpu_tree.sh", id="gpu_tree"),   # the tree-verify entry applied, step_27b
     pytest.param("gpu_hybrid.sh", id="gpu_hybrid"),   # step_hybrid.py, gdn_tree.py: tiny-hybrid
     pytest.param("batch_throughput.py", id="batch_throughput"),
+    pytest.param("readme_commands.py", id="readme_commands"),   # a fresh clone, a venv
     # the controller with confined workers (five processes on a 2-core machine)
     pytest.param("gpu_verdict.sh", id="gpu_verdict", marks=pytest.mark.slow),
 ]
