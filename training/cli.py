@@ -23,7 +23,10 @@
    target's embedding and head are frozen; AdamW, warm-up then cosine decay (on the clock
    when --total-seconds is set). --init-from-target starts the drafter's layers as copies of
    target layers (BlockNet.init_from_target) instead of random weights; --init-from-weights
-   DIR continues from a trained drafter (its config must match).
+   DIR continues from a trained drafter (its config must match); --resume DIR continues its
+   training: its last step's fp32 weights and AdamW moments (the training state every run
+   saves outside the repository, --optimizer-state FILE), and the new manifest's history
+   lists the runs before (training/resume.py).
 
 Several GPUs of one host train one drafter under `python -m torch.distributed.run
 --standalone --nproc_per_node N -m training.block ...` (training/dist.py: each rank
@@ -54,7 +57,7 @@ from pathlib import Path
 import torch
 
 from stock.config import PRESETS
-from stock.drafters.block_weights import save_block, target_fingerprint
+from stock.drafters.block_weights import save_block, target_fingerprint, write_manifest
 from stock.model import Transformer
 from stock.system import load_system
 from training.data import (Data, DataHeader, generate_data, load_merged, log, merge_data,
@@ -62,6 +65,7 @@ from training.data import (Data, DataHeader, generate_data, load_merged, log, me
 from training.dist import Dist
 from training.loop import TrainConfig, train
 from training.prompts import build_prompts, dev_prompts, prompt_group
+from training.resume import default_state_path, history, save_state, stamp, weights_key
 
 _DESCRIPTION = __doc__.split("\n\n")[0]
 
@@ -215,8 +219,9 @@ def main(argv: list[str] | None = None) -> None:
             log(f"saved {len(data.end)} rows ({answer_tokens} answer tokens, {cats}) to "
                 f"{args.data_out}; total {time.perf_counter() - t0:.1f}s")
             return
+    state: dict = {}
     net, stats, _ = train(target, prompts, cfg, stops, started=t0, groups=groups, data=data,
-                          data_stats=data_stats, dist=dist)
+                          data_stats=data_stats, dist=dist, state_out=state)
     if dist.on:  # the data of every rank, in the manifest of rank 0
         mine = {"rank": dist.rank, "prompts": n_prompts, "answers": stats["answers"],
                 "answer_tokens": stats["answer_tokens"], "gen_s": stats.get("gen_s"),
@@ -261,10 +266,18 @@ def main(argv: list[str] | None = None) -> None:
     man = save_block(net, Path(args.out), target=target, seed=cfg.seed, command=command,
                      data=data_desc, training={**asdict(cfg), **stats,
                                                "torch": torch.__version__,
-                                               "device": str(target.device)},
-                     target_name=name)
+                                               "device": str(target.device),
+                                               "saved": stamp()},
+                     target_name=name,
+                     history=history(Path(cfg.resume)) if cfg.resume else [])
     total = sum(s.bytes for s in man.shards)
-    log(f"saved {len(man.shards)} shard(s), {total} bytes, to {args.out}; "
+    where = (Path(cfg.optimizer_state) if cfg.optimizer_state
+             else default_state_path(weights_key(man)))
+    man.training["optimizer_state"] = save_state(where, man, state["weights"],
+                                                 state["optimizer"], state["steps"])
+    write_manifest(Path(args.out), man)
+    log(f"saved {len(man.shards)} shard(s), {total} bytes, to {args.out}; its training state "
+        f"({man.training['optimizer_state']['bytes']} bytes, for --resume) to {where}; "
         f"total {time.perf_counter() - t0:.1f}s")
     dist.barrier()   # the other ranks wait here for the save (above)
     dist.close()

@@ -10,6 +10,7 @@ whole prompt groups; the best checkpoint is kept. `init_net` builds the drafter 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from stock.drafters.block_weights import load_block, read_manifest
 from training.data import Data, _mask, generate_data, log
 from training.dist import Dist
 from training.loss import HeadLoss, head_terms, loss_terms
+from training.resume import find_state, load_state
 
 
 @dataclass
@@ -60,6 +62,10 @@ class TrainConfig:
     features: str = "cached"  # cached: target hidden states of every row, computed once;
     # live: computed per step for that step's rows only (memory then holds tokens only)
     init_from_weights: str = ""  # a block-weights folder to start from (config must match)
+    resume: str = ""  # a block-weights folder to continue: its weights, training state and
+    # history (training/resume.py)
+    optimizer_state: str = ""  # where the training state is saved (and read by --resume);
+    # default: the user cache, keyed by the weights
     compile_loss: bool = True  # head + loss through torch.compile on CUDA (training/loss.py)
 
 
@@ -253,12 +259,15 @@ def _lr(step: int, cfg: TrainConfig, time_frac: float = 0.0) -> float:
 
 def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progress=log,
           data: Data | None = None, started: float | None = None, groups: list | None = None,
-          data_stats: dict | None = None, dist: Dist | None = None):
+          data_stats: dict | None = None, dist: Dist | None = None,
+          state_out: dict | None = None):
     """Returns (net, stats, losses). `target` stays frozen; the net trains in fp32 (bf16
     autocast on CUDA). `started`: perf_counter at the start of the run (for total_seconds).
     `groups`: one key per data row; validation then holds out whole groups. `data_stats`:
     added to the stats (how a `data` passed in was made). `dist`: data-parallel ranks
-    (training/dist.py; `data` is then this rank's rows, rank 0 validates and decides stops)."""
+    (training/dist.py; `data` is then this rank's rows, rank 0 validates and decides stops).
+    `state_out`: filled with the last step's weights, the optimizer and the steps run in all
+    (training/resume.py saves them)."""
     started = time.perf_counter() if started is None else started
     dist = dist or Dist()
     if not dist.main:
@@ -319,6 +328,16 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                              {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr,
                             betas=(0.9, 0.95))
+    before, resumed = 0, ""
+    if cfg.resume:
+        path, why = find_state(Path(cfg.resume), cfg.optimizer_state)
+        if path is None:
+            progress(f"resume: {why}: a fresh optimizer from its weights (warm-up kept)")
+        else:
+            before, resumed = load_state(path, Path(cfg.resume), net, opt, dev), str(path)
+            cfg = dataclasses.replace(cfg, warmup=0)   # the moments are warm already
+            progress(f"resume: the last step's fp32 weights and AdamW moments from {path} "
+                     f"({before} steps before this run; no warm-up)")
     autocast = torch.autocast(dev.type, dtype=torch.bfloat16,
                               enabled=dev.type == "cuda" or target.dtype == torch.bfloat16)
     losses, t1, steps_done = [], time.perf_counter(), 0
@@ -399,6 +418,9 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
     if not ranks_agree:
         progress("warning: the ranks' drafter weights differ after training")
     kept = steps_done
+    if state_out is not None:   # what the next run resumes from: this last step, not the kept
+        state_out.update(weights={k: v.detach().clone() for k, v in net.state_dict().items()},
+                         optimizer=opt, steps=before + steps_done)
     if best is not None:
         net.load_state_dict(best["state"])
         kept = best["step"]
@@ -411,7 +433,8 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
              "train_s": round(train_s, 1), "answers": len(keep), "answer_tokens": answer_tokens,
              "kept_step": kept, "val_history": history, "init": init, "last_lr": lr,
              "compiled_loss": head_loss.compiled, "ranks": dist.world,
-             "features_used": features,
+             "features_used": features, "resumed_from_state": resumed,
+             "steps_before": before,
              **({"ranks_agree": ranks_agree} if dist.on else {}),
              **(data_stats or {})}
     if len(val):
@@ -438,6 +461,11 @@ def init_net(target, bcfg: BlockConfig, cfg: TrainConfig) -> tuple[BlockNet, str
     with torch.no_grad():  # start in the scale the target's head expects
         net.norm.weight.copy_(target.model.norm.weight.float())
     init = "random (seeded normal, std 0.02)"
+    if cfg.resume:
+        if cfg.init_from_target or cfg.init_from_weights not in ("", cfg.resume):
+            raise ValueError("--resume starts from its folder's weights: no --init-from-target "
+                             "or other --init-from-weights with it")
+        cfg = dataclasses.replace(cfg, init_from_weights=cfg.resume)
     if cfg.init_from_target and cfg.init_from_weights:
         raise ValueError("--init-from-target and --init-from-weights: give one")
     if cfg.init_from_target:

@@ -47,6 +47,7 @@ class BlockManifest(BaseModel):
     command: str = ""
     data: dict = {}
     training: dict = {}
+    history: list[dict] = []   # earlier runs this one continued (training/resume.py)
 
 
 def sha256_file(path: Path) -> str:
@@ -66,7 +67,7 @@ def target_fingerprint(target) -> str:
 
 def save_block(net: BlockNet, folder: Path, *, target, seed: int, command: str = "",
                data: dict | None = None, training: dict | None = None,
-               target_name: str = "") -> BlockManifest:
+               target_name: str = "", history: list[dict] | None = None) -> BlockManifest:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in net.state_dict().items()}
@@ -93,9 +94,14 @@ def save_block(net: BlockNet, folder: Path, *, target, seed: int, command: str =
                             tensors=sorted(group)))
     manifest = BlockManifest(config=net.cfg, target_fingerprint=target_fingerprint(target),
                              target_name=target_name, shards=shards, seed=seed, command=command,
-                             data=data or {}, training=training or {})
-    (folder / "manifest.json").write_text(manifest.model_dump_json(indent=1) + "\n")
+                             data=data or {}, training=training or {},
+                             history=history or [])
+    write_manifest(folder, manifest)
     return manifest
+
+
+def write_manifest(folder: Path, manifest: BlockManifest) -> None:
+    (Path(folder) / "manifest.json").write_text(manifest.model_dump_json(indent=1) + "\n")
 
 
 def read_manifest(folder: Path) -> BlockManifest:
