@@ -46,8 +46,14 @@ def test_throughput_mode_times_batches_and_its_batched_gate_rejects_what_batchin
     slower; A's batched outputs pass the check, B's are caught."""
     bad = cheat(project, "wrong-when-batched", WRONG_WHEN_BATCHED, path="stock/batch.py")
     rep = compare(project, "stock", bad, opts_a={"repeat_work": "3"}, model=MODEL,
-                  max_new=8, rounds=4, requests=2, batch=2, sigma=0.05)
+                  max_new=8, rounds=4, requests=2, batch=2, sigma=0.05, rate=40.0)
     assert rep.batch == 2 and rep.a.effective["repeat_work"] == 3
+    # an arrival trace (the second request of a round arrives later, the same on both
+    # sides, each sent only at its time): no side's round ends before its last arrival
+    assert rep.rate == 40.0 and len(rep.arrivals) == 4
+    assert all(at[0] == 0.0 and at[1] > 0 for at in rep.arrivals)
+    for label, rows in rep.paired.times.items():
+        assert all(row[0] >= at[-1] for row, at in zip(rows, rep.arrivals)), label
     assert len(rep.requests) == 4 * 2
     assert all(len(row) == 1 for rows in rep.paired.times.values() for row in rows)
     assert rep.estimate.pairs == 4                          # one cell per round
@@ -60,5 +66,7 @@ def test_throughput_mode_times_batches_and_its_batched_gate_rejects_what_batchin
 def test_bad_throughput_designs_are_one_line_errors(project):
     with pytest.raises(SpecPilotError, match="--batch must be at least 1"):
         compare(project, "stock", "stock", model=MODEL, batch=-1)
+    with pytest.raises(SpecPilotError, match="--rate needs --batch"):
+        compare(project, "stock", "stock", model=MODEL, rate=5.0)
     with pytest.raises(SpecPilotError, match="pairs per process"):   # one cell a round
         compare(project, "stock", "stock", model=MODEL, batch=2, rounds=2)

@@ -71,9 +71,12 @@ _root = require_root
               help="throughput mode: each round's requests served together by the batched "
                    "engine, at most C at once; the round's time is the statistic (default "
                    "2C requests a round, controller.min_pairs rounds)")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="R", help="with --batch: the requests arrive as a Poisson trace of R a "
+                                "second (the same trace on both sides; default: all at once)")
 @click.option("--json", "as_json", is_flag=True)
 def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, request_set, sigma,
-                family, model, drafter_a, drafter_b, batch, as_json):
+                family, model, drafter_a, drafter_b, batch, rate, as_json):
     """Paired benchmark of B against A (commits, or `stock` for HEAD). Exit 0 if B is
     adopted, 3 if not."""
     # lazy: CLI startup time (the judges import numpy and their workers' machinery)
@@ -86,7 +89,7 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
     rep = compare(_root(), a, b, _pairs(opt_a, "--opt-a"), _pairs(opt_b, "--opt-b"),
                   _devices(devices), rounds, model, n_requests, max_new, sigma, request_set,
                   progress, drafter_a=drafter_a, drafter_b=drafter_b, family=family,
-                  batch=batch or 0)
+                  batch=batch or 0, rate=rate or 0.0)
     if as_json:
         click.echo(rep.model_dump_json(indent=1))
     else:
@@ -101,6 +104,8 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
                    f"options {options_text(rep.b.options)}, "
                    f"drafter {rep.drafter_b or rep.drafter}")
         batched = (f"; throughput mode: each round one batch, at most {rep.batch} at once"
+                   + (f", Poisson arrivals at {rep.rate:g}/s" if rep.rate else
+                      ", all arriving at its start")
                    if rep.batch else "")
         click.echo(f"{rep.mode} on {', '.join(rep.devices)} ({rep.paired.hardware}); "
                    f"{rep.processes} worker processes per side{batched}; {rep.rounds} rounds x "

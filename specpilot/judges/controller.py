@@ -24,8 +24,10 @@ themselves are checked against it (specpilot/judges/outputs.py), so the path tha
 the path whose outputs are checked. A fault rejects, whatever the speed.
 
 Throughput mode (`batch` C): each worker serves a round's requests together through its
-system's batched engine (at most C at once, all submitted at the round's start: the same
-requests and the same arrivals on both sides), and the controller times the whole batch
+system's batched engine (at most C at once; all submitted at the round's start, or with
+`rate` R arriving as a Poisson trace of R requests a second, each sent to the worker only
+at its arrival time: the same requests and the same arrivals on both sides), and the
+controller times the whole batch
 around the channel: one cell per round and process, the round's time for the same tokens,
 so the gain is the throughput ratio. Every request's batched output is checked against
 stock's single-request greedy reference exactly as above (the batched gate: batching must
@@ -42,6 +44,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import random
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -108,6 +111,8 @@ class Comparison(BaseModel):
     estimate: stats.GainEstimate
     processes: int = 1     # worker processes per side
     batch: int = 0         # throughput mode's concurrency (0: request by request)
+    rate: float = 0.0      # throughput mode's Poisson arrivals a second (0: all at once)
+    arrivals: list[list[float]] = []   # per measured round, each request's arrival offset
     family: int = 1        # directions judged together: the bound's level is split by it
     sigma: float
     sigma_source: str
@@ -134,6 +139,21 @@ class Job:
     session: tuple[int, ...] | None = None   # the process indices alive now (None: all)
     batch: int = 0                 # throughput mode: a round served as one batch of at most
                                    # `batch` at once (0: request by request)
+    rate: float = 0.0              # throughput mode's arrivals: Poisson at this many requests
+                                   # a second (0: all at the round's start)
+
+    def arrivals(self, reqs: list[Req]) -> list[float] | None:
+        """A round's arrival offsets (seconds from its start; None: all at once): Poisson at
+        `rate`, the first at 0, drawn from the round's own request ids, so both sides get
+        the same trace and no one knows it before the round's fresh prompts are drawn."""
+        if not self.rate:
+            return None
+        rng = random.Random(",".join(rid for rid, _p, _ids in reqs))
+        at, out = 0.0, []
+        for i in range(len(reqs)):
+            at += rng.expovariate(self.rate) if i else 0.0
+            out.append(round(at, 6))
+        return out
 
     @property
     def indices(self) -> list[int]:
@@ -378,7 +398,7 @@ def _call(w: Worker, req: Req, job: Job) -> Reply:
 def _batch(w: Worker, reqs: list[Req], job: Job, m: int, replies: dict) -> float:
     """A round's requests served together by `w` (throughput mode): the batch's seconds."""
     outputs, seconds = w.batch(f"round{m}", [(rid, ids) for rid, _p, ids in reqs], job.max_new,
-                               job.batch)
+                               job.batch, job.arrivals(reqs))
     replies[w.label].update(outputs)
     return seconds
 
@@ -433,7 +453,7 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
             max_new: int | None = None, sigma: float | None = None, source: str = "fresh",
             progress: Callable[[str], None] = lambda s: None, *, drafter_a: str | None = None,
             drafter_b: str | None = None, seed: int | None = None,
-            family: int = 1, batch: int = 0) -> Comparison:
+            family: int = 1, batch: int = 0, rate: float = 0.0) -> Comparison:
     """Compare B against A; 'stock' names HEAD. σ is this run's own (same-side processes
     in the same rounds); a given `sigma` is a floor that can only raise the bar. `family`:
     how many directions are judged together (the bound's level is split among them).
@@ -441,7 +461,9 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
     (e.g. `ngram` against `block`; `ar` for none). `source`: where the prompts come from
     (specpilot/judges/prompts.py); `seed` only for tests, a secret one otherwise. `batch`
     C > 0: throughput mode (each round one batch of at most C at once; by default 2C
-    requests a round and at least controller.min_pairs rounds, one cell each)."""
+    requests a round and at least controller.min_pairs rounds, one cell each); `rate` R > 0
+    with it: the round's requests arrive as a Poisson trace of R a second (Job.arrivals),
+    each sent to the workers only at its time."""
     if sigma is not None and not (math.isfinite(sigma) and sigma >= 0):
         raise SpecPilotError(f"σ must be finite and at least 0, got {sigma}", code=2)
     root = Path(root).resolve()
@@ -456,6 +478,10 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
     if batch < 0:
         raise SpecPilotError(f"--batch must be at least 1 (0: request by request), got {batch}",
                              code=2)
+    if rate and (not batch or not math.isfinite(rate) or rate < 0):
+        raise SpecPilotError(f"--rate needs --batch and a finite rate above 0 (requests a "
+                             f"second), got {rate}" + ("" if batch else " without --batch"),
+                             code=2)
     n_rounds = rounds or (max(cc.rounds, cc.min_pairs) if batch else cc.rounds)
     per_round = requests or (2 * batch if batch else cc.requests)
     devices = devices or [_default_device()]
@@ -468,7 +494,7 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
     stats.require_design(n_rounds, 1 if batch else per_round, cc.processes, cc.processes, cc)
     job = Job(prompts.draw(model, source, cc.warmup_rounds + n_rounds, per_round, seed),
               max_new or cc.max_new, drafter_a or cc.drafter, devices, n_rounds,
-              cc.warmup_rounds, model, processes=cc.processes, batch=batch)
+              cc.warmup_rounds, model, processes=cc.processes, batch=batch, rate=rate)
     if drafter_b and drafter_b != job.drafter:
         job.drafter_b = drafter_b
     log_dir = root / RUNS_DIR / time.strftime("compare-%Y%m%d-%H%M%S")
@@ -496,7 +522,9 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
         requests=[r[0] for r in job.measured], source=source, max_new=job.max_new,
         drafter=job.drafter, drafter_b=job.drafter_b,
         rounds=job.rounds, warmup_rounds=job.warmup_rounds, paired=paired,
-        processes=job.processes, batch=job.batch, family=family, estimate=est, sigma=decision.sigma,
+        processes=job.processes, batch=job.batch, rate=job.rate,
+        arrivals=[job.arrivals(reqs) or [] for reqs in job.round_requests[job.warmup_rounds:]]
+        if job.rate else [], family=family, estimate=est, sigma=decision.sigma,
         sigma_source=decision.sigma_source, decision=decision, outputs=checks, faults=faults,
         tolerance=near_tie(expected, cfg))
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -26,8 +26,9 @@ teacher-forced lattices included, `teacher_forced`);
 "timed" {options, ids, max_new} -> one generation's decode time under other option values
 (the tuner); "batch" {items: [{id, ids}], max_new, max_batch} -> every item's tokens,
 served together by the system's batched engine (stock.batch.BatchEngine, at most
-max_batch at once: the controller's throughput mode); {"cmd": "quit"} or end of input
-ends it.
+max_batch at once: the controller's throughput mode), or with `count` and no items, the
+items then arriving as {"cmd": "submit", id, item} at their arrival times (a load trace);
+{"cmd": "quit"} or end of input ends it.
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import queue
 import stat
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -354,15 +357,28 @@ class Server:
         return {"event": "done", "id": msg.get("id"), "decode_s": res.decode_s,
                 "tokens": res.tokens, "uses_graphs": eng.uses_graphs}
 
-    def batch(self, msg: dict) -> dict:
+    def batch(self, msg: dict, inbox: "queue.Queue[dict]") -> dict:
         """Every item served together by the system's own batched engine, built once per
-        max_batch (its CUDA graphs survive from round to round); drafters per request."""
+        max_batch (its CUDA graphs survive from round to round); drafters per request.
+        With `count` the items arrive one by one as `submit` messages (an arrival trace,
+        sent by the judge at each request's time): each joins the engine as it arrives,
+        the engine steps in between and waits when it has nothing to do."""
         n = int(msg["max_batch"])
         be = self.batchers.get(n)
         if be is None:
             be = self.batchers[n] = self.batch_engine(self.engine, self.drafter_name, n)
-        reqs = [(item["id"], be.submit(list(item["ids"]), int(msg["max_new"])))
-                for item in msg["items"]]
+        max_new = int(msg["max_new"])
+        reqs = [(item["id"], be.submit(list(item["ids"]), max_new)) for item in msg["items"]]
+        count = int(msg.get("count", len(reqs)))
+        while len(reqs) < count:
+            try:   # a request that has arrived; block only when there is nothing to step
+                sub = inbox.get(block=be.idle)
+            except queue.Empty:
+                be.step()
+                continue
+            if sub.get("cmd") != "submit" or sub.get("id") != msg.get("id"):
+                raise RuntimeError(f"batch {msg.get('id')}: expected its submits, got {sub!r}")
+            reqs.append((sub["item"]["id"], be.submit(list(sub["item"]["ids"]), max_new)))
         be.run()
         return {"event": "done", "id": msg.get("id"),
                 "outputs": {rid: r.tokens for rid, r in reqs},
@@ -399,21 +415,38 @@ def main(argv: list[str]) -> int:
         out.write(json.dumps(obj) + "\n")
         out.flush()
 
+    # every message goes through one queue, read from stdin by a thread: a batch's arrival
+    # trace (`submit` messages) then reaches the batch while it steps
+    inbox: queue.Queue = queue.Queue()
+
+    def read() -> None:
+        for line in sys.stdin:
+            if line.strip():
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    msg = None
+                inbox.put(msg if isinstance(msg, dict) else
+                          {"cmd": "unreadable", "line": line[:200]})
+        inbox.put({"cmd": "quit"})   # end of input
+
+    threading.Thread(target=read, daemon=True).start()
     server = None
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        msg = json.loads(line)
+    while True:
+        msg = inbox.get()
+        if msg.get("cmd") == "quit":
+            break
         try:
+            if msg.get("cmd") == "unreadable":
+                raise RuntimeError(f"not a JSON message: {msg['line']!r}")
             if server is None:
                 server = Server(msg)
                 reply(server.ready())
-            elif msg.get("cmd") == "quit":
-                break
             elif msg.get("cmd") in ("run", "force", "reference", "tokenize", "registry",
                                     "measure", "timed", "batch"):
                 t0 = time.perf_counter()
-                result = getattr(server, msg["cmd"])(msg)
+                result = (server.batch(msg, inbox) if msg["cmd"] == "batch"
+                          else getattr(server, msg["cmd"])(msg))
                 result["worker_s"] = time.perf_counter() - t0
                 reply(result)
             else:

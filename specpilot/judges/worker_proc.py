@@ -255,12 +255,26 @@ class Worker:
         return Reply(rep["tokens"], seconds, rep.get("worker_s", 0.0), rep.get("steps", 0))
 
     def batch(self, batch_id: str, items: list[tuple[str, list[int]]], max_new: int,
-              max_batch: int) -> tuple[dict[str, list[int]], float]:
+              max_batch: int, arrivals: list[float] | None = None
+              ) -> tuple[dict[str, list[int]], float]:
         """Every item served together by the system's batched engine: (tokens per request
-        id, seconds measured here around the channel, the whole batch's)."""
+        id, seconds measured here around the channel, the whole batch's). `arrivals`: each
+        item's offset in seconds from the batch's start; each is sent only then (the worker
+        cannot see a request before it arrives), the first with the batch's header."""
         t0 = time.perf_counter()
-        self._send({"cmd": "batch", "id": batch_id, "max_new": max_new, "max_batch": max_batch,
-                    "items": [{"id": rid, "ids": ids} for rid, ids in items]})
+        if arrivals is None:
+            self._send({"cmd": "batch", "id": batch_id, "max_new": max_new,
+                        "max_batch": max_batch,
+                        "items": [{"id": rid, "ids": ids} for rid, ids in items]})
+        else:
+            if len(arrivals) != len(items) or sorted(arrivals) != list(arrivals):
+                raise WorkerError(f"{self.label}: batch {batch_id}: one rising arrival time an "
+                                  "item")
+            self._send({"cmd": "batch", "id": batch_id, "max_new": max_new,
+                        "max_batch": max_batch, "count": len(items), "items": []})
+            for (rid, ids), at in zip(items, arrivals):
+                time.sleep(max(0.0, t0 + at - time.perf_counter()))
+                self._send({"cmd": "submit", "id": batch_id, "item": {"id": rid, "ids": ids}})
         rep = self._receive("done")
         seconds = time.perf_counter() - t0
         if rep.get("id") != batch_id:
