@@ -195,7 +195,7 @@ def test_gates_run_in_workers_from_clean_checkouts(project):
     assert ok.gate == "option-default" and ok.passed and ok.tokens_checked == 12
     # progress with the time left: stock's reference (not cached yet), then the gate's steps
     assert "stock's reference, request 1/1" in seen
-    assert seen[-2].startswith("default gate, step 3/3 (about ") and seen[-2].endswith(" left)")
+    assert seen[-1].startswith("default gate, step 3/3 (about ") and seen[-1].endswith(" left)")
     tree = GitStore(project).system_tree("HEAD", ["stock", "kernels"])
     assert ReferenceCache.for_check(project, "dev").get("embedded", tree, ok.requests[0], 12)
     bad = run_gate(project, "dev", {"fault_logit_bias_after": "4"}, False, False, 1, 12)
