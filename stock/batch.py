@@ -42,10 +42,12 @@ from typing import Callable, Iterator
 import torch
 
 from stock.batch_graphs import BatchRunner, row_steps
+from stock.compiled import compile_enabled
 from stock.drafters.base import DraftContext, Drafter
 from stock.drafters.block_batch import BatchBlockDrafter
 from stock.graphs import BUCKETS
 from stock.errors import StockError
+from stock.fused import fuse_projections
 from stock.model import Transformer
 from stock.options import Options
 
@@ -102,8 +104,15 @@ class BatchEngine:
         slack = BUCKETS[-1] if static else self.options["draft_len"] + 1
         # static steps: one spare row past the requests, where padding requests write
         self.cache = model.new_cache(self.max_context + slack, batch=max_batch + bool(static))
+        # compiled regions as the single-request engine's (CUDA, option compile), fused
+        # projections with them (views: the modules' outputs are unchanged)
+        compiled = static and compile_enabled(self.options, model.device)
+        fused = compiled and self.options["fuse_projections"]
+        if fused:
+            fuse_projections(model)
         self.runner = BatchRunner(model, self.cache, max_batch, capture=capture,
-                                  hidden_layers=self.hidden_layers) if static else None
+                                  hidden_layers=self.hidden_layers, compile=compiled,
+                                  fused=fused) if static else None
         self.lengths = [0] * max_batch
         self.rows: list[Request | None] = [None] * max_batch
         self.waiting: deque[Request] = deque()

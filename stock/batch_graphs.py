@@ -5,7 +5,8 @@ KV-length bucket), buckets as GraphRunner's. A slot's static input is one int64 
 the B x T token ids (each request's [pending] + draft, padded with its last token), then
 per request its start (committed length), its cache row and its real draft length k. The
 step builds each row's positions (start + 0..T-1) and mask (key j visible iff j <= the
-token's position) on the device, runs the batched forward (cache rows, stock/model.py),
+token's position) on the device, runs the batched forward (cache rows, stock/model.py; or,
+with `compile`, stock/compiled.py's regions around SDPA over the rows, as the engine's steps),
 and computes each request's acceptance there: `packed` [B, 1 + T] = (accepted draft tokens
 n, then the target's argmax per position). Reading `packed[:R]` is the step's one host
 synchronisation. With `hidden_layers` (a block drafter's) each slot also outputs those
@@ -23,10 +24,12 @@ from dataclasses import dataclass
 
 import torch
 
+from stock import compiled as compiled_step
 from stock.cache import KVCache
 from stock.errors import StockError
 from stock.graphs import BUCKETS, MIN_KV, capture, kv_buckets
 from stock.model import Transformer
+from stock.profile import profile_active
 
 
 class BatchGraphError(StockError):
@@ -62,8 +65,12 @@ class BatchSlot:
 class BatchRunner:
     def __init__(self, model: Transformer, cache: KVCache, max_batch: int,
                  buckets: tuple[int, ...] = BUCKETS, capture: bool | None = None,
-                 min_kv: int = MIN_KV, hidden_layers: tuple[int, ...] = ()):
+                 min_kv: int = MIN_KV, hidden_layers: tuple[int, ...] = (),
+                 compile: bool = False, fused: bool = False):
         self.model, self.cache, self.max_batch = model, cache, max_batch
+        # the layers through stock/compiled.py's regions (compiled in warm-up), multiplying
+        # by the fused projection matrices with `fused`; attention stays SDPA over the rows
+        self.compile, self.fused = compile, fused
         self.hidden_layers = tuple(hidden_layers)   # every slot's extra output (a drafter's)
         self.spare = cache.k[0].shape[0] - 1   # the cache's last row: padding's scratch
         if self.spare < max_batch:
@@ -103,8 +110,13 @@ class BatchRunner:
         starts, rows, ks = s.inp[b * t:].view(3, b)
         steps = torch.arange(t, device=self.device)
         pos, seen = row_steps(starts, t, s.kv_len)
-        out = self.model(ids, self.cache, 0, positions=pos, kv_len=s.kv_len, mask=seen,
-                         rows=rows, logits="all", hidden_layers=self.hidden_layers)
+        if self.compile and not profile_active():
+            out = compiled_step.forward(self.model, ids, pos, self.cache, s.kv_len,
+                                        self.hidden_layers, fused=self.fused, seen=seen,
+                                        rows=rows)
+        else:
+            out = self.model(ids, self.cache, 0, positions=pos, kv_len=s.kv_len, mask=seen,
+                             rows=rows, logits="all", hidden_layers=self.hidden_layers)
         target = out.logits.argmax(-1)                                    # [b, t]
         match = (ids[:, 1:] == target[:, :-1]) & (steps[None, :-1] < ks[:, None])
         n = match.long().cumprod(1).sum(1, keepdim=True)

@@ -125,12 +125,16 @@ def _call(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 # -- the regions (plain functions: also the eager fallback) --------------------------------
 # Each is stock/body.py's pieces called with `_call`: the layer's math is written there once.
-def attn_in(x, ln, attn, cos, sin, positions, k_buf, v_buf, qkv=None):
-    """Region A: x [B, T, H] -> queries [B, Hkv, G*T, D]; writes K/V at `positions`.
+def attn_in(x, ln, attn, cos, sin, positions, k_buf, v_buf, qkv=None, rows=None):
+    """Region A: x [B, T, H] -> queries [B, Hkv, G*T, D]; writes K/V at `positions`
+    (a batched step: cache rows `rows` [B], each row at its own positions [B, T]).
     `qkv`: the layer's fused q/k/v matrix (stock/fused.py) or None."""
     q, k, v = body.qkv(_call, attn, _call(ln, x), qkv)
     q, k, v = body.rotate(_call, attn, q, k, v, cos, sin)
-    body.write_kv(k_buf, v_buf, positions, k, v)
+    if rows is None:
+        body.write_kv(k_buf, v_buf, positions, k, v)
+    else:
+        body.write_rows(k_buf, v_buf, rows, positions, k, v)
     return body.fold(attn, q)
 
 
@@ -167,11 +171,12 @@ def gdn_out_mlp(x, out, z, gdn, ln, mlp, gate_up=None):
 
 
 def attn_out_mlp_next(x, out, attn, ln, mlp, next_ln, next_attn, cos, sin, positions,
-                      k_buf, v_buf, gate_up=None, next_qkv=None):
+                      k_buf, v_buf, gate_up=None, next_qkv=None, rows=None):
     """Region B of one layer and region A of the next in one graph, so the residual add
     fuses with the next input norm: (the layer's output x, the next layer's queries)."""
     x = attn_out_mlp(x, out, attn, ln, mlp, gate_up)
-    return x, attn_in(x, next_ln, next_attn, cos, sin, positions, k_buf, v_buf, next_qkv)
+    return x, attn_in(x, next_ln, next_attn, cos, sin, positions, k_buf, v_buf, next_qkv,
+                      rows)
 
 
 def head(x, norm, lm_head):
@@ -285,7 +290,8 @@ def uses_kernel(attention: str, device: torch.device, head_dim: int) -> bool:
 def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, kv_len: int,
             hidden_layers: tuple[int, ...] = (), logits: bool = True, attention: str = "sdpa",
             fused: bool = False, rope: torch.Tensor | None = None,
-            seen: torch.Tensor | None = None, tree: torch.Tensor | None = None):
+            seen: torch.Tensor | None = None, tree: torch.Tensor | None = None,
+            rows: torch.Tensor | None = None):
     """static_forward's contract (see stock/static_step.py), through the compiled regions.
     `attention`: "triton" runs the eager attention between the regions through
     kernels/attention's split-KV kernel where `uses_kernel` says so, "sdpa" through
@@ -294,10 +300,15 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
     fuse_projections); off, the projections run one by one even on a fused model. `rope`
     and `seen` (a tree's RoPE positions and visibility, static_forward's): attention is
     SDPA with that mask, or the split-KV kernel with `tree` (the same visibility as bits)
-    where the kernel runs."""
+    where the kernel runs. `rows` [B] (a batched step, stock/batch_graphs.py): request b's
+    tokens at its own positions[b] in cache row rows[b], `seen` [B, T, kv_len] its mask;
+    attention is SDPA over each request's row (the model's batched forward's)."""
     layers = list(model.model.layers)
     head_dim = next(la.self_attn.d for la in layers if hasattr(la, "self_attn"))
-    kernel = (seen is None or tree is not None) and uses_kernel(attention, ids.device, head_dim)
+    if rows is not None and (seen is None or rope is not None or model.cfg.hybrid):
+        raise ValueError("a batched step gives its mask and no RoPE of its own (dense only)")
+    kernel = (rows is None and (seen is None or tree is not None)
+              and uses_kernel(attention, ids.device, head_dim))
     if kernel:
         from kernels.attention import decode_attention  # lazy: Triton, CUDA only
     cos, sin, mask_g, x = body.step_inputs(model, ids, positions if rope is None else rope,
@@ -313,7 +324,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
     def attend(qg, k_buf, v_buf):
         if kernel:
             return decode_attention(qg, k_buf, v_buf, positions, kv_len, tree=tree)
-        return body.attend(qg, k_buf, v_buf, kv_len, mask_g)
+        return body.attend(qg, k_buf, v_buf, kv_len, mask_g, rows)
 
     with dynamo_limits():
         _mark_dynamic_buffers(model)
@@ -327,7 +338,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
             return Output(run_region("head", x, model.model.norm, model.lm_head), hidden)
         first = layers[0]
         qg = run_region("attn_in", x, first.input_layernorm, first.self_attn, cos, sin,
-                        positions, *buffers(first), qkv(first))
+                        positions, *buffers(first), qkv(first), rows)
         for i, layer in enumerate(layers):
             out = attend(qg, *buffers(layer))
             gate_up = fused_gate_up(layer.mlp) if fused else None
@@ -336,7 +347,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
                 x, qg = run_region("attn_out_mlp_next", x, out, layer.self_attn,
                                    layer.post_attention_layernorm, layer.mlp,
                                    nxt.input_layernorm, nxt.self_attn, cos, sin, positions,
-                                   *buffers(nxt), gate_up, qkv(nxt))
+                                   *buffers(nxt), gate_up, qkv(nxt), rows)
             else:
                 x = run_region("attn_out_mlp", x, out, layer.self_attn,
                                layer.post_attention_layernorm, layer.mlp, gate_up)

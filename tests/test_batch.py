@@ -79,6 +79,31 @@ def test_the_static_step_the_graphs_replay_gives_the_same_outputs(tiny):
     assert spare == 3 and be.runner.spare == spare   # padding requests' scratch row
 
 
+def test_the_static_step_through_compiled_regions_gives_the_same_outputs(tiny, monkeypatch):
+    """With option compile (CUDA only: forced here) the batched step runs stock/compiled.py's
+    regions (region A writing each request's K/V into its own row, fused projections) around
+    SDPA over the rows; dynamo traces them with its "eager" backend on the CPU."""
+    import stock.batch as batch_mod
+    from stock import compiled as C
+
+    model, prompts, want = tiny
+    C.reset()
+    monkeypatch.setattr(C, "BACKEND", "eager")
+    monkeypatch.setattr(batch_mod, "compile_enabled", lambda options, device: True)
+    try:
+        with one_thread():
+            be = BatchEngine(model, Options({"draft_len": 4}), max_batch=3, max_context=256,
+                             drafter_factory=lambda: NGramDrafter(4, 1, 4), static=True,
+                             capture=False)
+            assert be.runner.compile and be.runner.fused
+            reqs = [be.submit(p, 24) for p in prompts[:6]]
+            be.run()
+        assert [r.tokens for r in reqs] == want[:6]
+        assert C.graphs_compiled() > 0 and not C.fallbacks()
+    finally:
+        C.reset()
+
+
 def test_admitted_prompts_are_prefilled_together_chunk_by_chunk(tiny):
     """Prompts of mixed lengths admitted in one step share each chunk's forward (rows
     padded to the longest chunk, token_budget // prefill_chunk rows a forward) and still
