@@ -35,6 +35,7 @@ SMOKES = [
     pytest.param("gpu_hybrid.sh", id="gpu_hybrid"),   # step_hybrid.py, gdn_tree.py: tiny-hybrid
     pytest.param("batch_throughput.py", id="batch_throughput"),
     pytest.param("readme_commands.py", id="readme_commands"),   # a fresh clone, a venv
+    pytest.param("concurrent_runs.py", id="concurrent_runs"),
     # the controller with confined workers (five processes on a 2-core machine)
     pytest.param("gpu_verdict.sh", id="gpu_verdict", marks=pytest.mark.slow),
 ]

@@ -47,7 +47,12 @@ def test_entry_tests_pass_on_the_entry_replayed_onto_stock(entry, tmp_path):
         # one ("diverged", exit 1); what must hold is that the patch applied (not "failed")
         assert replay.returncode in (0, 1) and wt.is_dir(), replay.stdout + replay.stderr
         assert json.loads(replay.stdout)["status"] in ("reproduced", "diverged")
-        env = {**os.environ, "PYTHONPATH": str(wt)}
+        # no OMP_NUM_THREADS from this module's decision (conftest.child_threads, made at its
+        # start, when the previous module's processes may still hold a core): this process
+        # only waits, so the entry's own pytest decides its threads, as any user's run would
+        # (the tree-verify entry's tests took 84 s at one thread against 47 s at two)
+        env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+        env["PYTHONPATH"] = str(wt)
         run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                               "-rs", *ENTRY_TESTS[entry]], cwd=wt, env=env,
                              capture_output=True, text=True, timeout=900)
