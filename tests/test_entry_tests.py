@@ -18,6 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 ENTRY_TESTS = {
+    "batch-mechanisms": ["tests/test_batch_stack.py"],
     "shared-node-budget": ["tests/test_node_budget.py"],
     "dynamic-draft-length": ["tests/test_dynamic_draft.py"],
     "prompt-admission": ["tests/test_prompt_admission.py"],
