@@ -20,7 +20,16 @@ match (fp32: all; bf16: near-ties may differ, counted, not hidden).
 
     python3 bench/batch_throughput.py --target random:dense-27b --conc 1,4,16,32   # H200
     python3 bench/batch_throughput.py --target embedded --modes ar,ngram,block --conc 1,4,16,32
+    python3 bench/batch_throughput.py --entry batch-mechanisms --target embedded --conc 4,16,32 \
+        --modes block,block:admit_chunk=64,block:dynamic_draft=true,block:node_budget=96,\
+block:admit_chunk=64+dynamic_draft=true+node_budget=96      # H200: issue 28's table
     python3 bench/batch_throughput.py --smoke          # CPU: random:tiny-qwen3, 2 sizes
+    python3 bench/batch_throughput.py --smoke --entry batch-mechanisms   # and a stacked mode
+
+A mode is a drafter (ar, ngram, draft, block), optionally with engine options after a colon,
+joined by + ("block:node_budget=96"): with `--entry ID` (the entry and its dependencies
+applied to a temporary copy of stock, imported from there) the entry's options name modes,
+and the "× its drafter" column is the ratio to the same drafter at stock's options.
 
 Prints one table; writes batch_throughput.json to --out (default $OUT).
 """
@@ -32,8 +41,12 @@ import os
 import statistics
 import time
 
+import sys
+
 import common  # noqa: F401  (the repository on sys.path)
-from common import log, print_table, smoke_device, write_json
+from common import entry_on_path, log, print_table, smoke_device, write_json
+
+ENTRY = entry_on_path(sys.argv)   # before stock is imported
 
 import torch  # noqa: E402
 
@@ -69,11 +82,22 @@ def load(args):
     return system.engine.model, reqs, frozenset(system.engine.stop_ids)
 
 
+def parse_mode(mode: str) -> tuple[str, dict]:
+    """"block" or "block:admit_chunk=8+node_budget=96": the drafter and engine options."""
+    name, _, rest = mode.partition(":")
+    opts = dict(kv.split("=", 1) for kv in rest.split("+")) if rest else {}
+    return name, opts
+
+
 def run(engine: BatchEngine, reqs) -> dict:
     """Submit every request at once, step to the end; per step its time and whether it was a
-    pure decode step (nothing admitted, every row busy)."""
-    subs = [engine.submit(p, m) for p, m in reqs]
-    steps, t0 = [], time.perf_counter()
+    pure decode step (nothing admitted, every row busy); each request's time to its first
+    token (TTFT: queueing and prefill, or riding, included)."""
+    first: dict[int, float] = {}
+    t0 = time.perf_counter()
+    subs = [engine.submit(p, m, on_tokens=lambda toks, i=i: first.setdefault(
+        i, time.perf_counter())) for i, (p, m) in enumerate(reqs)]
+    steps = []
     while not engine.idle:
         admits = bool(engine.waiting) and None in engine.rows
         s = time.perf_counter()
@@ -83,9 +107,11 @@ def run(engine: BatchEngine, reqs) -> dict:
     wall = time.perf_counter() - t0
     tokens = sum(len(r.tokens) for r in subs)
     gained = [a for r in subs for a in r.accepted]
+    ttft = [first[i] - t0 for i in range(len(subs)) if i in first]
     return {"wall_s": wall, "tokens": tokens, "tok_s": tokens / wall,
             "step_ms": 1e3 * statistics.median(steps) if steps else float("nan"),
             "decode_steps": len(steps), "tau": statistics.mean(gained),
+            "ttft_p50_ms": 1e3 * statistics.median(ttft) if ttft else float("nan"),
             "outputs": [r.tokens for r in subs]}
 
 
@@ -103,7 +129,8 @@ def single_engine(eng, reqs, mode) -> dict:
     wall = time.perf_counter() - t0
     tokens = sum(map(len, outs))
     return {"wall_s": wall, "tokens": tokens, "tok_s": tokens / wall, "step_ms": float("nan"),
-            "decode_steps": 0, "tau": statistics.mean(steps), "outputs": outs}
+            "decode_steps": 0, "tau": statistics.mean(steps), "ttft_p50_ms": float("nan"),
+            "outputs": outs}
 
 
 def main() -> None:
@@ -115,11 +142,14 @@ def main() -> None:
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
+    ap.add_argument("--entry", default=None,
+                    help="run with this memory entry applied (its options then name modes: "
+                         "block:admit_chunk=64+node_budget=96)")
     ap.add_argument("--smoke", action="store_true", help="CPU: random:tiny-qwen3, small")
     args = ap.parse_args()
     if args.smoke:
         args.target, args.conc, args.prompt, args.max_new = "random:tiny-qwen3", "1,2", 12, 8
-        args.modes = "ar,ngram"
+        args.modes = "ar,ngram" if not ENTRY else "ar,ngram,ngram:admit_chunk=8+node_budget=4"
     args.device = smoke_device(args)
     args.conc = [int(c) for c in args.conc.split(",")]
     modes = args.modes.split(",")
@@ -130,10 +160,13 @@ def main() -> None:
     single = Engine(model, opts, ctx, set(stops))
     res, rows = {}, []
     for mode in modes:
-        res[f"{mode}-engine@1"] = single_engine(single, reqs[:2], mode)
-        log(f"{mode} single-request Engine: {res[f'{mode}-engine@1']['tok_s']:.1f} tok/s")
+        name, mode_opts = parse_mode(mode)
+        if not mode_opts:   # the single-request baseline of a drafter at stock's options
+            res[f"{mode}-engine@1"] = single_engine(single, reqs[:2], mode)
+            log(f"{mode} single-request Engine: {res[f'{mode}-engine@1']['tok_s']:.1f} tok/s")
+        base = Engine(model, Options(mode_opts), ctx, set(stops)) if mode_opts else single
         for c in args.conc:
-            eng = batch_engine(single, None if mode == "ar" else mode, c)
+            eng = batch_engine(base, None if name == "ar" else name, c)
             work = reqs[: 2 * c]
             run(eng, work)                       # warm: graphs captured, code compiled
             r = run(eng, work)
@@ -149,15 +182,19 @@ def main() -> None:
         one = res.get(f"{mode.removesuffix('-engine')}@1")
         same = sum(o == ref[i] for i, o in enumerate(r["outputs"])) if ref else None
         r["decode_tok_s"] = 1e3 * c * r["tau"] / r["step_ms"] if r["decode_steps"] else 0.0
+        plain = parse_mode(mode)[0]
         rows.append([mode, c, f"{r['tok_s']:.1f}", f"{r['decode_tok_s']:.1f}",
                      f"{r['tok_s'] / one['tok_s']:.2f}" if one else "",
                      f"{r['tok_s'] / res[f'ar@{c}']['tok_s']:.2f}" if f"ar@{c}" in res else "",
+                     f"{r['tok_s'] / res[f'{plain}@{c}']['tok_s']:.2f}"
+                     if plain != mode and f"{plain}@{c}" in res else "",
                      f"{r['step_ms']:.2f}", r["decode_steps"], f"{r['tau']:.2f}",
-                     f"{same}/{len(r['outputs'])}" if ref else "-"])
+                     f"{r['ttft_p50_ms']:.0f}", f"{same}/{len(r['outputs'])}" if ref else "-"])
         r.pop("outputs")
-    print_table(["mode", "C", "tok/s", "decode tok/s", "× C=1", "× AR", "decode step ms", "steps timed", "τ",
-                 "= single AR"], rows,
-                f"{args.target}, {args.device}, {args.max_new} new tokens, 2C requests per run")
+    print_table(["mode", "C", "tok/s", "decode tok/s", "× C=1", "× AR", "× its drafter",
+                 "decode step ms", "steps timed", "τ", "TTFT p50 ms", "= single AR"], rows,
+                f"{args.target}, {args.device}, {args.max_new} new tokens, 2C requests per run"
+                + (f", entry {ENTRY} applied" if ENTRY else ""))
     write_json(args.out, "batch_throughput.json",
                {"target": args.target, "device": args.device, "runs": res})
 

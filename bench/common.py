@@ -16,7 +16,9 @@ on sys.path. Nothing here imports torch at module level.
                                   docs/results.md as is)
     write_json(out, name, obj)    $OUT/name (nothing when out is empty)
     entry_tree(entry, dest)       a copy of the system paths with memory/<entry>.patch applied
+                                  (its dependencies' patches first: entry_chain)
     smoke_device(args)            "cpu" under --smoke, else the --device asked or cuda
+    entry_on_path(argv)           --entry ID: stock imported from a copy with the entry applied
 """
 
 from __future__ import annotations
@@ -182,8 +184,35 @@ def entry_tree(entry: str, dest: str | os.PathLike, root: Path = ROOT) -> Path:
     for part in ("stock", "kernels"):
         shutil.copytree(root / part, dest / part, dirs_exist_ok=True,
                         ignore=shutil.ignore_patterns("__pycache__"))
-    patch = root / "memory" / f"{entry}.patch"
     # outside any repository (GIT_CEILING_DIRECTORIES), git apply patches dest's files
     env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(dest.parent)}
-    subprocess.run(["git", "apply", str(patch)], cwd=dest, check=True, env=env)
+    for name in entry_chain(entry, root):   # its dependencies first, then the entry
+        subprocess.run(["git", "apply", str(root / "memory" / f"{name}.patch")], cwd=dest,
+                       check=True, env=env)
     return dest
+
+
+def entry_chain(entry: str, root: Path = ROOT) -> list[str]:
+    """The entry and its dependencies (memory/<id>.toml's deps), dependencies first: the
+    order its patches apply in."""
+    import tomllib
+
+    meta = tomllib.loads((root / "memory" / f"{entry}.toml").read_text())
+    out: list[str] = []
+    for dep in meta.get("deps", []):
+        out += [d for d in entry_chain(dep, root) if d not in out]
+    return out + [entry]
+
+
+def entry_on_path(argv: list[str]) -> str | None:
+    """`--entry ID` in argv: the entry (with its dependencies) applied to a copy of the
+    system paths in a temporary folder, put first on sys.path so that `stock` is imported
+    from there (call before anything imports stock). Returns the entry id or None."""
+    if "--entry" not in argv:
+        return None
+    entry = argv[argv.index("--entry") + 1]
+    import tempfile
+
+    dest = entry_tree(entry, Path(tempfile.mkdtemp(prefix=f"entry-{entry}.")) / "tree")
+    sys.path.insert(0, str(dest))
+    return entry
