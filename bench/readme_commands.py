@@ -38,6 +38,11 @@ from common import ROOT, log, print_table, write_json
 SEPARATORS = {";", "&&", "||", "|"}
 TEMPLATES = ("<commit>", "<entry>", "name=value", "MODEL_DIR", "./Qwen3.5-27B")
 LONG = ("specpilot explore", "specpilot validate", "specpilot bench")   # skipped by --quick
+# documented exits that are a verdict, not a failure (README: compare 3 not adopted, gate 4
+# fails, explore and validate 5 validation failed)
+VERDICTS = {"specpilot compare": {3: "not adopted"}, "specpilot gate": {4: "gate failed"},
+            "specpilot explore": {5: "validation failed"},
+            "specpilot validate": {5: "validation failed"}}
 SMOKE_README = """```sh
 specpilot init                    # config, refspecs, hooks
 specpilot runs list --json
@@ -117,6 +122,11 @@ def run_lines(lines: list[str], clone: Path, env: dict, limit: float,
                 res = subprocess.run(["bash", "-c", row["line"]], cwd=clone, env=env,
                                      capture_output=True, text=True, timeout=limit)
                 ok = res.returncode == 0
+                verdict = next((v[res.returncode] for cmd, v in VERDICTS.items()
+                                if commands(row["line"])[-1][:2] == cmd.split()
+                                and res.returncode in v), None)
+                if verdict:
+                    ok, row["note"] = True, f"exit {res.returncode}: {verdict} (its verdict)"
                 row["result"] = "ok" if ok else f"FAILED (exit {res.returncode})"
                 if not ok:
                     tail = (res.stderr or res.stdout).strip().splitlines()
