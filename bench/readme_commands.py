@@ -167,6 +167,13 @@ def stop(proc) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
+def cell(line: str, width: int = 90) -> str:
+    """A command as a table cell: its head and tail where long, pipes escaped."""
+    if len(line) > width:
+        line = line[:35] + " ... " + line[-(width - 40):]
+    return "`" + line.replace("|", "\\|") + "`"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="skip explore, validate and bench")
@@ -202,7 +209,7 @@ def main() -> None:
                  "result": "ok" if own else "FAILED", "note": " ".join(where)[:160]
                  + ("" if own else f" (not the clone's, in {venv})")})
     print_table(["command", "result", "s", "note"],
-                [[f"`{r['line'][:90]}`", r["result"], f"{r['seconds']:.0f}", r["note"]]
+                [[cell(r["line"]), r["result"], f"{r['seconds']:.0f}", r["note"].replace("|", "\\|")]
                  for r in rows],
                 f"README commands in a fresh clone ({sum(r['result'] == 'ok' for r in rows)} ok, "
                 f"{sum(r['result'].startswith('FAILED') for r in rows)} failed, "
