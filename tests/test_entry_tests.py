@@ -21,6 +21,7 @@ ENTRY_TESTS = {
     "batch-mechanisms": ["tests/test_batch_stack.py"],
     "shared-node-budget": ["tests/test_node_budget.py"],
     "dynamic-draft-length": ["tests/test_dynamic_draft.py"],
+    "fused-rmsnorm": ["tests/test_fused_rmsnorm.py"],
     "prompt-admission": ["tests/test_prompt_admission.py"],
     "tree-verify": ["tests/test_tree_verify.py"],
     "tree-verify-gdn": ["tests/test_tree_verify_gdn.py", "tests/test_gdn_tree_kernel.py"],
