@@ -112,7 +112,8 @@ class BatchEngine:
             fuse_projections(model)
         self.runner = BatchRunner(model, self.cache, max_batch, capture=capture,
                                   hidden_layers=self.hidden_layers, compile=compiled,
-                                  fused=fused) if static else None
+                                  fused=fused, attention=self.options["attention_kernel"]
+                                  if compiled else "sdpa") if static else None
         self.lengths = [0] * max_batch
         self.rows: list[Request | None] = [None] * max_batch
         self.waiting: deque[Request] = deque()

@@ -66,11 +66,12 @@ class BatchRunner:
     def __init__(self, model: Transformer, cache: KVCache, max_batch: int,
                  buckets: tuple[int, ...] = BUCKETS, capture: bool | None = None,
                  min_kv: int = MIN_KV, hidden_layers: tuple[int, ...] = (),
-                 compile: bool = False, fused: bool = False):
+                 compile: bool = False, fused: bool = False, attention: str = "sdpa"):
         self.model, self.cache, self.max_batch = model, cache, max_batch
         # the layers through stock/compiled.py's regions (compiled in warm-up), multiplying
-        # by the fused projection matrices with `fused`; attention stays SDPA over the rows
-        self.compile, self.fused = compile, fused
+        # by the fused projection matrices with `fused`, attention through `attention`
+        # ("triton": the split-KV kernel reading each request's row; "sdpa")
+        self.compile, self.fused, self.attention = compile, fused, attention
         self.hidden_layers = tuple(hidden_layers)   # every slot's extra output (a drafter's)
         self.spare = cache.k[0].shape[0] - 1   # the cache's last row: padding's scratch
         if self.spare < max_batch:
@@ -112,8 +113,8 @@ class BatchRunner:
         pos, seen = row_steps(starts, t, s.kv_len)
         if self.compile and not profile_active():
             out = compiled_step.forward(self.model, ids, pos, self.cache, s.kv_len,
-                                        self.hidden_layers, fused=self.fused, seen=seen,
-                                        rows=rows)
+                                        self.hidden_layers, attention=self.attention,
+                                        fused=self.fused, seen=seen, rows=rows)
         else:
             out = self.model(ids, self.cache, 0, positions=pos, kv_len=s.kv_len, mask=seen,
                              rows=rows, logits="all", hidden_layers=self.hidden_layers)

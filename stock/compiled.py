@@ -301,13 +301,16 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
     and `seen` (a tree's RoPE positions and visibility, static_forward's): attention is
     SDPA with that mask, or the split-KV kernel with `tree` (the same visibility as bits)
     where the kernel runs. `rows` [B] (a batched step, stock/batch_graphs.py): request b's
-    tokens at its own positions[b] in cache row rows[b], `seen` [B, T, kv_len] its mask;
-    attention is SDPA over each request's row (the model's batched forward's)."""
+    tokens at its own positions[b] in cache row rows[b], `seen` [B, T, kv_len] its causal
+    mask; attention is the split-KV kernel reading each request's own row where the kernel
+    runs (`attention`), else SDPA over the rows gathered (the model's batched forward's)."""
     layers = list(model.model.layers)
     head_dim = next(la.self_attn.d for la in layers if hasattr(la, "self_attn"))
     if rows is not None and (seen is None or rope is not None or model.cfg.hybrid):
         raise ValueError("a batched step gives its mask and no RoPE of its own (dense only)")
-    kernel = (rows is None and (seen is None or tree is not None)
+    # a batched step's mask is its rows' causal one (stock/batch_graphs.py's row_steps),
+    # which the kernel reads from each request's positions itself
+    kernel = ((rows is not None or seen is None or tree is not None)
               and uses_kernel(attention, ids.device, head_dim))
     if kernel:
         from kernels.attention import decode_attention  # lazy: Triton, CUDA only
@@ -323,7 +326,8 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
 
     def attend(qg, k_buf, v_buf):
         if kernel:
-            return decode_attention(qg, k_buf, v_buf, positions, kv_len, tree=tree)
+            return decode_attention(qg, k_buf, v_buf, positions, kv_len, tree=tree,
+                                    rows_of=rows)
         return body.attend(qg, k_buf, v_buf, kv_len, mask_g, rows)
 
     with dynamo_limits():

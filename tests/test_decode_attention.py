@@ -131,3 +131,61 @@ def test_tree_mask_matches_reference_sdpa_and_the_chain_bitwise(t, start, kv_len
     qc[:, :, [r * len(path) + e for r in range(g) for e in range(len(path))]] = q[:, :, rows]
     chain = decode_attention(qc, kc, vc, start + torch.arange(len(path)), kv_len)
     assert torch.equal(chain, got[:, :, rows])
+
+
+def test_a_batched_step_reads_each_request_from_its_own_row_with_its_own_positions():
+    """stock/batch.py's step: requests of ragged lengths in rows of one cache, each at its
+    own positions; the kernel against the reference and against gathering each request's
+    row first (what SDPA needs), and junk in the other rows never read."""
+    gen = torch.Generator().manual_seed(3)
+    hkv, g, t, d, slots, kv_len = 2, 4, 3, 16, 200, 192
+    cache_k = torch.randn(5, hkv, slots, d, generator=gen)
+    cache_v = torch.randn(5, hkv, slots, d, generator=gen)
+    rows_of = torch.tensor([3, 0, 4])
+    starts = torch.tensor([150, 7, 60])
+    positions = starts[:, None] + torch.arange(t)
+    q = torch.randn(3, hkv, g * t, d, generator=gen)
+    got = decode_attention(q, cache_k, cache_v, positions, kv_len, rows_of=rows_of)
+    want = reference_attention(q, cache_k, cache_v, positions, kv_len, rows_of=rows_of)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
+    for i, r in enumerate(rows_of.tolist()):   # one request alone, its row only
+        one = decode_attention(q[i:i + 1], cache_k[r:r + 1], cache_v[r:r + 1], positions[i],
+                               kv_len)
+        torch.testing.assert_close(got[i:i + 1], one, atol=0, rtol=0)
+    for other in (1, 2):   # rows no request reads
+        cache_k[other], cache_v[other] = float("nan"), float("nan")
+    again = decode_attention(q, cache_k, cache_v, positions, kv_len, rows_of=rows_of)
+    torch.testing.assert_close(again, got, atol=0, rtol=0)
+    with pytest.raises(ValueError, match="batched step"):
+        decode_attention(q, cache_k, cache_v, positions[0], kv_len, rows_of=rows_of)
+
+
+def test_the_compiled_batched_step_runs_the_kernel_on_each_requests_row(monkeypatch):
+    """stock/compiled.py's batched step with the kernel (forced here: CUDA only) gives the
+    logits of the SDPA path over gathered rows (the interpreter's fp32)."""
+    from stock import compiled as C
+    from stock.batch_graphs import row_steps
+    from stock.config import PRESETS
+    from stock.model import Transformer
+
+    model = Transformer.random(PRESETS["tiny-qwen3"], seed=2, std=0.08)
+    gen = torch.Generator().manual_seed(4)
+    ids = torch.randint(0, 512, (2, 4), generator=gen)
+    rows, starts = torch.tensor([2, 0]), torch.tensor([30, 9])
+    pos, seen = row_steps(starts, 4, 64)
+    outs = []
+    C.reset()
+    monkeypatch.setattr(C, "BACKEND", "eager")
+    try:
+        for kernel in (False, True):
+            monkeypatch.setattr(C, "uses_kernel", lambda *a, _k=kernel: _k)
+            cache = model.new_cache(128, batch=3)
+            for x in cache.k + cache.v:
+                x.copy_(torch.randn(x.shape, generator=torch.Generator().manual_seed(5)))
+            with torch.inference_mode():
+                outs.append(C.forward(model, ids, pos, cache, 64, (), attention="triton",
+                                      seen=seen, rows=rows).logits)
+        torch.testing.assert_close(outs[1], outs[0], atol=1e-4, rtol=1e-4)
+        assert not C.fallbacks()
+    finally:
+        C.reset()

@@ -13,7 +13,8 @@ attention kernel that gives each (head, query tile) one program runs 8 programs 
 
 The mask is the static step's (see reference.py): row r sees key j iff j <= positions[r % T]
 and j < kv_len, read from `positions` on the device, so one launch serves every step of a
-CUDA graph slot. A draft tree's step (`tree`: stock/tree.py's `tree_table`, int64 on the
+CUDA graph slot (a batched step, `rows_of`: request b's programs read cache row rows_of[b]
+and mask by positions[b], the same tiles as its single-request step). A draft tree's step (`tree`: stock/tree.py's `tree_table`, int64 on the
 device: the context length `start`, each node's depth, and each node's path, its ancestor at
 every depth) runs one program per node and chunk: the node's query rows see the context
 [0, start) and, at logical position start + e, the key of its ancestor at depth e, read from
@@ -50,17 +51,21 @@ NEG = tl.constexpr(-1.0e30)  # "minus infinity" that keeps exp() and max() free 
 
 
 @triton.jit
-def _partial(q_ptr, k_ptr, v_ptr, pos_ptr, tree_ptr, m_ptr, l_ptr, acc_ptr,
+def _partial(q_ptr, k_ptr, v_ptr, pos_ptr, tree_ptr, row_ptr, m_ptr, l_ptr, acc_ptr,
              R, T, HKV, kv_len, chunk, scale,
              sq_b, sq_h, sq_r, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s,
              D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
-             TREE: tl.constexpr):
+             TREE: tl.constexpr, ROWS: tl.constexpr):
     bh = tl.program_id(0)
     rb = tl.program_id(1)   # a row block; a tree: the node
     c = tl.program_id(2)
     splits = tl.num_programs(2)
     b = bh // HKV
     h = bh % HKV
+    cb = b   # the cache's batch row; a batched step: request b's own row, positions[b]
+    if ROWS:
+        cb = tl.load(row_ptr + b)
+        pos_ptr = pos_ptr + b * T
     if TREE:
         # the node's G query rows (row g * T + node), in a tile of BLOCK_R rows as a chain's
         g = tl.arange(0, BLOCK_R)
@@ -81,8 +86,8 @@ def _partial(q_ptr, k_ptr, v_ptr, pos_ptr, tree_ptr, m_ptr, l_ptr, acc_ptr,
     acc = tl.zeros([BLOCK_R, D], tl.float32)
     lo = c * chunk
     hi = tl.minimum(lo + chunk, kv_len)
-    k_base = k_ptr + b * sk_b + h * sk_h
-    v_base = v_ptr + b * sv_b + h * sv_h
+    k_base = k_ptr + cb * sk_b + h * sk_h
+    v_base = v_ptr + cb * sv_b + h * sv_h
     for n0 in range(lo, hi, BLOCK_N):
         keys = n0 + tl.arange(0, BLOCK_N)
         kmask = keys < hi
@@ -173,19 +178,28 @@ def supported(head_dim: int) -> bool:
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      positions: torch.Tensor, kv_len: int,
-                     tree: torch.Tensor | None = None) -> torch.Tensor:
+                     tree: torch.Tensor | None = None,
+                     rows_of: torch.Tensor | None = None) -> torch.Tensor:
     """Attention of the step's rows q [B, Hkv, R, D] over cache slots [0, kv_len) of k, v
     [B, Hkv, S, D] (last dim contiguous) with the static step's mask, or a draft tree's
     (`tree`: stock/tree.py's `tree_table`; module docstring); returns [B, Hkv, R, D] in q's
-    dtype."""
+    dtype. A batched step (`rows_of` [B] int64: request b's cache row, k and v the whole
+    cache [rows, Hkv, S, D]; `positions` [B, T]: each request's own positions) reads each
+    request's keys from its own row, masked by its own positions: no gather of K/V."""
     bsz, hkv, rows, dim = q.shape
-    t = positions.numel()
+    batched = rows_of is not None
+    if batched and (tree is not None or positions.dim() != 2 or positions.shape[0] != bsz
+                    or rows_of.numel() != bsz):
+        raise ValueError(f"a batched step gives positions [{bsz}, T] and {bsz} cache rows, "
+                         "and no tree")
+    t = positions.shape[-1] if batched else positions.numel()
+    kb = bsz if not batched else k.shape[0]
     if tree is not None and rows // t > BLOCK_R:
         raise ValueError(f"a tree step's {rows // t} query heads per K/V head exceed {BLOCK_R}")
     if tree is not None and tree.numel() != 1 + t + 64 * t:
         raise ValueError(f"tree holds {tree.numel()} values for {t} tokens (stock/tree.py's "
                          f"tree_table: start, depths, paths)")
-    if k.shape[:2] != (bsz, hkv) or v.shape[:2] != (bsz, hkv) or k.shape[-1] != dim:
+    if k.shape[:2] != (kb, hkv) or v.shape[:2] != (kb, hkv) or k.shape[-1] != dim:
         raise ValueError(f"q {tuple(q.shape)} and cache {tuple(k.shape)} / {tuple(v.shape)} "
                          "disagree")
     if not supported(dim) or rows % t or not 0 < kv_len <= k.shape[2]:
@@ -201,11 +215,12 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     acc = torch.empty(bsz * hkv * splits * rows * dim, **f32)
     out = torch.empty(bsz, hkv, rows, dim, device=q.device, dtype=q.dtype)
     _partial[(bsz * hkv, t if tree is not None else row_blocks, splits)](
-        q, k, v, positions, positions if tree is None else tree, m, l_, acc, rows, t, hkv,
+        q, k, v, positions, positions if tree is None else tree,
+        rows_of if batched else positions, m, l_, acc, rows, t, hkv,
         kv_len, chunk, 1.0 / math.sqrt(dim),
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), D=dim, BLOCK_R=block_r, BLOCK_N=BLOCK_N,
-        TREE=tree is not None)
+        TREE=tree is not None, ROWS=batched)
     _combine[(bsz * hkv, row_blocks)](
         m, l_, acc, out, rows, hkv, splits, out.stride(0), out.stride(1), out.stride(2),
         D=dim, BLOCK_R=block_r)

@@ -7,6 +7,8 @@ Shapes are those of the static step (stock/static_step.py, stock/compiled.py):
 - k, v [B, Hkv, S, D]: the layer's cache buffers, S >= kv_len slots;
 - positions [T] int64: each token's position; row r sees key j iff j <= positions[r % T]
   and j < kv_len (the step's additive mask, `step_mask`);
+- rows_of (optional) [B] int64: a batched step, request b's queries q[b] over cache row
+  rows_of[b] of k, v [rows, Hkv, S, D] with its own positions[b] (positions [B, T]);
 - tree (optional): a draft tree's step (stock/tree.py's tree_table: start, T depths, T
   paths of 64): row r sees keys j < start and the slots start + path[e] of its token's
   ancestors, e <= its depth.
@@ -23,7 +25,11 @@ import torch
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                         positions: torch.Tensor, kv_len: int,
-                        tree: torch.Tensor | None = None) -> torch.Tensor:
+                        tree: torch.Tensor | None = None,
+                        rows_of: torch.Tensor | None = None) -> torch.Tensor:
+    if rows_of is not None:   # a batched step: request b in cache row rows_of[b], own positions
+        return torch.cat([reference_attention(q[i:i + 1], k[r:r + 1], v[r:r + 1], positions[i],
+                                              kv_len) for i, r in enumerate(rows_of.tolist())])
     t = positions.numel()
     rows = q.shape[2]
     if rows % t:
