@@ -209,7 +209,8 @@ def main() -> None:
                  "result": "ok" if own else "FAILED", "note": " ".join(where)[:160]
                  + ("" if own else f" (not the clone's, in {venv})")})
     print_table(["command", "result", "s", "note"],
-                [[cell(r["line"]), r["result"], f"{r['seconds']:.0f}", r["note"].replace("|", "\\|")]
+                [[cell(r["line"]), r["result"], f"{r['seconds']:.0f}",
+                  r["note"].replace("|", "\\|")]
                  for r in rows],
                 f"README commands in a fresh clone ({sum(r['result'] == 'ok' for r in rows)} ok, "
                 f"{sum(r['result'].startswith('FAILED') for r in rows)} failed, "

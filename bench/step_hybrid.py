@@ -14,7 +14,8 @@ Parts:
   4. timings: per T, the step replayed from its graph (CUDA events, median and p10-p90 of
      --iters), its layers as the model's own modules (eager inside the graph) and, on CUDA,
      as the engine runs them by default (stock/compiled.py's regions, fused projections,
-     the split-KV attention kernel), side by side; beside one GDN layer's mixing (its projections, conv, delta rule, gated norm)
+     the split-KV attention kernel), side by side; beside one GDN layer's mixing (its
+     projections, conv, delta rule, gated norm)
      replayed from a graph of its own, times the GDN layer count: their share of the step.
 
     python bench/step_hybrid.py --out $OUT          # the H200 (bash bench/gpu_hybrid.sh)

@@ -14,15 +14,16 @@ attention kernel that gives each (head, query tile) one program runs 8 programs 
 The mask is the static step's (see reference.py): row r sees key j iff j <= positions[r % T]
 and j < kv_len, read from `positions` on the device, so one launch serves every step of a
 CUDA graph slot (a batched step, `rows_of`: request b's programs read cache row rows_of[b]
-and mask by positions[b], the same tiles as its single-request step). A draft tree's step (`tree`: stock/tree.py's `tree_table`, int64 on the
-device: the context length `start`, each node's depth, and each node's path, its ancestor at
-every depth) runs one program per node and chunk: the node's query rows see the context
-[0, start) and, at logical position start + e, the key of its ancestor at depth e, read from
-that ancestor's slot. Every column of every tile then holds the key and value the same
-token's row sees in a chain step (the same tile of BLOCK_R rows, the same tensor-core
-instructions, zeros where the chain masks), so a node's output is the bits of its root path
-verified as a chain: a tree step changes no output token in bf16. The price: each node's
-program reads the context again (T times a chain step's K/V reads).
+and mask by positions[b], the same tiles as its single-request step). A draft tree's step
+(`tree`: stock/tree.py's `tree_table`, int64 on the device: the context length `start`, each
+node's depth, and each node's path, its ancestor at every depth) runs one program per node
+and chunk: the node's query rows see the context [0, start) and, at logical position start +
+e, the key of its ancestor at depth e, read from that ancestor's slot. Every column of every
+tile then holds the key and value the same token's row sees in a chain step (the same tile
+of BLOCK_R rows, the same tensor-core instructions, zeros where the chain masks), so a
+node's output is the bits of its root path verified as a chain: a tree step changes no
+output token in bf16. The price: each node's program reads the context again (T times a
+chain step's K/V reads).
 
 A chunk whose keys are all hidden from a row leaves m = -1e30, l = 0 there
 and weighs nothing in the combine (every row sees key 0, so some chunk has weight 1).
