@@ -148,7 +148,8 @@ def test_a_batched_step_reads_each_request_from_its_own_row_with_its_own_positio
     got = decode_attention(q, cache_k, cache_v, positions, kv_len, rows_of=rows_of)
     want = reference_attention(q, cache_k, cache_v, positions, kv_len, rows_of=rows_of)
     torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
-    for i, r in enumerate(rows_of.tolist()):   # one request alone, its row only
+    assert plan(3 * hkv, g * t, kv_len, 8) == plan(hkv, g * t, kv_len, 8)   # same chunks
+    for i, r in enumerate(rows_of.tolist()):   # one request alone, its row only: same bits
         one = decode_attention(q[i:i + 1], cache_k[r:r + 1], cache_v[r:r + 1], positions[i],
                                kv_len)
         torch.testing.assert_close(got[i:i + 1], one, atol=0, rtol=0)

@@ -14,7 +14,8 @@ attention kernel that gives each (head, query tile) one program runs 8 programs 
 The mask is the static step's (see reference.py): row r sees key j iff j <= positions[r % T]
 and j < kv_len, read from `positions` on the device, so one launch serves every step of a
 CUDA graph slot (a batched step, `rows_of`: request b's programs read cache row rows_of[b]
-and mask by positions[b], the same tiles as its single-request step). A draft tree's step
+and mask by positions[b], in the same row tiles as its single-request step; the cache's
+split into chunks depends on the batch, see `plan`). A draft tree's step
 (`tree`: stock/tree.py's `tree_table`, int64 on the device: the context length `start`, each
 node's depth, and each node's path, its ancestor at every depth) runs one program per node
 and chunk: the node's query rows see the context [0, start) and, at logical position start +
