@@ -65,7 +65,7 @@ class GatedDeltaNet(nn.Module):
 
 
 def _plain(mod, x: torch.Tensor) -> torch.Tensor:
-    return mod(x)
+    return mod(x)   # stock/body.py's `plain`, which cannot be imported here (body imports us)
 
 
 def project(call, gdn: GatedDeltaNet, hx: torch.Tensor, fused=None):

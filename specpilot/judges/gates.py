@@ -191,6 +191,9 @@ def judge(root: Path, cfg: Config, gates: GatesSection, candidate_rev: str, opti
     # on a CPU the second gate's worker starts (seconds of imports and model construction)
     # while the first gate runs; on CUDA each starts once the one before it has stopped
     together = device.startswith("cpu")
+    # a gate's progress units: a forced pass and a generation per request (the default
+    # gate: and its short generation)
+    n = sum(bool(r.tokens) for r in refs)
     try:
         if together:
             for _name, _opts, worker in workers:
@@ -200,9 +203,6 @@ def judge(root: Path, cfg: Config, gates: GatesSection, candidate_rev: str, opti
                 worker.finish()
             else:
                 worker.start()
-            # units: a forced pass and a generation per request (the default gate: and
-            # its short generation)
-            n = sum(bool(r.tokens) for r in refs)
             engine = WorkerEngine(worker, Eta(f"{name} gate, step", (3 if name == "default"
                                                                      else 2) * n, progress))
             if name == "default":
