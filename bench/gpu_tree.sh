@@ -4,7 +4,10 @@
 #
 #   bash bench/gpu_tree.sh step      # 27B-class random target: AR and chain verify steps
 #                                    # (stock's default layers) beside tree verify steps of
-#                                    # budgets 8-64, compiled, from CUDA graphs (carry .whl)
+#                                    # budgets 8-64, compiled, from CUDA graphs (carry .whl);
+#                                    # flags after `step` go to bench/step_27b.py (last wins:
+#                                    # `step --preset smollm2-135m --ts 1,16,32` = the
+#                                    # embedded default's shapes, random weights)
 #   bash bench/gpu_tree.sh tests     # tests/gpu: the tree slot, graphs, compiled layers
 #   bash bench/gpu_tree.sh tokens    # embedded default: AR, block chain and block trees of
 #                                    # budgets 8-64 side by side, 20 dev requests x 128 tokens
@@ -31,7 +34,7 @@ command -v nvidia-smi >/dev/null \
 case "$part" in
 --smoke) python3 bench/step_27b.py --smoke --trees 8,16 --out "$OUT" ;;
 step) python3 bench/step_27b.py --compile on --ts 1,8,16,32,64 --iters 20 \
-          --variants fused_attn --trees 8,16,32,64 --out "$OUT" ;;
+          --variants fused_attn --trees 8,16,32,64 --out "$OUT" "${@:2}" ;;
 tests) python3 -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_tree.py \
            tests/gpu/test_graphs.py tests/gpu/test_compiled.py --tb=short 2>&1 | tee "$OUT/tests.txt" | tail -60 ;;
 tokens) python3 bench/engine_tokens.py --per-category 4 --max-new 128 --out "$OUT" \
