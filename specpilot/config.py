@@ -51,7 +51,10 @@ class ControllerSection(BaseModel):
     warmup_rounds: int = Field(1, ge=0)            # run first, never counted
     requests: int = Field(4, ge=1)                 # dev requests per round
     max_new: int = Field(32, ge=1)                 # new tokens per request
-    drafter: str = "ngram"                         # "ar" for autoregressive
+    # The drafter both sides serve: "auto" (the block drafter where its weights were trained
+    # for the target, as the shipped ones for the embedded default; else n-gram), ngram,
+    # draft, block, or "ar" for autoregressive.
+    drafter: str = "auto"
     # Timed outputs may leave stock's only at the reference's near-ties (gates.
     # near_tie_epsilon), at most this many per reference token (at least one); each
     # continuation past one is timed too (specpilot/judges/outputs.py).

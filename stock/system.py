@@ -10,7 +10,7 @@ import torch
 from stock.compiled import compile_enabled
 from stock.devices import check_context, check_device
 from stock.drafters.base import Drafter
-from stock.drafters.block import BlockDrafter
+from stock.drafters.block import BlockDrafter, BlockDrafterError
 from stock.drafters.draft_model import DraftModelDrafter
 from stock.drafters.ngram import NGramDrafter
 from stock.engine import Engine
@@ -58,9 +58,17 @@ def load_system(model: str = "embedded", options: Options | None = None, device:
 
 
 def make_drafter(name: str | None, engine: Engine) -> Drafter | None:
+    """`name`: one of DRAFTERS, "ar" / "none" / None (no drafter), or "auto": the block
+    drafter where its weights (option block_weights, default the shipped ones) were trained
+    for this target, else the n-gram drafter."""
     opts = engine.options
     if name in (None, "", "none", "ar"):
         return None
+    if name == "auto":
+        try:
+            return make_drafter("block", engine)
+        except BlockDrafterError:
+            return make_drafter("ngram", engine)
     if name == "ngram":
         return NGramDrafter(opts["ngram_max"], opts["ngram_min"], opts["lattice_topk"])
     if name == "draft":
@@ -79,7 +87,7 @@ def make_drafter(name: str | None, engine: Engine) -> Drafter | None:
             graphs=opts["block_graphs"] and cuda,
             compiled=compile_enabled(opts, engine.model.device))
         return drafter
-    raise StockError(f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}")
+    raise StockError(f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}, auto, ar")
 
 
 def block_net(engine: Engine):

@@ -11,6 +11,7 @@ import torch
 
 from stock.config import PRESETS
 from stock.drafters.base import DraftContext
+from stock.drafters.ngram import NGramDrafter
 from stock.drafters.block import BlockConfig, BlockDrafter, BlockDrafterError, BlockNet
 from stock.drafters.block_weights import load_block, save_block, target_fingerprint
 from stock.engine import Engine
@@ -236,6 +237,19 @@ def test_make_drafter_block(tmp_path, toy, toy_trained):
     engine.generate(list(range(60, 90)), 12, drafter)
     again = engine.generate(prompt, 12, make_drafter("block", engine))
     assert again.tokens == first.tokens and again.accepted == first.accepted
+
+
+def test_auto_drafter_is_the_block_drafter_where_its_weights_fit_the_target(tmp_path, toy,
+                                                                            toy_trained):
+    target, _, _ = toy
+    save_block(toy_trained[0], tmp_path / "w", target=target, seed=0)
+    engine = Engine(target, Options({"block_weights": str(tmp_path / "w")}), max_context=256)
+    assert make_drafter("auto", engine) is make_drafter("block", engine)
+    for weights in (str(tmp_path / "none"), ""):   # none there; the shipped ones: not this target's
+        engine = Engine(target, Options({"block_weights": weights}), max_context=256)
+        assert isinstance(make_drafter("auto", engine), NGramDrafter)
+    with pytest.raises(StockError, match="auto"):
+        make_drafter("blocks", engine)
 
 
 def test_shipped_weights_load_by_default_for_the_embedded_model(smol):

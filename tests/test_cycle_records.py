@@ -66,6 +66,15 @@ def test_offline_plan_reuses_memory_first_then_tunes_by_factor(project):
     assert [d.backend for d in offline_plan(ANALYSIS, metas, "ngram", 1, 2)] == ["reuse"]
 
 
+def test_offline_plan_tunes_the_drafter_the_analysis_measured_for_auto():
+    """controller.drafter "auto" is resolved by the worker (stock.system.make_drafter); the
+    analysis records the drafter it measured, and the tune directions are that drafter's."""
+    tunes = lambda analysis: [d.option for d in offline_plan(analysis, [], "auto", 9, 2)]  # noqa
+    assert tunes(dict(ANALYSIS, drafter="ngram")) == ["draft_len", "ngram_max", "ngram_min"]
+    assert tunes(dict(ANALYSIS, drafter="block")) == ["draft_len"]
+    assert tunes(ANALYSIS) == []          # an old record without one: nothing to tune by name
+
+
 def test_anthropic_plan_is_validated_with_one_repair_retry():
     good = [{"id": "tree-verify", "title": "t", "hypothesis": "h", "target_factor": "tau",
              "evidence_plan": "e", "predicted_gain": 0.2, "files": ["stock/engine.py"],

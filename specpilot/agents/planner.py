@@ -31,7 +31,8 @@ TUNABLE = {"draft_len": ("tau", "draft tokens per step trade acceptance against 
            "ngram_min": ("tau", "shorter minimum matches draft more often"),
            "draft_layers": ("tau", "a deeper truncated draft model accepts more")}
 FACTOR_OF_DRAFTER = {"ngram": ("draft_len", "ngram_max", "ngram_min"),
-                     "draft": ("draft_len", "draft_layers")}
+                     "draft": ("draft_len", "draft_layers"),
+                     "block": ("draft_len",)}
 
 
 def offline_plan(analysis: dict, memory_entries: list, drafter: str, max_directions: int,
@@ -58,6 +59,8 @@ def offline_plan(analysis: dict, memory_entries: list, drafter: str, max_directi
             evidence_plan="replay onto the base, pre-screen one paired round, gates, controller",
             predicted_gain=_recorded_gain(meta), files=[], option=names[0], backend="reuse",
             entry=meta.id, counted=False))
+    # "auto" (config controller.drafter) is the drafter the analysis measured
+    drafter = (analysis or {}).get("drafter") or drafter
     for name in FACTOR_OF_DRAFTER.get(drafter, ()):
         if name not in REGISTRY:
             continue

@@ -51,6 +51,7 @@ class Analysis(BaseModel):
     schema_version: int = SCHEMA_VERSION
     model: str
     device: str
+    drafter: str = ""               # the drafter measured ("auto" resolved; "" in old records)
     hardware: Hardware
     dtype: str
     requests: list[str]
@@ -163,7 +164,8 @@ def report(measured: dict, model: str, hw: Hardware, request_ids: list[str]) -> 
                         ratio=(per_step.get(c, 0.0) / bounds_ms[c]
                                if bounds_ms.get(c) else None))
             for c in per_step]   # the profiler's categories in its order, prefill left out
-    return Analysis(model=model, device=measured["device"], hardware=hw, dtype=dtype,
+    return Analysis(model=model, device=measured["device"],
+                    drafter=measured.get("drafter", ""), hardware=hw, dtype=dtype,
                     requests=request_ids, steps=steps_t, tokens_per_step=mean_tokens,
                     mean_context=mean_ctx, actual_step_ms=actual_ms, profiled_kernel_ms=kernel_ms,
                     factors=factors, tau_method=tau.method, tau_measured=current_tau,

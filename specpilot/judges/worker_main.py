@@ -259,6 +259,7 @@ def measure(engine, drafter, prompts: list[list[int]], max_new: int) -> dict:
         engine.generate(ids, max_new, drafter, profiler=profiler)
     return {"runs": runs, "profile": profiler.report(), "topk": recorder.topk,
             "draft_len": engine.options["draft_len"],
+            "drafter": getattr(drafter, "name", "ar"),   # "auto" resolved (stock.system)
             "device": str(engine.model.device),
             "dtype": "fp32" if engine.model.dtype == torch.float32 else "bf16",
             "model_cfg": dataclasses.asdict(engine.model.cfg)}
