@@ -33,6 +33,17 @@ from stock.profile import profile_active
 
 
 @torch.inference_mode()
+def tree_kernel_runs(model: Transformer, compiled: bool, attention: str) -> bool:
+    """Whether a tree step of `model` runs kernels/attention's split-KV kernel (a dense
+    target, compiled, on CUDA, a head dim it takes, no profiler): then its visibility mask
+    is never read."""
+    if not compiled or profile_active() or model.cfg.hybrid:
+        return False
+    from stock.compiled import uses_kernel  # lazy: torch.compile, only when used
+
+    return uses_kernel(attention, model.device, model.cfg.head_dim)
+
+
 def static_forward(model: Transformer, ids: torch.Tensor, positions: torch.Tensor,
                    cache: KVCache, kv_len: int, hidden_layers: tuple[int, ...] = (),
                    logits: bool = True, compiled: bool = False,
@@ -44,12 +55,14 @@ def static_forward(model: Transformer, ids: torch.Tensor, positions: torch.Tenso
     contract; eager anyway while a profiler is active, whose regions synchronise), with
     `attention` ("sdpa" or "triton") between them and `fused` (see compiled.forward).
     Eager: the model's own forward at these positions and slots (one layer body).
-    `rope` [T] and `seen` [T, kv_len] (bool, given together): the tokens' RoPE positions and
-    visibility when they are not their slots and the causal mask (a tree's depths and
-    ancestor mask); attention then runs SDPA with that mask, or, compiled with the split-KV
-    kernel, that kernel with `tree` (stock/tree.py's tree_table: the same visibility)."""
-    if (rope is None) != (seen is None):
-        raise ValueError("rope and seen are given together")
+    `rope` [T] and `seen` [T, kv_len] (bool): the tokens' RoPE positions and visibility when
+    they are not their slots and the causal mask (a tree's depths and ancestor mask);
+    attention then runs SDPA with that mask, or, compiled with the split-KV kernel, that
+    kernel with `tree` (stock/tree.py's tree_table: the same visibility as bits). `seen` may
+    be left out only where `tree` is given and that kernel runs (`tree_kernel_runs`)."""
+    kernel = tree is not None and tree_kernel_runs(model, compiled, attention)
+    if (rope is None and seen is not None) or (rope is not None and seen is None and not kernel):
+        raise ValueError("rope comes with seen, or with tree where the split-KV kernel runs")
     if not 0 < kv_len <= cache.max_len:
         raise ValueError(f"kv_len {kv_len} outside (0, {cache.max_len}]")
     if compiled and not profile_active():

@@ -26,7 +26,11 @@ the real nodes: padded nodes have depth 0 (never accepted) and the root as paren
   chain, bit for bit;
 - `compact(bufs, start, path)`: K/V of the accepted nodes moved from slots start + path[d]
   to start + d, so the committed prefix is contiguous (a chain's path is already the
-  identity and moves nothing it did not hold).
+  identity and moves nothing it did not hold);
+- `tree_prep` and `tree_accept`: the step's tree tensors before the forward (ancestors and
+  the kernel's table) and after it (argmax, walk, packed result), as two functions of device
+  tensors only, so that a compiled step can run each as one torch.compile region: eager,
+  they are some 60 small kernels a step.
 """
 
 from __future__ import annotations
@@ -207,3 +211,20 @@ def compact(bufs: list[torch.Tensor], start: torch.Tensor | int, path: torch.Ten
     for buf in bufs:
         dim = buf.dim() - 2
         buf.index_copy_(dim, dst, buf.index_select(dim, src))
+
+
+def tree_prep(parents: torch.Tensor, depths: torch.Tensor,
+              start: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Before a tree step's forward: (ancestors [T, T], tree_table) from the padded parents
+    and depths [T] and the 0-dim start, all on the device."""
+    anc = ancestors(parents)
+    return anc, tree_table(anc, depths, start)
+
+
+def tree_accept(ids: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor,
+                anc: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """After it: from the step's logits [T, vocab], (target [T], n, path [T], packed) where
+    packed = (n, then the target's token at each accepted node: the n + 1 new tokens)."""
+    target = logits.argmax(-1)
+    n, path = accept(ids, parents, depths, anc, target)
+    return target, n, path, torch.cat([n.view(1), target[path]])

@@ -10,7 +10,8 @@ import torch
 from stock.config import PRESETS
 from stock.model import Transformer
 from stock.static_step import static_forward
-from stock.tree import (DraftTree, accept, ancestors, build, compact, visibility, walk)
+from stock.tree import (DraftTree, accept, ancestors, build, compact, tree_accept, tree_prep,
+                        tree_table, visibility, walk)
 
 NEG = float("-inf")
 
@@ -90,6 +91,51 @@ def test_device_walk_and_masks_equal_the_host_references(seed):
         assert seen[i, :5].all() and not seen[i, 5 + t:].any()
         assert [j for j in range(t) if seen[i, 5 + j]] == sorted(
             j for j in range(t) if anc[i, j])
+
+
+@pytest.mark.parametrize("t", [8, 16])
+def test_tree_regions_trace_to_one_graph_each_and_equal_their_parts(t):
+    """tree_prep and tree_accept, the compiled step's two tree regions, trace with dynamo
+    into one graph each (fullgraph: no host value, no break, so inductor can fuse each into
+    a few kernels) and give what ancestors, tree_table, argmax and accept give eagerly."""
+    ids, lp = _lattice(t, n=6, k=3, vocab=6)
+    tree = build(ids, lp, root=1, budget=t - 2)
+    toks, par, dep = (torch.tensor(x) for x in tree.padded(t))
+    start = torch.tensor(30)
+    logits = torch.randn(t, 6, generator=torch.Generator().manual_seed(t))
+    torch._dynamo.reset()
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    prep = torch.compile(tree_prep, backend=backend, fullgraph=True, dynamic=False)
+    after = torch.compile(tree_accept, backend=backend, fullgraph=True, dynamic=False)
+    anc, table = prep(par, dep, start)
+    got = after(toks, par, dep, anc, logits)
+    assert len(graphs) == 2
+    assert torch.equal(anc, ancestors(par))
+    assert torch.equal(table, tree_table(ancestors(par), dep, start))
+    target = logits.argmax(-1)
+    n, path = accept(toks, par, dep, anc, target)
+    assert torch.equal(got[0], target) and torch.equal(got[1], n) and torch.equal(got[2], path)
+    assert got[3].tolist() == [int(n)] + target[path].tolist()
+
+
+def test_a_tree_step_without_its_mask_is_refused_where_the_kernel_does_not_run(tiny):
+    """Only the split-KV kernel reads a tree step's visibility from its table: elsewhere
+    (CPU, eager, SDPA) a tree step without `seen` would attend causally, so it is an error."""
+    cache = tiny.new_cache(64)
+    ids, par = torch.tensor([[3, 4, 5, 6]]), torch.tensor([0, 0, 0, 1])
+    dep = torch.tensor([0, 1, 1, 2])
+    anc = ancestors(par)
+    table = tree_table(anc, dep, torch.tensor(8))
+    with pytest.raises(ValueError, match="rope comes with seen"):
+        static_forward(tiny, ids, 8 + torch.arange(4), cache, 16, (), rope=8 + dep, tree=table)
+    out = static_forward(tiny, ids, 8 + torch.arange(4), cache, 16, (), rope=8 + dep,
+                         seen=visibility(anc, 8, 16), tree=table)
+    assert out.logits.shape[:2] == (1, 4)
 
 
 def test_compact_moves_accepted_rows_and_nothing_else():
