@@ -78,6 +78,38 @@ def test_tree_through_the_static_step_equals_ar_and_the_dynamic_path():
     assert taus[True] == taus[False]
 
 
+def test_compiled_tree_step_runs_its_tree_regions_and_equals_the_eager_step(monkeypatch):
+    """A compiled runner's tree step (CPU: dynamo's eager backend, SDPA, so the mask is
+    built) runs stock/tree.py's two tree regions without falling back, and gives the eager
+    runner's packed result, K/V compaction and hidden states."""
+    from stock import compiled as C
+    from stock.graphs import GraphRunner
+    from stock.tree import build
+
+    monkeypatch.setattr(C, "BACKEND", "eager")
+    C.reset()
+    model = Transformer.random(PRESETS["tiny-qwen3"], seed=5, std=0.08)
+    gen = torch.Generator().manual_seed(2)
+    prompt = torch.randint(1, 200, (1, 30), generator=gen)
+    ids = torch.stack([torch.randperm(200, generator=gen)[:3] for _ in range(6)])
+    lp = torch.log_softmax(torch.randn(6, 200, generator=gen), -1).topk(3, -1).values
+    tree = build(ids, lp, root=7, budget=12)
+    outs = []
+    for compiled in (False, True):
+        cache = model.new_cache(256 + 64)
+        with torch.inference_mode():
+            model(prompt, cache, 0)
+        cache.commit(30)
+        runner = GraphRunner(model, cache, 256, capture=False, compile=compiled)
+        out = runner.tree_step(tree, 30, (1,))
+        outs.append((out.packed.clone(), out.hidden[1].clone(), cache.k_all[:, :, :, :42].clone()))
+    assert not C.fallbacks()
+    assert {"tree_prep", "tree_accept"} <= set(C.REGIONS)
+    for want, got in zip(*outs):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    assert torch.equal(outs[0][0], outs[1][0])   # the accepted tokens themselves
+
+
 def test_trees_that_do_not_fit_fall_back_to_the_chain():
     """A tree whose slots would pass the context is verified as the chain: near the end of
     the context output still equals AR, up to the context's end."""
