@@ -32,7 +32,6 @@ from stock.model import Output, Transformer
 from stock.profile import profile_active
 
 
-@torch.inference_mode()
 def tree_kernel_runs(model: Transformer, compiled: bool, attention: str) -> bool:
     """Whether a tree step of `model` runs kernels/attention's split-KV kernel (a dense
     target, compiled, on CUDA, a head dim it takes, no profiler): then its visibility mask
@@ -44,6 +43,7 @@ def tree_kernel_runs(model: Transformer, compiled: bool, attention: str) -> bool
     return uses_kernel(attention, model.device, model.cfg.head_dim)
 
 
+@torch.inference_mode()
 def static_forward(model: Transformer, ids: torch.Tensor, positions: torch.Tensor,
                    cache: KVCache, kv_len: int, hidden_layers: tuple[int, ...] = (),
                    logits: bool = True, compiled: bool = False,
