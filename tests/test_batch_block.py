@@ -68,3 +68,22 @@ def test_a_batch_drafter_and_a_drafter_factory_are_refused_together(toy):
     with pytest.raises(BatchError, match="not both"):
         BatchEngine(target, max_batch=1, max_context=64, batch_drafter=bd,
                     drafter_factory=lambda: None)
+
+
+def test_the_auto_drafter_is_batched_where_the_block_drafter_is_chosen(toy, toy_trained,
+                                                                       tmp_path):
+    """stock.system.batch_engine resolves "auto" as make_drafter does: the block drafter,
+    batched (one drafter for every row), where its weights fit the target; else n-gram
+    drafters, one per request (a shared single-request BlockDrafter would mix rows)."""
+    from stock.drafters.block_weights import save_block
+    from stock.drafters.ngram import NGramDrafter
+    from stock.system import batch_engine
+
+    target, _, _ = toy
+    save_block(toy_trained[0], tmp_path / "w", target=target, seed=0)
+    fits = Engine(target, Options({"block_weights": str(tmp_path / "w")}), 256)
+    be = batch_engine(fits, "auto", 2, capture=False)
+    assert isinstance(be.batch_drafter, BatchBlockDrafter)
+    other = Engine(target, Options({"block_weights": str(tmp_path / "none")}), 256)
+    be = batch_engine(other, "auto", 2, capture=False)
+    assert be.batch_drafter is None and isinstance(be.drafter_factory(), NGramDrafter)
