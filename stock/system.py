@@ -109,10 +109,15 @@ def batch_engine(engine: Engine, drafter: str | None, max_batch: int, **kw):
     from stock.drafters.block_batch import BatchBlockDrafter
 
     args = dict(max_batch=max_batch, max_context=engine.max_context, stop_ids=engine.stop_ids)
+    net = None
     if drafter == "auto":   # as make_drafter resolves it, so that the block drafter is batched
-        drafter = getattr(make_drafter("auto", engine), "name", "ngram")
+        try:
+            net, drafter = block_net(engine), "block"
+        except BlockDrafterError:
+            drafter = "ngram"
     if drafter == "block":
-        bd = BatchBlockDrafter(block_net(engine), engine.model, engine.max_context,
+        bd = BatchBlockDrafter(net if net is not None else block_net(engine), engine.model,
+                               engine.max_context,
                                rows=max_batch + 1, topk=engine.options["block_topk"])
         return BatchEngine(engine.model, engine.options, batch_drafter=bd, **args, **kw)
     make_drafter(drafter, engine)   # an unknown name fails here, before any request
