@@ -140,6 +140,22 @@ class Engine:
         """Whether verification steps are replayed from CUDA graphs."""
         return self.runner is not None and self.runner.capture
 
+    def prepare(self, drafter=None, end: int | None = None) -> int:
+        """Before serving: capture every CUDA graph a request whose context stays below
+        `end` (default and at most max_context) can meet, the verification and prefill
+        slots with the hidden layers `drafter` reads and the drafter's own graphs, so that
+        no capture (nor a compile of a new T bucket) lands inside a served request, as a
+        server captures its graphs at start-up. Returns how many slots exist (0 off the
+        static path: nothing to prepare; the CPU's static path makes its slots, uncaptured)."""
+        if self.runner is None:
+            return 0
+        end = min(end or self.max_context, self.max_context)
+        layers = tuple(drafter.hidden_layers) if drafter is not None else ()
+        n = self.runner.capture_upto(end, layers)
+        if hasattr(drafter, "capture_upto"):
+            n += drafter.capture_upto(end)
+        return n
+
     # -- one verification step -------------------------------------------------------------
     def _verify(self, pending: int, chain: list[int], start: int, hidden_layers=()):
         """Logits [t, vocab] and hidden states of [pending] + chain, and, from the static

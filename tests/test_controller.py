@@ -10,7 +10,7 @@ import pytest
 
 from specpilot.errors import SpecPilotError
 from specpilot.judges import confine
-from specpilot.judges.controller import compare, labels, round_order
+from specpilot.judges.controller import Job, compare, labels, prepare, round_order
 from specpilot.judges.worker_main import compute_dtype, tree_hash
 from specpilot.gitstore import GitStore
 from specpilot.judges.worker_proc import Checkout, Worker, WorkerError, clean_checkout
@@ -76,6 +76,8 @@ def test_worker_proves_tree_and_options_and_refuses_a_wrong_claim(project, tmp_p
         assert ready["stock_file"].startswith(f"{seen}/")
         assert ready["dtype"] == "float32"  # stock computes in fp32 on CPU
         assert ok.run("x", 4, ids=[1, 2, 3]).tokens
+        # the untimed prepare: stock's Engine.prepare (CPU: the dynamic path, no slots)
+        assert ok.call("prepare", "p", end=64)["graphs"] == 0
     finally:
         ok.stop()
     lying = Worker("B", Checkout(co.commit, "0" * 40, co.path), ["stock", "kernels"], "random:tiny-qwen3",
@@ -280,3 +282,29 @@ def test_resident_pairs_run_one_session_after_another_on_the_same_rounds(tmp_pat
     assert sorted(rep.paired.times) == ["A0", "A1", "B0", "B1"]
     assert rep.outputs["A"].requests == rep.outputs["B"].requests == 2 * len(rep.requests)
     assert not rep.faults and not rep.decision.adopted
+
+
+def test_prepare_asks_every_worker_for_the_longest_request_before_any_is_timed():
+    """Before the warm-up each worker prepares its graphs up to the job's longest prompt +
+    max_new + the largest step bucket (a first use of a shape inside a timed request costs
+    that request a capture); batched rounds (the batch engine's own shapes) ask nothing."""
+    asked = []
+
+    class Channel:   # the controller's side of a worker: records what it is asked
+        def __init__(self, label):
+            self.label = label
+
+        def call(self, cmd, rid, **fields):
+            asked.append((self.label, cmd, fields))
+            return {"graphs": 3}
+
+    rows = [[("a", None, [1] * 40), ("b", None, [1] * 90)], [("c", None, [1] * 70)]]
+    job = Job(rows, 128, "block", ["cuda:0"], 1, 1, "embedded")
+    lines = []
+    prepare({label: Channel(label) for label in job.names}, job, lines.append)
+    assert asked == [(label, "prepare", {"end": 90 + 128 + 64}) for label in job.names]
+    assert "282" in lines[0] and len(lines) == 1 + len(job.names)
+    asked.clear()
+    prepare({label: Channel(label) for label in job.names},
+            Job(rows, 128, "block", ["cuda:0"], 1, 1, "embedded", batch=4))
+    assert asked == []

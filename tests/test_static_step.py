@@ -196,3 +196,27 @@ def test_graph_prefill_chunks_a_long_prompt_through_the_runner(tiny):
     bounded = Engine(tiny, Options({"graph_prefill_max": 149}), 256, static=True)
     bounded._prefill(prompt, ())  # one token past the bound: the dynamic forward
     assert not bounded.runner.slots
+
+
+def test_prepare_makes_every_slot_a_request_below_its_end_meets(tiny):
+    """Engine.prepare(drafter, end), the judges' untimed step before timing: afterwards a
+    request whose context stays below `end` (prefill chunks, every step length, every KV
+    bucket) meets no slot it did not make; a request reaching past a smaller `end` does.
+    On CUDA the same keys are captured graphs (tests/gpu/test_graphs.py)."""
+    gen = torch.Generator().manual_seed(3)
+    prompt = [int(t) for t in torch.randint(0, tiny.cfg.vocab_size, (150,), generator=gen)]
+    engine = Engine(tiny, max_context=1024, static=True)
+    made = engine.prepare(NGramDrafter(), 150 + 200 + 64)
+    keys = set(engine.runner.slots)
+    assert made == len(keys) > 0
+    assert {k[1] for k in keys} == {256, 512}    # the KV buckets below 414
+    ar = Engine(tiny, max_context=1024).generate(prompt, 200).tokens
+    assert engine.generate(prompt, 200, NGramDrafter()).tokens == ar   # crosses 256 -> 512
+    assert engine.generate(prompt, 200).tokens == ar
+    assert set(engine.runner.slots) == keys
+    short = Engine(tiny, max_context=1024, static=True)
+    short.prepare(NGramDrafter(), 200)
+    before = set(short.runner.slots)
+    short.generate(prompt, 200, NGramDrafter())
+    assert set(short.runner.slots) - before   # past its end: new (512) slots
+    assert Engine(tiny, max_context=1024).prepare(NGramDrafter(), 400) == 0  # dynamic path

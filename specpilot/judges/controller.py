@@ -315,6 +315,7 @@ def _session(co_a, opts_a, co_b, opts_b, job: Job, cfg: Config, log_dir: Path, p
     workers: dict[str, Worker] = {}
     try:
         spawn_workers(workers, co_a, opts_a, co_b, opts_b, job, cfg, log_dir)
+        prepare(workers, job, progress)
         paired, replies = measure(workers, job, progress)
         if expected is not None:
             progress("outputs against stock's reference")
@@ -354,6 +355,26 @@ def spawn_workers(workers: dict, co_a: Checkout, opts_a: dict, co_b: Checkout, o
     if together:
         for label in job.names:
             workers[label].finish()
+
+
+def prepare(workers: dict, job: Job, progress: Callable[[str], None] = lambda s: None) -> None:
+    """Before the warm-up, untimed: each worker captures every graph a request of this job
+    can meet (stock's Engine.prepare, up to the longest prompt + max_new + a step's largest
+    bucket), so a shape's first use (a capture, a compile) is never inside a timed request.
+    Without it a side whose steps have more shapes (a tree's slots beside the chain's) paid
+    them in whichever timed request first reached a new KV bucket: on the H200, 0.6 s in one
+    request of 12, which turned a faster tree-verify into a 9.8% loss. Batched rounds serve
+    through the batch engine, which prepares nothing here."""
+    lengths = [len(ids) for row in job.round_requests for _rid, _p, ids in row
+               if ids is not None]
+    if job.batch or not lengths:
+        return
+    end = max(lengths) + job.max_new + 64
+    progress(f"graphs up to a context of {end}")
+    for label in job.names:
+        rep = workers[label].call("prepare", f"prepare-{label}", end=end)
+        if rep.get("graphs"):
+            progress(f"  {label}: {rep['graphs']} graphs")
 
 
 def measure(workers: dict, job: Job, progress: Callable[[str], None] = lambda s: None

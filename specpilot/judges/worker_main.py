@@ -23,6 +23,7 @@ Then: {"cmd": "run", "id", "prompt" | "ids", "max_new"} -> {"event": "done", tok
 the correctness gates; "tokenize" {prompt}; "registry" -> the system's option definitions;
 "measure" {prompts, max_new} -> the cost model's raw measurements (judges/analyze.py;
 teacher-forced lattices included, `teacher_forced`);
+"prepare" {end} -> the graphs captured before any timed request (stock's Engine.prepare);
 "timed" {options, ids, max_new} -> one generation's decode time under other option values
 (the tuner); "batch" {items: [{id, ids}], max_new, max_batch} -> every item's tokens,
 served together by the system's batched engine (stock.batch.BatchEngine, at most
@@ -397,6 +398,13 @@ class Server:
     def tokenize(self, msg: dict) -> dict:
         return {"event": "done", "id": msg.get("id"), "ids": self.tokenizer.chat(msg["prompt"])}
 
+    def prepare(self, msg: dict) -> dict:
+        """Untimed, before the warm-up: every graph a request ending below `end` can meet
+        (stock's Engine.prepare; a checkout whose stock has none prepares nothing)."""
+        prep = getattr(self.engine, "prepare", None)
+        n = prep(self.drafter, int(msg["end"])) if prep is not None else 0
+        return {"event": "done", "id": msg.get("id"), "graphs": int(n)}
+
     def run(self, msg: dict) -> dict:
         if "ids" in msg:
             ids = list(msg["ids"])
@@ -448,7 +456,7 @@ def main(argv: list[str]) -> int:
                 server = Server(msg)
                 reply(server.ready())
             elif msg.get("cmd") in ("run", "force", "reference", "tokenize", "registry",
-                                    "measure", "timed", "batch"):
+                                    "measure", "timed", "batch", "prepare"):
                 t0 = time.perf_counter()
                 result = (server.batch(msg, inbox) if msg["cmd"] == "batch"
                           else getattr(server, msg["cmd"])(msg))

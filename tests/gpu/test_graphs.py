@@ -108,3 +108,20 @@ def test_chunked_graph_prefill_equals_the_eager_static_prefill():
         for layer in range(cfg.num_layers):
             assert torch.equal(graph.cache.k[layer][:, :, :240], eager.cache.k[layer][:, :, :240])
             assert torch.equal(graph.cache.v[layer][:, :, :240], eager.cache.v[layer][:, :, :240])
+
+
+def test_prepare_captures_what_a_request_below_its_end_replays():
+    """Engine.prepare before serving: a request whose context stays below `end` replays only
+    graphs captured before it (none is captured inside it) and gives the same tokens."""
+    cfg = PRESETS["tiny-qwen3"]
+    model = Transformer.random(cfg, "cuda", torch.bfloat16, seed=24, std=0.08)
+    prompt = torch.randint(0, cfg.vocab_size, (150,),
+                           generator=torch.Generator().manual_seed(6)).tolist()
+    cold = Engine(model, max_context=1024)
+    want = cold.generate(prompt, 200, NGramDrafter()).tokens
+    warm = Engine(model, max_context=1024)
+    assert warm.prepare(NGramDrafter(), 150 + 200 + 64) == len(warm.runner.slots)
+    graphs = {key: s.graph for key, s in warm.runner.slots.items()}
+    assert all(g is not None for g in graphs.values())
+    assert warm.generate(prompt, 200, NGramDrafter()).tokens == want
+    assert {key: s.graph for key, s in warm.runner.slots.items()} == graphs
