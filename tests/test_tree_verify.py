@@ -78,6 +78,20 @@ def test_tree_through_the_static_step_equals_ar_and_the_dynamic_path():
     assert taus[True] == taus[False]
 
 
+def test_prepare_makes_the_tree_slots_too():
+    """Engine.prepare with tree_budget set also makes the tree steps' slots (their own keys):
+    a tree-verified request below `end` then meets no slot it did not make."""
+    model = Transformer.random(PRESETS["tiny-qwen3"], seed=7, std=0.08)
+    prompt = [5, 9, 3, 5, 9, 3, 5, 9, 2, 7, 5, 9, 3, 8, 5, 9, 3, 5, 1] * 12
+    eng = Engine(model, Options({"tree_budget": 16, "draft_len": 8}), 1024, static=True)
+    eng.prepare(NGramDrafter(3, 1, 4), len(prompt) + 120 + 64)
+    keys = set(eng.runner.slots)
+    assert any(k[-1] == "tree" for k in keys) and {k[1] for k in keys} == {256, 512}
+    res = eng.generate(prompt, 120, NGramDrafter(3, 1, 4))
+    assert set(eng.runner.slots) == keys and len(prompt) + len(res.tokens) > 256
+    assert res.tokens == Engine(model, Options(), 1024).generate(prompt, 120).tokens
+
+
 def test_compiled_tree_step_runs_its_tree_regions_and_equals_the_eager_step(monkeypatch):
     """A compiled runner's tree step (CPU: dynamo's eager backend, SDPA, so the mask is
     built) runs stock/tree.py's two tree regions without falling back, and gives the eager
