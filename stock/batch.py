@@ -97,6 +97,9 @@ class BatchEngine:
         self.batch_drafter = batch_drafter
         if batch_drafter is not None and drafter_factory is not None:
             raise BatchError("give a batch drafter or a per-request drafter factory, not both")
+        if batch_drafter is not None and batch_drafter.static and batch_drafter.spare < max_batch:
+            raise BatchError(f"the batch drafter's static path needs a spare row past the "
+                             f"{max_batch} requests (rows={max_batch + 1})")
         self.hidden_layers = tuple(batch_drafter.hidden_layers) if batch_drafter else ()
         if static is None:
             static = model.device.type == "cuda" and self.options["cuda_graphs"]

@@ -118,7 +118,9 @@ def batch_engine(engine: Engine, drafter: str | None, max_batch: int, **kw):
     if drafter == "block":
         bd = BatchBlockDrafter(net if net is not None else block_net(engine), engine.model,
                                engine.max_context,
-                               rows=max_batch + 1, topk=engine.options["block_topk"])
+                               rows=max_batch + 1, topk=engine.options["block_topk"],
+                               static=engine.model.device.type == "cuda"
+                               and engine.options["cuda_graphs"])
         return BatchEngine(engine.model, engine.options, batch_drafter=bd, **args, **kw)
     make_drafter(drafter, engine)   # an unknown name fails here, before any request
     return BatchEngine(engine.model, engine.options, **args, **kw,

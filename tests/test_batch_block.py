@@ -40,6 +40,37 @@ def test_a_batch_of_rows_drafts_what_single_drafters_draft(toy):
     assert len(got[2]) == 0 and bd.ctx_len[:3] == [len(p) for p in prompts[:3]]
 
 
+def test_the_static_draft_pads_the_batch_and_drafts_what_the_eager_one_does(toy):
+    """The fixed-shape draft (the CUDA graphs' path, run eagerly here): 3 rows in a bucket of
+    4 (the fourth on the spare row) over 256 keys give the eager path's lattices; padding
+    writes only the spare row; a spare-less drafter is refused by a batch it would serve."""
+    target, prompts, _ = toy
+    net = random_net(target, block_size=4, seed=3)
+    layers = tuple(net.cfg.target_layers)
+    sides = [BatchBlockDrafter(net, target, 256, rows=6, topk=3, static=s, capture=False)
+             for s in (False, True)]
+    assert sides[1].b_buckets == (1, 2, 4, 5) and sides[1].spare == 5
+    pend = []
+    for row, p in enumerate(prompts[:3]):
+        out = target(torch.tensor([p]), target.new_cache(256), 0, logits="last",
+                     hidden_layers=layers)
+        pend.append(int(out.logits[0, -1].argmax()))
+        for bd in sides:
+            bd.extend([(row, len(p), torch.cat([out.hidden[i][0] for i in layers], -1))])
+    before = [k.clone() for k in sides[1].k]
+    eager, static = (bd.draft([0, 1, 2], pend, [4, 3, 1]) for bd in sides)
+    assert [len(x) for x in static] == [4, 3, 1]
+    for a, b in zip(eager, static):
+        assert torch.equal(a.ids, b.ids)
+        assert torch.allclose(a.logprobs, b.logprobs, atol=1e-5)
+    for k0, k1 in zip(before, sides[1].k):   # rows 3-4 untouched; the spare row written
+        assert torch.equal(k0[3:5], k1[3:5]) and not torch.equal(k0[5], k1[5])
+    with pytest.raises(BatchError, match="spare row"):
+        BatchEngine(target, max_batch=3, max_context=256,
+                    batch_drafter=BatchBlockDrafter(net, target, 256, rows=3, static=True,
+                                                    capture=False))
+
+
 @pytest.mark.parametrize("static", [False, True])
 def test_batched_block_speculation_gives_single_request_outputs(toy, toy_trained, static):
     target, prompts, _ = toy
@@ -48,8 +79,9 @@ def test_batched_block_speculation_gives_single_request_outputs(toy, toy_trained
     single = Engine(target, opts, 256)
     want = [single.generate(p, 20, BlockDrafter(net, target, 256)) for p in prompts]
     be = BatchEngine(target, opts, max_batch=3, max_context=256, static=static,
-                     capture=False, batch_drafter=BatchBlockDrafter(net, target, 256, rows=4),
-                     prefill_chunk=8)
+                     capture=False, prefill_chunk=8,
+                     batch_drafter=BatchBlockDrafter(net, target, 256, rows=4, static=static,
+                                                     capture=False))
     reqs = []
     for i, p in enumerate(prompts):    # arrivals spread: rows freed and reused
         reqs.append(be.submit(p, 20))

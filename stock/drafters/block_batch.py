@@ -17,7 +17,14 @@ layer context K/V [rows, Hkv, slots, D] and each row's context length. Two calls
 The arithmetic is BlockDrafter's plain path row by row, so a row drafts what a
 single-request BlockDrafter would with the same context (up to the summation order of the
 larger GEMMs: tests/test_batch_block.py). Rows past the real requests are never read.
-CPU and CUDA eager; no CUDA graph of its own yet.
+
+Static path (`static`, default on CUDA): `draft` runs in fixed shapes, one slot per
+(rows bucket B, keys bucket), the batch padded with requests on the last (spare) row at
+context 0, whose writes nothing reads; the slot's one int64 input holds rows, context
+lengths and pending tokens, copied in once, and its output is the [2, B, T, top-k] lattice
+read back once. With `capture` (default on CUDA) each slot is a CUDA graph captured on first
+use (stock/graphs.py's capture); without, the same static forward runs eagerly (how the CPU
+tests check it). The eager path is kept for reference and for devices without graphs.
 """
 
 from __future__ import annotations
@@ -30,14 +37,25 @@ import torch.nn.functional as F
 from stock.drafters.base import DraftLattice
 from stock.drafters.block import BlockDrafterError, BlockNet
 from stock.drafters.block_step import rms
+from stock.graphs import MIN_KV, capture, kv_buckets
 from stock.layers import apply_rope
 from stock.linear import linear
+
+
+def row_buckets(n: int) -> tuple[int, ...]:
+    """Powers of two below n, then n: the static draft's batch sizes."""
+    out, b = [], 1
+    while b < n:
+        out.append(b)
+        b *= 2
+    return (*out, n)
 
 
 class BatchBlockDrafter:
     name = "block"
 
-    def __init__(self, net: BlockNet, target, max_len: int, rows: int, topk: int = 4):
+    def __init__(self, net: BlockNet, target, max_len: int, rows: int, topk: int = 4,
+                 static: bool | None = None, capture: bool | None = None):
         cfg = net.cfg
         cfg.check_target(target.cfg)
         p = next(net.parameters())
@@ -61,6 +79,15 @@ class BatchBlockDrafter:
             self._masks = net.mask_embedding.to(dt)[None].expand(cfg.block_size - 1, -1)
         self._steps = torch.arange(cfg.block_size, device=dev)
         self._keys = torch.arange(self.slots, device=dev)
+        self.static = dev.type == "cuda" if static is None else static
+        self.capture = self.static and (dev.type == "cuda" if capture is None else capture)
+        if self.capture and dev.type != "cuda":
+            raise BlockDrafterError("CUDA graphs need a CUDA device")
+        self.spare = rows - 1   # padding's scratch row (the engine's requests use 0..rows-2)
+        self.b_buckets = row_buckets(max(1, rows - 1))
+        self.kv_buckets = kv_buckets(self.slots, MIN_KV)
+        self._graphs: dict[tuple[int, int], tuple] = {}   # (B, keys) -> (inp, host, graph, out)
+        self._pool = None
 
     def reset(self, row: int) -> None:
         self.ctx_len[row] = 0
@@ -81,8 +108,10 @@ class BatchBlockDrafter:
                 raise BlockDrafterError(f"block drafter row {row}: positions "
                                         f"{end - feat.shape[0]}..{end - 1} do not extend its "
                                         f"context of {self.ctx_len[row]}")
-        rows = torch.tensor([r for r, _, f in spans for _ in range(f.shape[0])], device=dev)
-        pos = torch.cat([torch.arange(e - f.shape[0], e, device=dev) for _, e, f in spans])
+        # every span's (row, position) pairs built on the host, copied in once
+        where = torch.tensor([[r, p] for r, e, f in spans for p in range(e - f.shape[0], e)],
+                             dtype=torch.long).T.contiguous()
+        rows, pos = where.to(dev, non_blocking=True) if dev.type == "cuda" else where
         net, cfg = self.net, self.net.cfg
         feat = net.context_norm(net.fc(torch.cat([f.to(dt) for _, _, f in spans])))  # [N, H]
         n_layers, hkv, d = cfg.num_layers, cfg.num_kv_heads, cfg.head_dim
@@ -105,22 +134,72 @@ class BatchBlockDrafter:
         out = [DraftLattice.empty(self.topk) for _ in rows]
         if not live:
             return out
+        t = self.net.cfg.block_size
+        r_live = [rows[i] for i in live]
+        ends = [self.ctx_len[r] for r in r_live]
+        pend = [pendings[i] for i in live]
+        if self.static:
+            both = self._static_draft(r_live, ends, pend)
+        else:
+            dev = self.target.device
+            inp = torch.tensor([r_live, ends, pend], device=dev)
+            both = self._forward(inp[0], inp[1], inp[2], max(ends) + t).cpu()   # one read
+        for j, i in enumerate(live):
+            out[i] = DraftLattice(both[0, j, :ks[i]].long(), both[1, j, :ks[i]].float())
+        return out
+
+    def _static_draft(self, rows: list[int], ends: list[int], pend: list[int]) -> torch.Tensor:
+        """The lattices [2, len(rows), T, top-k] (CPU) from the slot of this batch's shape."""
+        n, t = len(rows), self.net.cfg.block_size
+        b = next(x for x in self.b_buckets if x >= n)
+        kv = next((x for x in self.kv_buckets if x >= max(ends) + t), None)
+        if kv is None:
+            raise BlockDrafterError(f"a block at {max(ends)} passes the drafter's "
+                                    f"{self.slots} slots")
+        slot = self._graphs.get((b, kv))
+        if slot is None:
+            slot = self._graphs[(b, kv)] = self._slot(b, kv)
+        inp, host, graph, res = slot
+        buf = host.numpy()
+        buf[:] = 0
+        buf[:n], buf[b:b + n], buf[2 * b:2 * b + n] = rows, ends, pend
+        buf[n:b] = self.spare            # padding: the spare row at context 0
+        inp.copy_(host, non_blocking=host.is_pinned())
+        if graph is not None:
+            graph.replay()
+        else:
+            res = self._forward(inp[:b], inp[b:2 * b], inp[2 * b:], kv)
+        return res[:, :n].cpu()          # the one host read of a draft
+
+    def _slot(self, b: int, kv: int) -> tuple:
+        dev = self.target.device
+        inp = torch.zeros(3 * b, dtype=torch.long, device=dev)
+        host = torch.zeros(3 * b, dtype=torch.long, pin_memory=dev.type == "cuda")
+        if not self.capture:
+            return inp, host, None, None
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        inp[:b] = self.spare             # warm-up and capture write only the spare row
+        graph, res = capture(lambda: self._forward(inp[:b], inp[b:2 * b], inp[2 * b:], kv),
+                             dev, self._pool)
+        return inp, host, graph, res
+
+    def _forward(self, row_t: torch.Tensor, ends: torch.Tensor, pend: torch.Tensor,
+                 kv_len: int) -> torch.Tensor:
+        """Every row's block in one forward over keys [0, kv_len): [2, B, T, top-k] (top-k
+        ids, then log-probs, as float64 on the device). Its own K/V rows written in place."""
         net, cfg = self.net, self.net.cfg
-        dev, dt = self.target.device, self.target.dtype
+        dt = self.target.dtype
         t, h, hkv, d = cfg.block_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        g, b = h // hkv, len(live)
-        row_t = torch.tensor([rows[i] for i in live], device=dev)
-        ends = torch.tensor([self.ctx_len[rows[i]] for i in live], device=dev)
+        g, b = h // hkv, row_t.shape[0]
         pos = ends[:, None] + self._steps                                   # [B, T]
         cos, sin = self._rope(pos)
         cos, sin = cos[:, None], sin[:, None]                               # [B, 1, T, D]
-        kv_len = int(ends.max()) + t
         keys = self._keys[:kv_len]
-        zero = torch.zeros((), dtype=dt, device=dev)
+        zero = torch.zeros((), dtype=dt, device=row_t.device)
         mask = torch.where(keys[None] < (ends + t)[:, None], zero,
                            torch.full_like(zero, float("-inf"))).view(b, 1, 1, kv_len)
-        emb = self.target.model.embed_tokens(torch.tensor([pendings[i] for i in live],
-                                                          device=dev))
+        emb = self.target.model.embed_tokens(pend)
         x = torch.cat([emb[:, None], self._masks.expand(b, -1, -1)], dim=1)  # [B, T, H]
         for i, layer in enumerate(net.layers):
             attn = layer.self_attn
@@ -143,7 +222,4 @@ class BatchBlockDrafter:
             x = x + layer.mlp.down_proj(F.silu(gate) * up)
         logits = self.target.lm_head(rms(x, net.norm.weight, cfg.rms_norm_eps)).float()
         top = torch.log_softmax(logits, dim=-1).topk(self.topk, dim=-1)
-        both = torch.stack([top.indices.double(), top.values.double()]).cpu()   # one read
-        for j, i in enumerate(live):
-            out[i] = DraftLattice(both[0, j, :ks[i]].long(), both[1, j, :ks[i]].float())
-        return out
+        return torch.stack([top.indices.double(), top.values.double()])

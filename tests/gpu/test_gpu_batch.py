@@ -45,8 +45,12 @@ def test_graph_replayed_batches_with_the_batched_block_drafter_equal_the_eager_o
     for capture in (True, False):
         be = BatchEngine(model, Options({"draft_len": 3, "block_size": 4}), max_batch=4,
                          max_context=256, capture=capture,
-                         batch_drafter=BatchBlockDrafter(net, model, 256, rows=5))
+                         batch_drafter=BatchBlockDrafter(net, model, 256, rows=5,
+                                                         capture=capture))
         reqs = [be.submit(p, 24) for p in prompts]
         be.run()
         outs.append([(r.tokens, r.accepted) for r in reqs])
+        if capture:   # the drafter's draft steps were replayed from graphs of its own
+            graphs = be.batch_drafter._graphs.values()
+            assert graphs and all(g[2] is not None for g in graphs)
     assert outs[0] == outs[1]
