@@ -34,21 +34,13 @@ import copy
 import torch
 import torch.nn.functional as F
 
+from stock.batch_graphs import request_buckets
 from stock.drafters.base import DraftLattice
 from stock.drafters.block import BlockDrafterError, BlockNet
 from stock.drafters.block_step import rms
 from stock.graphs import MIN_KV, capture, kv_buckets
 from stock.layers import apply_rope
 from stock.linear import linear
-
-
-def row_buckets(n: int) -> tuple[int, ...]:
-    """Powers of two below n, then n: the static draft's batch sizes."""
-    out, b = [], 1
-    while b < n:
-        out.append(b)
-        b *= 2
-    return (*out, n)
 
 
 class BatchBlockDrafter:
@@ -84,7 +76,7 @@ class BatchBlockDrafter:
         if self.capture and dev.type != "cuda":
             raise BlockDrafterError("CUDA graphs need a CUDA device")
         self.spare = rows - 1   # padding's scratch row (the engine's requests use 0..rows-2)
-        self.b_buckets = row_buckets(max(1, rows - 1))
+        self.b_buckets = request_buckets(max(1, rows - 1))
         self.kv_buckets = kv_buckets(self.slots, MIN_KV)
         self._graphs: dict[tuple[int, int], tuple] = {}   # (B, keys) -> (inp, host, graph, out)
         self._pool = None
