@@ -20,6 +20,8 @@ Parts (each in its own try, so one failure keeps the rest):
   7. --profile: GPU time of eager T = 1 and 16 steps by kernel and category (gemm,
      attention, other) and launches per step, for bf16 and for the last W12 kernel (and,
      with --compile on|both, of the compiled static forward run without a graph);
+     --profile-graphs (with --trees): the kernels inside graph replays of the last
+     compiled runner's chain steps (T = 16, 32) and tree steps of each budget;
   8. --compile both|on|off (default both): the static forward's layers through
      torch.compile'd regions (stock/compiled.py, the engine's option `compile`). Per T the
      first slot's warm-up compiles, then it is captured; that time is reported per T. Before
@@ -344,10 +346,25 @@ class Bench:
         GraphRunner.tree_step, a graph with the ancestor mask, SDPA, the device walk and the
         K/V compaction) on the last compiled runner, beside its chain steps of the same T.
         Trees from a random lattice of 15 positions x top-4 (block 16's shape)."""
+        r = self.crunner or self.runner
+        iters, res, shapes = self.args.iters, {}, {}
+        for b, (s, tree) in self.tree_slots(budgets).items():
+            res[f"graph_T{b}"] = timed(lambda: r.launch(s), iters)
+            shapes[b] = {"nodes": len(tree), "depth": tree.max_depth, "bucket": s.t}
+            log(f"[tree] budget {b} ({shapes[b]}): {res[f'graph_T{b}']['median_ms']:.3f} ms")
+        base = next(reversed(self.report.get("variants", {})), "bf16")
+        tag = f"{base}_tree" + ("_compiled" if r is self.crunner else "")
+        self.report.setdefault("timings", {})[tag] = res
+        self.report.setdefault("trees", {})[tag] = shapes
+        return res
+
+    def tree_slots(self, budgets: list[int]) -> dict:
+        """Per budget: the last compiled runner's tree slot loaded with a best-first tree
+        over a random lattice of 15 positions x top-4 (block 16's shape), and the tree."""
         from stock.tree import build
 
         r = self.crunner or self.runner
-        ctx, iters, res, shapes = self.args.context, self.args.iters, {}, {}
+        ctx, out = self.args.context, {}
         g = torch.Generator().manual_seed(5)
         vocab = self.model.cfg.vocab_size
         ids = torch.stack([torch.randperm(vocab, generator=g)[:4] for _ in range(15)])
@@ -358,14 +375,8 @@ class Bench:
             s = r.slot(r.bucket(b), r.kv_bucket(ctx + b), (), tree=True)
             toks, parents, depths = tree.padded(s.t)
             r.load(s, toks[:len(tree)], ctx, len(tree) - 1, (depths, parents))
-            res[f"graph_T{b}"] = timed(lambda: r.launch(s), iters)
-            shapes[b] = {"nodes": len(tree), "depth": tree.max_depth, "bucket": s.t}
-            log(f"[tree] budget {b} ({shapes[b]}): {res[f'graph_T{b}']['median_ms']:.3f} ms")
-        base = next(reversed(self.report.get("variants", {})), "bf16")
-        tag = f"{base}_tree" + ("_compiled" if r is self.crunner else "")
-        self.report.setdefault("timings", {})[tag] = res
-        self.report.setdefault("trees", {})[tag] = shapes
-        return res
+            out[b] = (s, tree)
+        return out
 
     def w12(self, kernel: str = "gemm"):
         import stock.w12_linear as w12
@@ -474,16 +485,35 @@ class Bench:
         """GPU time of one step by kernel (torch.profiler over `steps` eager static steps):
         totals per category (gemm, attention, other), launches per step, the top kernels.
         Their sum is the step's busy time; the graph step's time minus it is idle time."""
-        from torch.profiler import ProfilerActivity, profile
-
         runner = runner or self.eager
         ctx, ids = self.args.context, self.step_ids(t)
-        runner.step(ids, ctx)
+        return self.profile_fn(tag, t, lambda: runner.step(ids, ctx), steps)
+
+    def profile_graphs(self, budgets: list[int], steps: int = 5) -> dict:
+        """--profile-graphs: the kernels inside the last compiled runner's graph replays
+        (CUPTI sees a graph's kernels), chain steps of T = 16 and 32 beside tree steps of
+        each budget: where a tree step's extra time goes, launch by launch."""
+        r = self.crunner or self.runner
+        ctx, out = self.args.context, {}
+        for t in (16, 32):
+            s = r.slot(r.bucket(t), r.kv_bucket(ctx + t))
+            r.load(s, self.step_ids(t), ctx)
+            out[f"chain_T{t}"] = self.profile_fn(f"graph_chain_T{t}", t,
+                                                 lambda s=s: r.launch(s), steps, 24)
+        for b, (s, _tree) in self.tree_slots(budgets).items():
+            out[f"tree_{b}"] = self.profile_fn(f"graph_tree_{b}", b,
+                                               lambda s=s: r.launch(s), steps, 24)
+        return out
+
+    def profile_fn(self, tag: str, t: int, fn, steps: int = 3, top: int = 14) -> dict:
+        from torch.profiler import ProfilerActivity, profile
+
+        fn()
         sync()
         act = ProfilerActivity.CUDA if DEV == "cuda" else ProfilerActivity.CPU  # CPU: smoke
         with profile(activities=[act]) as prof:
             for _ in range(steps):
-                runner.step(ids, ctx)
+                fn()
             sync()
         kern = {}
         for e in prof.key_averages():
@@ -505,7 +535,7 @@ class Bench:
                  else "other")
             cats[c] += us
             launches[c] += n
-        top = sorted(kern.items(), key=lambda kv: -kv[1][0])[:14]
+        top = sorted(kern.items(), key=lambda kv: -kv[1][0])[:top]
         res = {"T": t, "busy_ms": sum(cats.values()) / 1e3,
                "ms_by_category": {k: v / 1e3 for k, v in cats.items()},
                "launches_by_category": launches,
@@ -636,6 +666,8 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true",
                     help="GPU time by kernel of eager T=1 and 16 steps (bf16, and the last "
                          "W12 kernel with --w12)")
+    ap.add_argument("--profile-graphs", action="store_true",
+                    help="with --trees: kernels inside chain and tree graph replays")
     ap.add_argument("--compile", choices=("both", "on", "off"), default="both",
                     help="static steps with compiled layers (option compile), eager, or both "
                          "side by side")
@@ -695,6 +727,8 @@ def main() -> None:
         if args.trees:
             budgets = [int(x) for x in args.trees.split(",")]
             b.part("tree steps", lambda: b.tree_steps(budgets))
+        if args.profile_graphs and args.trees:
+            b.part("profile graphs", lambda: b.profile_graphs(budgets))
         if args.profile:
             for t in (1, 16):
                 b.part(f"profile bf16 T={t}", lambda t=t: b.profile(f"bf16_T{t}", t))
