@@ -18,16 +18,27 @@ and mask by positions[b], in the same row tiles as its single-request step; the 
 split into chunks depends on the batch, see `plan`). A draft tree's step
 (`tree`: stock/tree.py's `tree_table`, int64 on the device: the context length `start`, each
 node's depth, and each node's path, its ancestor at every depth) runs one program per node
-and chunk: the node's query rows see the context [0, start) and, at logical position start +
+and chunk reaching its slots: the node's query rows see the context [0, start) and, at logical position start +
 e, the key of its ancestor at depth e, read from that ancestor's slot. Every column of every
 tile then holds the key and value the same token's row sees in a chain step (the same tile
 of BLOCK_R rows, the same tensor-core instructions, zeros where the chain masks), so a
 node's output is the bits of its root path verified as a chain: a tree step changes no
 output token in bf16. Only the chunks that reach the tree's slots need a program per node:
 a chunk of context alone is the same keys for every node, and its programs take row blocks
-of all nodes' rows, as a chain step's do (a first version ran every chunk per node, reading
-the context T times: on the H200, embedded shapes, a 32-node tree step took 1.69 ms against
-1.18 ms for a 32-token chain step, bench/step_27b.py --trees).
+of all nodes' rows, as a chain step's do. The grid is flat: row blocks x chunks, then nodes x
+the (at most two, for T <= 64 and chunks of 64 keys or more) chunks from start's on; a node's
+program walks keys up to its own depth, and the combine reads the chunks up to the tree's
+last slot. Two earlier layouts lost to the chain on the H200 (embedded shapes, context 512,
+bench/step_27b.py --trees --profile-graphs): every chunk per node read the context T times
+(a 32-node tree step 1.69 ms against 1.18 ms for a 32-token chain step); then a grid of
+(node, chunk) with most programs exiting at once still cost 8.4 us a layer against the
+chain's 3.9 at 16 nodes, 11.1 against 4.1 at 32.
+
+A chain step's programs walk their whole chunk, also the keys past their rows' last
+position (a KV bucket is a power of two, so up to half its slots lie past the context): a
+loop bound read from `positions` (the tile's last position + 1) puts that load's latency
+before the first key's, and on the H200 (the same bench, 2026-12-03) it made the chain's
+kernel slower (135 us a step over 30 layers against 118 at T = 16), not faster.
 
 A chunk whose keys are all hidden from a row leaves m = -1e30, l = 0 there
 and weighs nothing in the combine (every row sees key 0, so some chunk has weight 1).
@@ -57,40 +68,48 @@ NEG = tl.constexpr(-1.0e30)  # "minus infinity" that keeps exp() and max() free 
 
 @triton.jit
 def _partial(q_ptr, k_ptr, v_ptr, pos_ptr, tree_ptr, row_ptr, m_ptr, l_ptr, acc_ptr,
-             R, T, HKV, kv_len, chunk, scale,
+             R, T, HKV, kv_len, chunk, splits, row_blocks, tree_chunks, scale,
              sq_b, sq_h, sq_r, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s,
              D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
              TREE: tl.constexpr, ROWS: tl.constexpr):
     bh = tl.program_id(0)
-    rb = tl.program_id(1)   # a row block; a tree: the node
-    c = tl.program_id(2)
-    splits = tl.num_programs(2)
+    pid = tl.program_id(1)   # (chunk, row block) of all rows; a tree's then (node, tree chunk)
     b = bh // HKV
     h = bh % HKV
     cb = b   # the cache's batch row; a batched step: request b's own row, positions[b]
     if ROWS:
         cb = tl.load(row_ptr + b)
         pos_ptr = pos_ptr + b * T
-    lo = c * chunk
-    hi = tl.minimum(lo + chunk, kv_len)
+    c = pid // row_blocks
+    rb = pid % row_blocks
     if TREE:
         # A chunk of context only (every key before `start`) is the same for every node:
-        # row blocks of all nodes' rows, as a chain step's (programs past the row blocks
-        # do nothing). A chunk reaching the tree's slots: the node's G query rows (row
-        # g * T + node), in a tile of BLOCK_R rows as a chain's.
+        # row blocks of all nodes' rows, as a chain step's. A chunk reaching the tree's
+        # slots (the `tree_chunks` from start's): one program per node, the node's G query
+        # rows (row g * T + node) in a tile of BLOCK_R rows as a chain's, its keys up to
+        # its own depth.
         g = tl.arange(0, BLOCK_R)
         start = tl.load(tree_ptr)
-        shared = hi <= start
+        node_program = pid >= row_blocks * splits
+        q_ = pid - row_blocks * splits
+        node = tl.where(node_program, q_ // tree_chunks, 0)
+        c = tl.where(node_program, start // chunk + q_ % tree_chunks, c)
+        lo = c * chunk
+        hi = tl.minimum(lo + chunk, kv_len)
+        depth = tl.load(tree_ptr + 1 + node)
         block = rb * BLOCK_R + g
-        rows = tl.where(shared, block, g * T + rb)
-        rmask = tl.where(shared, block < R, g < R // T)
-        hi = tl.where(shared & (rb * BLOCK_R >= R), lo, hi)
-        depth = tl.load(tree_ptr + 1 + rb)
-        path_base = tree_ptr + 1 + T + rb * 64
+        rows = tl.where(node_program, g * T + node, block)
+        limit = tl.where(node_program, tl.where(c < splits, R // T, 0),
+                         tl.where(hi <= start, R, 0))   # 0: a program with nothing to do
+        rmask = tl.where(node_program, g, block) < limit
+        hi = tl.where(limit > 0, tl.minimum(hi, start + depth + 1), lo)
+        path_base = tree_ptr + 1 + T + node * 64
     else:
+        lo = c * chunk
         rows = rb * BLOCK_R + tl.arange(0, BLOCK_R)
         rmask = rows < R
         pos = tl.load(pos_ptr + rows % T, mask=rmask, other=-1)
+        hi = tl.minimum(lo + chunk, kv_len)   # the whole chunk: see the module docstring
     d = tl.arange(0, D)
     q = tl.load(q_ptr + b * sq_b + h * sq_h + rows[:, None] * sq_r + d[None, :],
                 mask=rmask[:, None], other=0.0)
@@ -136,19 +155,22 @@ def _partial(q_ptr, k_ptr, v_ptr, pos_ptr, tree_ptr, row_ptr, m_ptr, l_ptr, acc_
 
 
 @triton.jit
-def _combine(m_ptr, l_ptr, acc_ptr, o_ptr, R, HKV, splits, so_b, so_h, so_r,
-             D: tl.constexpr, BLOCK_R: tl.constexpr):
+def _combine(m_ptr, l_ptr, acc_ptr, o_ptr, tree_ptr, R, T, HKV, chunk, splits,
+             so_b, so_h, so_r, D: tl.constexpr, BLOCK_R: tl.constexpr, TREE: tl.constexpr):
     bh = tl.program_id(0)
     rb = tl.program_id(1)
     rows = rb * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < R
     d = tl.arange(0, D)
+    used = splits
+    if TREE:   # chunks past the tree's last slot hold no key of any row: not written
+        used = tl.minimum(splits, (tl.load(tree_ptr) + T - 1) // chunk + 1)
     m = tl.full([BLOCK_R], NEG, tl.float32)
-    for c in range(0, splits):
+    for c in range(0, used):
         m = tl.maximum(m, tl.load(m_ptr + (bh * splits + c) * R + rows, mask=rmask, other=NEG))
     den = tl.zeros([BLOCK_R], tl.float32)
     out = tl.zeros([BLOCK_R, D], tl.float32)
-    for c in range(0, splits):
+    for c in range(0, used):
         part = bh * splits + c
         w = tl.exp(tl.load(m_ptr + part * R + rows, mask=rmask, other=NEG) - m)
         den += w * tl.load(l_ptr + part * R + rows, mask=rmask, other=0.0)
@@ -225,14 +247,15 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     l_ = torch.empty_like(m)
     acc = torch.empty(bsz * hkv * splits * rows * dim, **f32)
     out = torch.empty(bsz, hkv, rows, dim, device=q.device, dtype=q.dtype)
-    _partial[(bsz * hkv, t if tree is not None else row_blocks, splits)](
-        q, k, v, positions, positions if tree is None else tree,
-        rows_of if batched else positions, m, l_, acc, rows, t, hkv,
-        kv_len, chunk, 1.0 / math.sqrt(dim),
+    tree_chunks = triton.cdiv(t - 1, chunk) + 1 if tree is not None else 0
+    table = positions if tree is None else tree
+    _partial[(bsz * hkv, row_blocks * splits + t * tree_chunks)](
+        q, k, v, positions, table, rows_of if batched else positions, m, l_, acc, rows, t,
+        hkv, kv_len, chunk, splits, row_blocks, max(tree_chunks, 1), 1.0 / math.sqrt(dim),
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), D=dim, BLOCK_R=block_r, BLOCK_N=BLOCK_N,
         TREE=tree is not None, ROWS=batched)
     _combine[(bsz * hkv, row_blocks)](
-        m, l_, acc, out, rows, hkv, splits, out.stride(0), out.stride(1), out.stride(2),
-        D=dim, BLOCK_R=block_r)
+        m, l_, acc, out, table, rows, t, hkv, chunk, splits, out.stride(0), out.stride(1),
+        out.stride(2), D=dim, BLOCK_R=block_r, TREE=tree is not None)
     return out
