@@ -122,6 +122,23 @@ class BatchEngine:
         self.waiting: deque[Request] = deque()
         self._ids = 0
 
+    def prepare(self, end: int | None = None) -> int:
+        """Before serving: make (on CUDA: capture) every verification slot and every batch
+        drafter slot a step whose contexts stay below `end` (default and at most
+        max_context) can meet, as Engine.prepare does for one request, so no capture (nor
+        a compile of a new shape) lands inside a served step. Returns how many slots exist
+        (0 off the static path)."""
+        if self.runner is None:
+            return 0
+        end = min(end or self.max_context, self.max_context)
+        t_max = self.options["draft_len"] + 1
+        if self.batch_drafter is not None:
+            t_max = min(t_max, self.batch_drafter.net.cfg.block_size + 1)
+        n = self.runner.capture_upto(end, t_max)
+        if self.batch_drafter is not None:
+            n += self.batch_drafter.capture_upto(end)
+        return n
+
     # -- requests ----------------------------------------------------------------------------
     def submit(self, prompt: list[int], max_new: int,
                on_tokens: Callable[[list[int]], None] | None = None) -> Request:

@@ -137,6 +137,18 @@ class BatchRunner:
         s.graph, (s.packed, s.hidden) = capture(lambda: self._compute(s), self.device,
                                                 self._pool)
 
+    def capture_upto(self, end: int, t_max: int) -> int:
+        """Make (on CUDA: capture) every slot a step of at most `t_max` tokens per request
+        whose context stays below `end` can meet: every requests bucket, every tokens bucket
+        up to t_max's, every KV bucket up to end + that bucket's. Returns how many exist."""
+        t_top = self._fit(self.buckets, t_max, "a step of")
+        last = self._fit(self.kv_buckets, min(end + t_top, self.cache.max_len), "a context of")
+        for b in self.b_buckets:
+            for t in (x for x in self.buckets if x <= t_top):
+                for kv in (x for x in self.kv_buckets if x <= last):
+                    self.slot(b, t, kv)
+        return len(self.slots)
+
     def step(self, seqs: list[list[int]], starts: list[int], rows: list[int]) -> list[list[int]]:
         """Verify each request's [pending] + draft at its start in its row; per request
         [n, target tokens...] (n accepted draft tokens, then the T argmaxes)."""

@@ -82,6 +82,12 @@ def test_batched_block_speculation_gives_single_request_outputs(toy, toy_trained
                      capture=False, prefill_chunk=8,
                      batch_drafter=BatchBlockDrafter(net, target, 256, rows=4, static=static,
                                                      capture=False))
+    if static:   # prepared: serving then meets no slot (nor drafter slot) it did not make
+        made = be.prepare(max(map(len, prompts)) + 20 + 64)
+        keys, drafts = set(be.runner.slots), set(be.batch_drafter._graphs)
+        assert made == len(keys) + len(drafts) and drafts
+        assert {t for _, t, _ in keys} == {1, 2, 4}    # draft_len 3: T up to 4
+        assert {b for b, _, _ in keys} == {1, 2, 3}
     reqs = []
     for i, p in enumerate(prompts):    # arrivals spread: rows freed and reused
         reqs.append(be.submit(p, 20))
@@ -92,6 +98,10 @@ def test_batched_block_speculation_gives_single_request_outputs(toy, toy_trained
         assert req.tokens == ref.tokens, i
         assert req.accepted == ref.accepted, i       # the same drafts as one at a time
     assert max(max(r.accepted) for r in reqs) > 1    # drafts were accepted
+    if static:
+        assert set(be.runner.slots) == keys and set(be.batch_drafter._graphs) == drafts
+    else:
+        assert be.prepare(200) == 0                   # the dynamic path: nothing to make
 
 
 def test_a_batch_drafter_and_a_drafter_factory_are_refused_together(toy):

@@ -78,6 +78,9 @@ def test_worker_proves_tree_and_options_and_refuses_a_wrong_claim(project, tmp_p
         assert ok.run("x", 4, ids=[1, 2, 3]).tokens
         # the untimed prepare: stock's Engine.prepare (CPU: the dynamic path, no slots)
         assert ok.call("prepare", "p", end=64)["graphs"] == 0
+        # throughput mode's: the batched engine of that concurrency, built (CPU: no slots)
+        assert ok.call("prepare", "q", end=64, max_batch=2)["graphs"] == 0
+        assert ok.batch("b", [("y", [1, 2, 3])], 4, 2)[0]["y"]
     finally:
         ok.stop()
     lying = Worker("B", Checkout(co.commit, "0" * 40, co.path), ["stock", "kernels"], "random:tiny-qwen3",
@@ -287,7 +290,7 @@ def test_resident_pairs_run_one_session_after_another_on_the_same_rounds(tmp_pat
 def test_prepare_asks_every_worker_for_the_longest_request_before_any_is_timed():
     """Before the warm-up each worker prepares its graphs up to the job's longest prompt +
     max_new + the largest step bucket (a first use of a shape inside a timed request costs
-    that request a capture); batched rounds (the batch engine's own shapes) ask nothing."""
+    that request a capture); batched rounds ask for their concurrency's batched engine."""
     asked = []
 
     class Channel:   # the controller's side of a worker: records what it is asked
@@ -307,4 +310,5 @@ def test_prepare_asks_every_worker_for_the_longest_request_before_any_is_timed()
     asked.clear()
     prepare({label: Channel(label) for label in job.names},
             Job(rows, 128, "block", ["cuda:0"], 1, 1, "embedded", batch=4))
-    assert asked == []
+    assert asked == [(label, "prepare", {"end": 90 + 128 + 64, "max_batch": 4})
+                     for label in job.names]

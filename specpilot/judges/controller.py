@@ -363,16 +363,19 @@ def prepare(workers: dict, job: Job, progress: Callable[[str], None] = lambda s:
     bucket), so a shape's first use (a capture, a compile) is never inside a timed request.
     Without it a side whose steps have more shapes (a tree's slots beside the chain's) paid
     them in whichever timed request first reached a new KV bucket: on the H200, 0.6 s in one
-    request of 12, which turned a faster tree-verify into a 9.8% loss. Batched rounds serve
-    through the batch engine, which prepares nothing here."""
+    request of 12, which turned a faster tree-verify into a 9.8% loss. Batched rounds
+    (throughput mode) prepare the batched engine of their concurrency (BatchEngine.prepare:
+    every requests, tokens and KV bucket)."""
     lengths = [len(ids) for row in job.round_requests for _rid, _p, ids in row
                if ids is not None]
-    if job.batch or not lengths:
+    if not lengths:
         return
     end = max(lengths) + job.max_new + 64
-    progress(f"graphs up to a context of {end}")
+    extra = {"max_batch": job.batch} if job.batch else {}
+    progress(f"graphs up to a context of {end}" + (f", batches of {job.batch}" if job.batch
+                                                    else ""))
     for label in job.names:
-        rep = workers[label].call("prepare", f"prepare-{label}", end=end)
+        rep = workers[label].call("prepare", f"prepare-{label}", end=end, **extra)
         if rep.get("graphs"):
             progress(f"  {label}: {rep['graphs']} graphs")
 

@@ -359,13 +359,8 @@ class Server:
         return {"event": "done", "id": msg.get("id"), "decode_s": res.decode_s,
                 "tokens": res.tokens, "uses_graphs": eng.uses_graphs}
 
-    def batch(self, msg: dict, inbox: "queue.Queue[dict]") -> dict:
-        """Every item served together by the system's own batched engine, built once per
-        max_batch (its CUDA graphs survive from round to round); drafters per request.
-        With `count` the items arrive one by one as `submit` messages (an arrival trace,
-        sent by the judge at each request's time): each joins the engine as it arrives,
-        the engine steps in between and waits when it has nothing to do."""
-        n = int(msg["max_batch"])
+    def _batcher(self, n: int):
+        """The system's batched engine of at most n requests at once, built once."""
         be = self.batchers.get(n)
         if be is None:
             build = getattr(self.system, "batch_engine", None)   # absent in older systems
@@ -373,6 +368,15 @@ class Server:
                 raise RuntimeError("this system has no batched engine "
                                    "(stock.system.batch_engine): throughput mode needs one")
             be = self.batchers[n] = build(self.engine, self.drafter_name, n)
+        return be
+
+    def batch(self, msg: dict, inbox: "queue.Queue[dict]") -> dict:
+        """Every item served together by the system's own batched engine, built once per
+        max_batch (its CUDA graphs survive from round to round); drafters per request.
+        With `count` the items arrive one by one as `submit` messages (an arrival trace,
+        sent by the judge at each request's time): each joins the engine as it arrives,
+        the engine steps in between and waits when it has nothing to do."""
+        be = self._batcher(int(msg["max_batch"]))
         max_new = int(msg["max_new"])
         reqs = [(item["id"], be.submit(list(item["ids"]), max_new)) for item in msg["items"]]
         count = int(msg.get("count", len(reqs)))
@@ -400,7 +404,12 @@ class Server:
 
     def prepare(self, msg: dict) -> dict:
         """Untimed, before the warm-up: every graph a request ending below `end` can meet
-        (stock's Engine.prepare; a checkout whose stock has none prepares nothing)."""
+        (stock's Engine.prepare; with `max_batch`, the batched engine's BatchEngine.prepare,
+        building that engine; a checkout whose stock has none prepares nothing)."""
+        if msg.get("max_batch"):   # throughput mode: the batched engine's slots
+            prep = getattr(self._batcher(int(msg["max_batch"])), "prepare", None)
+            n = prep(int(msg["end"])) if prep is not None else 0
+            return {"event": "done", "id": msg.get("id"), "graphs": int(n)}
         prep = getattr(self.engine, "prepare", None)
         n = prep(self.drafter, int(msg["end"])) if prep is not None else 0
         return {"event": "done", "id": msg.get("id"), "graphs": int(n)}

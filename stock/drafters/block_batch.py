@@ -140,6 +140,20 @@ class BatchBlockDrafter:
             out[i] = DraftLattice(both[0, j, :ks[i]].long(), both[1, j, :ks[i]].float())
         return out
 
+    def capture_upto(self, end: int) -> int:
+        """The static path: make (on CUDA: capture) the slot of every batch bucket and KV
+        bucket a block drafted from a context below `end` meets; returns how many exist
+        (0 off the static path)."""
+        if not self.static:
+            return 0
+        top = min(end + self.net.cfg.block_size, self.slots)
+        last = next((x for x in self.kv_buckets if x >= top), self.kv_buckets[-1])
+        for b in self.b_buckets:
+            for kv in (x for x in self.kv_buckets if x <= last):
+                if (b, kv) not in self._graphs:
+                    self._graphs[(b, kv)] = self._slot(b, kv)
+        return len(self._graphs)
+
     def _static_draft(self, rows: list[int], ends: list[int], pend: list[int]) -> torch.Tensor:
         """The lattices [2, len(rows), T, top-k] (CPU) from the slot of this batch's shape."""
         n, t = len(rows), self.net.cfg.block_size
