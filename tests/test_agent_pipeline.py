@@ -31,10 +31,10 @@ def register(option: str) -> dict:
                     f'register("draft_layers", int, 4,')
 
 
-def run_cycle(root, client, d: Direction, until: str):
+def run_cycle(root, client, d: Direction, until: str, base_options=BASE_OPTIONS):
     cycle = runner.start(root, client=client)
     cycle.sleep = lambda s: None
-    base = System(commit=head(root), options=BASE_OPTIONS)
+    base = System(commit=head(root), options=dict(base_options))
     cycle.state.base = cycle.state.best = base
     cycle.state.directions = [DirectionState(direction=d)]
     cycle.state.phase = "explore"
@@ -118,7 +118,11 @@ def test_patch_overfit_to_the_dev_prompts_is_caught_on_fresh_prompts(project):
         reply("tool_use", tool("submit", option="memo_fast", value="true",
                                summary="fast on the prompts I know", predicted_gain=0.9)),
     ])
-    state = run_cycle(project, client, direction("memo", "memo_fast"), "done")
+    # the base is stock at its defaults: the pre-screen must reject the patch for its
+    # outputs (a gain check alone would also stop a patch that saves nothing, so the
+    # reason is asserted), and the validation of a best that is stock runs its sealed gates
+    # but no controller against stock itself (a slow base cost a second full comparison)
+    state = run_cycle(project, client, direction("memo", "memo_fast"), "done", {})
     ds = state.directions[0]
     assert ds.status == "prescreen-rejected", ds.reasons
     assert "outputs differ from stock's" in ds.reasons[-1]
