@@ -17,12 +17,14 @@ def _teacher_forced_ids(n: int, vocab: int, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, vocab, (1, n), generator=torch.Generator().manual_seed(seed))
 
 
-def _memoized_gguf(monkeypatch) -> None:
-    """The oracle's loader, minus its repeated work: transformers parses the GGUF file twice
-    (config, then tensors; 49k vocabulary strings each time, about 8 s here) and builds the
-    gguf package's tensor-name map once per module of the model (397 times, about 6 s). Both
-    are pure functions of their arguments (a read-only memory map; a table of names), so
-    each is computed once; what transformers does with them is unchanged."""
+@pytest.fixture(scope="module")
+def memoized_gguf():
+    """The oracle's loader, minus its repeated work: transformers parses the GGUF file once
+    for the config, once for the tensors and once for the tokenizer (49k vocabulary strings
+    each time, seconds each here) and builds the gguf package's tensor-name map once per
+    module of the model (397 times, about 6 s). Both are pure functions of their arguments
+    (a read-only memory map; a table of names), so each is computed once in this module;
+    what transformers does with them is unchanged."""
     import functools
 
     import gguf as gguf_pkg
@@ -36,19 +38,20 @@ def _memoized_gguf(monkeypatch) -> None:
             readers[key] = real_reader(path, *args, **kwargs)
         return readers[key]
 
-    monkeypatch.setattr(gguf_pkg, "GGUFReader", reader)
-    monkeypatch.setattr(gguf_pkg, "get_tensor_name_map",
-                        functools.lru_cache(maxsize=None)(gguf_pkg.get_tensor_name_map))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gguf_pkg, "GGUFReader", reader)
+        mp.setattr(gguf_pkg, "get_tensor_name_map",
+                   functools.lru_cache(maxsize=None)(gguf_pkg.get_tensor_name_map))
+        yield
 
 
 @pytest.mark.slow
-def test_embedded_model_matches_transformers_gguf_loader(smol, monkeypatch):
+def test_embedded_model_matches_transformers_gguf_loader(smol, memoized_gguf):
     from transformers import AutoModelForCausalLM
 
     from stock.weights import EMBEDDED_FILE, embedded_gguf
 
     gguf = embedded_gguf()
-    _memoized_gguf(monkeypatch)
     ref = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=EMBEDDED_FILE,
                                                dtype=torch.float32).eval()
     text = " ".join(f"Step {i}: the value of x is {i * 7 % 13}." for i in range(80))
@@ -92,7 +95,7 @@ def test_tiny_qwen3_incremental_equals_one_shot(tmp_path):
     assert _rel_err(torch.cat(parts, 1), full) <= 1e-5
 
 
-def test_tokenizer_matches_transformers_chat_template(smol):
+def test_tokenizer_matches_transformers_chat_template(smol, memoized_gguf):
     from transformers import AutoTokenizer
 
     from stock.weights import EMBEDDED_FILE, embedded_gguf
