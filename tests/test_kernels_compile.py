@@ -53,8 +53,7 @@ for d in (64, 128):
                                       ROWS=rows))
     for tree in (False, True):
         out[f"_combine D={d} TREE={tree}"] = compile_(
-            D._combine, combine, dict(D=d, ROWS_C=D.COMBINE_ROWS, SPLITS_P2=64,
-                                      GROUP=D.COMBINE_GROUP, TREE=tree))
+            D._combine, combine, dict(D=d, BLOCK_R=D.BLOCK_R, TREE=tree))
 print(json.dumps(out))
 """
 

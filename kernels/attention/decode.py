@@ -8,12 +8,8 @@ attention kernel that gives each (head, query tile) one program runs 8 programs 
 1. `_partial`: one program per (batch x K/V head, row block, chunk) computes, for its rows
    and its chunk's keys, the running max m, the softmax denominator l and the unnormalised
    output acc (online softmax, fp32, `tl.dot` on the tensor cores);
-2. `_combine`: one program per (batch x K/V head, COMBINE_ROWS rows) rescales the chunks'
-   partials to their common max and divides: out = sum_c e^(m_c - m) acc_c / sum_c e^(m_c -
-   m) l_c, the maxima in one load and the partials COMBINE_GROUP chunks a load. A first
-   version walked the chunks one dependent load at a time, twice: on the H200 (embedded
-   shapes, context 512, 10 chunks) it took 5.2 us a layer, more than `_partial`'s 3.9
-   (bench/step_27b.py --trees --profile-graphs, 2026-12-03).
+2. `_combine`: one program per (batch x K/V head, row block) rescales the chunks' partials
+   to their common max and divides: out = sum_c e^(m_c - m) acc_c / sum_c e^(m_c - m) l_c.
 
 The mask is the static step's (see reference.py): row r sees key j iff j <= positions[r % T]
 and j < kv_len, read from `positions` on the device, so one launch serves every step of a
@@ -67,8 +63,6 @@ import triton.language as tl
 
 BLOCK_N = 64  # keys per inner step
 BLOCK_R = 64  # query rows per program, whatever the step's row count (see `plan`)
-COMBINE_ROWS = 16  # rows per combine program (fixed: a row's sums do not depend on T)
-COMBINE_GROUP = 8  # chunks' partials per combine load
 NEG = tl.constexpr(-1.0e30)  # "minus infinity" that keeps exp() and max() free of NaN
 
 
@@ -162,33 +156,27 @@ def _partial(q_ptr, k_ptr, v_ptr, pos_ptr, tree_ptr, row_ptr, m_ptr, l_ptr, acc_
 
 @triton.jit
 def _combine(m_ptr, l_ptr, acc_ptr, o_ptr, tree_ptr, R, T, HKV, chunk, splits,
-             so_b, so_h, so_r, D: tl.constexpr, ROWS_C: tl.constexpr, SPLITS_P2: tl.constexpr,
-             GROUP: tl.constexpr, TREE: tl.constexpr):
-    # One program per (batch x K/V head, ROWS_C rows): the chunks' maxima in one load, then
-    # GROUP chunks' partials a load (independent loads in flight together; a loop of one
-    # dependent load per chunk and pass made this kernel latency-bound: module docstring).
+             so_b, so_h, so_r, D: tl.constexpr, BLOCK_R: tl.constexpr, TREE: tl.constexpr):
     bh = tl.program_id(0)
-    rows = tl.program_id(1) * ROWS_C + tl.arange(0, ROWS_C)
+    rb = tl.program_id(1)
+    rows = rb * BLOCK_R + tl.arange(0, BLOCK_R)
     rmask = rows < R
     d = tl.arange(0, D)
     used = splits
     if TREE:   # chunks past the tree's last slot hold no key of any row: not written
         used = tl.minimum(splits, (tl.load(tree_ptr) + T - 1) // chunk + 1)
-    base = bh * splits * R
-    c = tl.arange(0, SPLITS_P2)
-    m = tl.max(tl.load(m_ptr + base + c[:, None] * R + rows[None, :],
-                       mask=(c[:, None] < used) & rmask[None, :], other=NEG), 0)
-    den = tl.zeros([ROWS_C], tl.float32)
-    out = tl.zeros([ROWS_C, D], tl.float32)
-    for c0 in range(0, used, GROUP):
-        g = c0 + tl.arange(0, GROUP)
-        gm = (g[:, None] < used) & rmask[None, :]              # [GROUP, ROWS_C]
-        at = base + g[:, None] * R + rows[None, :]
-        w = tl.exp(tl.load(m_ptr + at, mask=gm, other=NEG) - m[None, :])
-        den += tl.sum(w * tl.load(l_ptr + at, mask=gm, other=0.0), 0)
-        acc = tl.load(acc_ptr + at[:, :, None] * D + d[None, None, :], mask=gm[:, :, None],
-                      other=0.0)                               # [GROUP, ROWS_C, D]
-        out += tl.sum(w[:, :, None] * acc, 0)
+    m = tl.full([BLOCK_R], NEG, tl.float32)
+    for c in range(0, used):
+        m = tl.maximum(m, tl.load(m_ptr + (bh * splits + c) * R + rows, mask=rmask, other=NEG))
+    den = tl.zeros([BLOCK_R], tl.float32)
+    out = tl.zeros([BLOCK_R, D], tl.float32)
+    for c in range(0, used):
+        part = bh * splits + c
+        w = tl.exp(tl.load(m_ptr + part * R + rows, mask=rmask, other=NEG) - m)
+        den += w * tl.load(l_ptr + part * R + rows, mask=rmask, other=0.0)
+        acc = tl.load(acc_ptr + (part * R + rows[:, None]) * D + d[None, :],
+                      mask=rmask[:, None], other=0.0)
+        out += w[:, None] * acc
     out = out / tl.where(den > 0, den, 1.0)[:, None]
     b = bh // HKV
     h = bh % HKV
@@ -267,8 +255,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), D=dim, BLOCK_R=block_r, BLOCK_N=BLOCK_N,
         TREE=tree is not None, ROWS=batched)
-    _combine[(bsz * hkv, triton.cdiv(rows, COMBINE_ROWS))](
+    _combine[(bsz * hkv, row_blocks)](
         m, l_, acc, out, table, rows, t, hkv, chunk, splits, out.stride(0), out.stride(1),
-        out.stride(2), D=dim, ROWS_C=COMBINE_ROWS, SPLITS_P2=triton.next_power_of_2(splits),
-        GROUP=COMBINE_GROUP, TREE=tree is not None)
+        out.stride(2), D=dim, BLOCK_R=block_r, TREE=tree is not None)
     return out
