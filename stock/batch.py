@@ -23,8 +23,13 @@ the dynamic forward.
 Drafters are per request (`drafter_factory()` builds one per admitted request, e.g. the
 n-gram drafter; each drafts on the host from its own context), or one `batch_drafter` for
 all rows (stock/drafters/block_batch.py: every row's block in one forward, fed each step's
-committed target hidden states, which the verify step then also returns). Hybrid targets
-(per-request recurrent state) are not batched yet.
+committed target hidden states, which the verify step then also returns).
+
+Hybrid GDN targets batch on the dynamic forward: each row's GDN layers step from that
+row's committed recurrent state and conv window (stock/hybrid_cache.py, one row a request),
+and after every forward the cache keeps, row by row, the state after what that row
+committed, as a single request's step would (`commit_rows`); a row a new request takes
+starts from the empty state. No static (CUDA graph) path for them yet.
 
 `BackgroundBatch` runs a BatchEngine in a thread and streams each request's tokens to its
 caller (`stream`): what a server's many request handlers call at once.
@@ -82,9 +87,6 @@ class BatchEngine:
                  prefill_chunk: int = 256, token_budget: int = 4096,
                  static: bool | None = None, capture: bool | None = None,
                  batch_drafter: "BatchBlockDrafter | None" = None):
-        if model.cfg.hybrid:
-            raise BatchError("batched serving of hybrid GDN targets is not supported yet "
-                             "(their recurrent state is per request)")
         if max_batch < 1:
             raise BatchError(f"max_batch must be at least 1, got {max_batch}")
         self.model, self.options = model, options or Options()
@@ -101,8 +103,13 @@ class BatchEngine:
             raise BatchError(f"the batch drafter's static path needs a spare row past the "
                              f"{max_batch} requests (rows={max_batch + 1})")
         self.hidden_layers = tuple(batch_drafter.hidden_layers) if batch_drafter else ()
+        self.hybrid = model.cfg.hybrid   # per-row recurrent state: the dynamic forward
         if static is None:
-            static = model.device.type == "cuda" and self.options["cuda_graphs"]
+            static = (model.device.type == "cuda" and self.options["cuda_graphs"]
+                      and not self.hybrid)
+        if static and self.hybrid:
+            raise BatchError("batched steps of hybrid GDN targets have no static (CUDA "
+                             "graph) path yet: they run the dynamic forward")
         # a step's padding past a row's context: its draft, or the largest T bucket
         slack = BUCKETS[-1] if static else self.options["draft_len"] + 1
         # static steps: one spare row past the requests, where padding requests write
@@ -190,6 +197,8 @@ class BatchEngine:
             if self.batch_drafter is not None:
                 self.batch_drafter.reset(row)
             taken.append(req)
+        if self.hybrid and taken:   # a reused row's recurrent state is the last request's
+            self.cache.reset_rows([r.row for r in taken])
         return taken
 
     def _admit(self) -> list[Request]:
@@ -211,6 +220,9 @@ class BatchEngine:
             part = [r for r in reqs if len(r.prompt) > s]
             chunks = [r.prompt[s:s + c] for r in part]
             logits, hidden = self._forward(chunks, [r.row for r in part], [s] * len(part))
+            if self.hybrid:   # every chunk's tokens are committed: the next one reads them
+                lens = [len(chunk) for chunk in chunks]
+                self.cache.commit_rows([r.row for r in part], lens, lens)
             for i, (r, chunk) in enumerate(zip(part, chunks)):
                 if s + len(chunk) == len(r.prompt):
                     last[r.row] = logits[i, len(chunk) - 1]
@@ -246,6 +258,9 @@ class BatchEngine:
         seqs = self._draft_seqs(live)
         starts = [self.lengths[r.row] for r in live]
         accepted, hidden = self._run(seqs, starts, [r.row for r in live])
+        if self.hybrid:   # each row keeps its pending token and its accepted drafts
+            self.cache.commit_rows([r.row for r in live], [n + 1 for n, _ in accepted],
+                                   [len(seq) for seq in seqs])
         return self._commit(live, starts, accepted, hidden)
 
     def _draft_seqs(self, live: list[Request]) -> list[list[int]]:

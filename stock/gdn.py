@@ -87,19 +87,28 @@ def project(call, gdn: GatedDeltaNet, hx: torch.Tensor, fused=None):
     return mixed, z.reshape(b, t, gdn.hv, gdn.dv), beta, g
 
 
-def recur(gdn: GatedDeltaNet, mixed, beta, g, cache, start: int | None) -> torch.Tensor:
+def recur(gdn: GatedDeltaNet, mixed, beta, g, cache, start: int | None,
+          rows: torch.Tensor | None = None) -> torch.Tensor:
     """The conv and the gated delta rule from the committed state at `start` (the committed
-    length; None: a static step's, trusted): the rule's output [B, T, Hv, Dv]; stages the
-    step's commit in `cache`."""
+    length; None: a static step's, trusted), or, for a batched step, from the committed
+    states of cache rows `rows` [R] (each request's own): the rule's output [B, T, Hv, Dv];
+    stages the step's commit in `cache`. A batched row's padding comes after its tokens, so
+    it changes none of their outputs (the rule is causal) and its commit never keeps it."""
     b, t, _ = mixed.shape
-    window, state = cache.gdn_state(gdn.layer, start)
+    if rows is None:
+        window, state = cache.gdn_state(gdn.layer, start)
+    else:
+        window, state = cache.gdn_rows(gdn.layer, rows)
     x = causal_conv(mixed, window, gdn.conv1d.weight.squeeze(1))
     q, k, v = x.split([gdn.hk * gdn.dk, gdn.hk * gdn.dk, gdn.hv * gdn.dv], dim=-1)
     q, k = q.reshape(b, t, gdn.hk, gdn.dk), k.reshape(b, t, gdn.hk, gdn.dk)
     v = v.reshape(b, t, gdn.hv, gdn.dv)
     rule = recurrent_rule if t == 1 else chunk_rule
     out, final = rule(q, k, v, g, beta, state)
-    cache.stage(gdn.layer, start, mixed, k, v, g, beta, final)
+    if rows is None:
+        cache.stage(gdn.layer, start, mixed, k, v, g, beta, final)
+    else:
+        cache.stage_rows(gdn.layer, mixed, k, v, g, beta, final)
     return out
 
 
@@ -109,8 +118,10 @@ def finish(call, gdn: GatedDeltaNet, out: torch.Tensor, z: torch.Tensor) -> torc
     return call(gdn.out_proj, gdn.norm(out, z).reshape(b, t, gdn.hv * gdn.dv))
 
 
-def mix(gdn: GatedDeltaNet, hx: torch.Tensor, cache, start: int) -> torch.Tensor:
+def mix(gdn: GatedDeltaNet, hx: torch.Tensor, cache, start: int | None,
+        rows: torch.Tensor | None = None) -> torch.Tensor:
     """The layer's output [B, T, hidden] for normed inputs hx [B, T, hidden] at cache
-    position `start` (the committed length); stages the step's commit in `cache`."""
+    position `start` (the committed length), or in cache rows `rows` (a batched step);
+    stages the step's commit in `cache`."""
     mixed, z, beta, g = project(_plain, gdn, hx)
-    return finish(_plain, gdn, recur(gdn, mixed, beta, g, cache, start), z)
+    return finish(_plain, gdn, recur(gdn, mixed, beta, g, cache, start, rows), z)

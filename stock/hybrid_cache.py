@@ -12,6 +12,12 @@ arbitrary length the way the KV cache can: `rollback` goes to 0 (a new request),
 committed length (drops a staged step), or to the length saved by `mark()` (the draft
 model's context, from which it re-feeds what it shares with the next context).
 
+A batched step (stock/batch.py: each cache row a request at its own committed length, which
+the batch engine keeps) reads the committed rows it names (`gdn_rows`), stages like a
+single step, and `commit_rows` keeps each row's state after its accepted tokens the way a
+single request's step of that row's real tokens would (its padding never enters a state);
+`reset_rows` clears a row a new request takes.
+
 The committed state's buffers never move (commit and rollback write into them), so a step
 captured in a CUDA graph reads the current state at every replay; a static step's staged
 buffers belong to its graph slot, which hands them back after each replay (`restage`).
@@ -21,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.gdn import recurrent_rule
+from kernels.gdn import chunk_rule, recurrent_rule
 from stock.cache import KVCache
 from stock.config import ModelConfig
 from stock.errors import StockError
@@ -124,6 +130,50 @@ class HybridCache(KVCache):
         """Save the committed state, so `rollback` can return to this length."""
         self._mark = (self.length, {i: w.clone() for i, w in self.window.items()},
                       {i: s.clone() for i, s in self.state.items()})
+
+    # -- batched steps: one request per cache row ---------------------------------------------
+    def gdn_rows(self, layer: int, rows: torch.Tensor):
+        """The committed (window, state) of cache rows `rows` [R] (copies, in the step's row
+        order): a batched step's requests, each at its own committed length."""
+        return self.window[layer].index_select(0, rows), self.state[layer].index_select(0, rows)
+
+    def stage_rows(self, layer: int, mixed, k, v, g, beta, final) -> None:
+        """A batched step's staging, its rows in the order gdn_rows read them."""
+        self._staged[layer] = (mixed, k, v, g, beta, final)
+        self._step = None
+
+    def reset_rows(self, rows: list[int]) -> None:
+        """The empty state in cache rows `rows` (a new request takes them)."""
+        for layer in self.gdn_layers:
+            self.window[layer][rows] = 0
+            self.state[layer][rows] = 0
+
+    def commit_rows(self, rows: list[int], counts: list[int], real: list[int]) -> None:
+        """After a batched step over cache rows `rows` (the order of its gdn_rows reads):
+        row i keeps its first counts[i] tokens of the step, whose first real[i] tokens were
+        its own (the rest padding to the longest row). The state kept is the one a single
+        request's step of those real[i] tokens commits (HybridCache.commit): its final state
+        when it accepted them all (computed again over the real tokens where padding
+        followed them), else the delta rule replayed along the accepted prefix."""
+        staged, self._staged = self._staged, {}
+        t = next(iter(staged.values()))[0].shape[1] if staged else 0
+        for n, r in zip(counts, real):   # all checked before any row changes
+            if not 0 <= n <= r <= t:
+                raise StateError(f"commit of {n} tokens of a row's {r} (step of {t})")
+        for layer, (mixed, k, v, g, beta, final) in staged.items():
+            for i, (row, n, r) in enumerate(zip(rows, counts, real)):
+                if n == 0:
+                    continue
+                state = self.state[layer][row:row + 1]
+                if n == t:
+                    state.copy_(final[i:i + 1])
+                else:
+                    rule = chunk_rule if n == r and n > 1 else recurrent_rule
+                    part = [x[i:i + 1, :n] for x in (k, k, v, g, beta)]
+                    state.copy_(rule(*part, state.clone())[1])
+                w = self.window[layer][row]
+                cols = torch.cat([w, mixed[i, :n].transpose(0, 1).to(w.dtype)], dim=-1)
+                w.copy_(cols[..., cols.shape[-1] - w.shape[-1]:])
 
     @property
     def mark_length(self) -> int:

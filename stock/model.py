@@ -104,15 +104,13 @@ class Transformer(nn.Module):
         of tokens whose slots are `positions` (a tree: context length + depth; give the
         tree's mask with them). rows: [R] the cache rows of a batched step's requests
         (stock/batch.py), with positions [R, T] each token's own slot and RoPE position,
-        kv_len and the step's mask [R, T, kv_len]."""
+        kv_len and the step's mask [R, T, kv_len]; a hybrid target's GDN layers then step
+        from each row's committed state (the cache's `commit_rows` keeps what is accepted)."""
         b, t = ids.shape
         if rows is not None:
             if positions is None or positions.dim() != 2 or mask is None or kv_len is None:
                 raise ValueError("a batched step gives each row's positions [R, T], kv_len "
                                  "and its mask")
-            if self.cfg.hybrid:
-                raise StockError("batched steps on a hybrid target's GDN layers are not "
-                                 "supported yet (their state is per request)")
             cos, sin, mask_g, x = body.step_inputs(self, ids, positions, kv_len, mask,
                                                    mask=False)
             x, hidden = body.eager_layers(self, x, cos, sin, cache, positions, kv_len, mask_g,

@@ -167,7 +167,5 @@ def test_bad_requests_are_refused_in_one_line(tiny):
                           (([1, 2], 0), "at least 1")):
         with pytest.raises(BatchError, match=pattern):
             be.submit(*args)
-    with pytest.raises(BatchError, match="hybrid GDN targets"):
-        BatchEngine(Transformer.random(PRESETS["tiny-hybrid"]))
     with pytest.raises(BatchError, match="max_batch"):
         BatchEngine(model, max_batch=0)

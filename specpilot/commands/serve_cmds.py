@@ -40,7 +40,7 @@ def serve_cmd(drafter, max_batch, host, port, max_context, device, opts_file, op
     once in each engine step."""
     # lazy: CLI startup time (the server imports fastapi and uvicorn, the backend torch)
     from specpilot.serve.app import listen, serve
-    from specpilot.serve.backend import BatchBackend, SerialBackend, batch_refusal
+    from specpilot.serve.backend import BatchBackend
 
     try:
         sock = listen(host, port)   # before the model loads: a taken port fails at once
@@ -48,12 +48,8 @@ def serve_cmd(drafter, max_batch, host, port, max_context, device, opts_file, op
         raise SpecPilotError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     model = model or load_config().model.path
     system = build_system(model, opts, opts_file, device, max_context)
-    why = batch_refusal(system, drafter)
-    if why is None:
-        backend = BatchBackend(system, drafter, _model_name(model), max_batch)
-        batching = f"batches of up to {max_batch}"
-    else:
-        backend, batching = SerialBackend(system, drafter, _model_name(model)), why
+    backend = BatchBackend(system, drafter, _model_name(model), max_batch)
+    batching = f"batches of up to {max_batch}"
     detail = (f"drafter {backend.drafter_name}, {system.device}, context "
               f"{backend.max_context}, {batching}")
     if not serve(backend, sock, detail):

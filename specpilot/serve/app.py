@@ -2,9 +2,10 @@
 
 Blocking generation runs in a thread pool (a thread per request in flight), so requests are
 read, checked and answered while others generate; the backend decides how they share the
-engine (SerialBackend: one at a time). A bad request is a 4xx with an OpenAI error body
-and costs the server nothing; a failure inside the backend is a 500 (or, once a stream
-has started, an error event) and the server goes on serving.
+engine (BatchBackend: requests share steps; SerialBackend: one at a time). A bad request
+is a 4xx with an OpenAI error body and costs the server nothing; a failure inside the
+backend is a 500 (or, once a stream has started, an error event) and the server goes on
+serving.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The seam between the server and an engine: `Backend`; `BatchBackend` over stock's
 continuous-batching engine (stock/batch.py: requests share every step, tokens stream a
-step at a time) and `SerialBackend` over the single-request system (one request at a time,
-behind a lock: for what the batched engine does not take yet, hybrid targets).
+step at a time), which `specpilot serve` uses for every target, hybrid ones included, and
+`SerialBackend` over the single-request system (one request at a time, behind a lock), the
+reference the batched one is tested against.
 """
 
 from __future__ import annotations
@@ -113,13 +114,6 @@ class SerialBackend(_Text):
         with self._lock:
             res = self.system.engine.generate(list(prompt_ids), max_new, self._drafter)
         yield res.tokens
-
-
-def batch_refusal(system: System, drafter: str | None) -> str | None:
-    """Why the batched engine cannot serve this system (None: it can)."""
-    if system.engine.model.cfg.hybrid:
-        return "hybrid GDN targets are served one request at a time"
-    return None
 
 
 class BatchBackend(_Text):

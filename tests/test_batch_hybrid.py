@@ -1,0 +1,123 @@
+"""Continuous batching of hybrid GDN targets (stock/batch.py, stock/hybrid_cache.py): each
+request's output under batching equals its single-request greedy output (fp32, CPU), with
+ragged rows, chunked prefill, rows reused by new requests, steps accepting nothing, part of
+a draft and everything; the per-row commit against a single request's state."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from block_fixtures import one_thread, random_net
+from stock.batch import BatchEngine, BatchError
+from stock.config import PRESETS
+from stock.drafters.block_batch import BatchBlockDrafter
+from stock.drafters.draft_model import DraftModelDrafter
+from stock.drafters.ngram import NGramDrafter
+from stock.engine import Engine
+from stock.model import Transformer
+from stock.options import Options
+
+TINY = PRESETS["tiny-hybrid"]
+NEW, K, ROWS = 20, 4, 4
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    with one_thread():
+        model = Transformer.random(TINY, seed=4, std=0.08)
+        gen = torch.Generator().manual_seed(0)
+        lengths = [5, 17, 9, 30, 3, 12, 44, 8, 21, 6, 14, 27]   # mixed; 3 prefill chunks at most
+        motif = torch.randint(1, 512, (5,), generator=gen).tolist()
+        prompts = [(motif * 10)[:n] if i % 3 == 0 else
+                   torch.randint(1, 512, (n,), generator=gen).tolist()
+                   for i, n in enumerate(lengths)]
+        single = Engine(model, Options({"draft_len": K}), 256)
+        want = [single.generate(p, NEW).tokens for p in prompts]
+    return model, prompts, want
+
+
+def _serve(model, prompts, **kw):
+    """The prompts through a BatchEngine of ROWS rows, two arriving every step."""
+    be = BatchEngine(model, Options({"draft_len": K}), max_batch=ROWS, max_context=256,
+                     prefill_chunk=16, **kw)
+    reqs, most = [], 0
+    for i, p in enumerate(prompts):
+        reqs.append(be.submit(p, NEW - (i % 3)))
+        if i % 2:
+            be.step()
+            most = max(most, len(be.active))
+    be.run()
+    assert most == ROWS and be.idle   # the batch was full, rows were reused, all left
+    return reqs
+
+
+@pytest.mark.parametrize("drafter", ["ar", "ngram", "self", "truncated", "other", "block"])
+def test_hybrid_requests_batched_equal_their_single_request_outputs(tiny, drafter):
+    model, prompts, want = tiny
+    with one_thread():
+        if drafter == "block":
+            kw = dict(batch_drafter=BatchBlockDrafter(random_net(model), model, 256, ROWS + 1))
+        else:
+            other = Transformer.random(TINY, seed=9, std=0.08) if drafter == "other" else None
+            kw = dict(drafter_factory={
+                "ar": lambda: None, "ngram": lambda: NGramDrafter(4, 1, 4),
+                "self": lambda: DraftModelDrafter(model, 256),      # accepts everything
+                # its first 3 of 4 layers: steps accepting part of a draft, rows ragged
+                "truncated": lambda: DraftModelDrafter(model, 256, num_layers=3),
+                "other": lambda: DraftModelDrafter(other, 256),     # accepts next to nothing
+            }[drafter])
+        reqs = _serve(model, prompts, **kw)
+    for i, (req, ref) in enumerate(zip(reqs, want)):
+        assert req.tokens == ref[:NEW - (i % 3)], i
+    steps = [a for r in reqs for a in r.accepted]
+    if drafter == "self":
+        assert max(steps) == K + 1 and steps.count(K + 1) > len(steps) // 2
+    if drafter == "other":
+        assert steps.count(1) > len(steps) // 2
+    if drafter == "truncated":
+        assert len({a for a in steps if 1 < a < K + 1}) >= 2 and steps.count(1) > 0
+    # (the random target repeats little: the n-gram and block drafts are rarely accepted;
+    # their rows' outputs are what they check)
+
+
+def test_a_rows_commit_keeps_what_a_single_request_would(tiny):
+    """One batched step over three rows of 5, 3 and 5 real tokens (padded to 5): a row that
+    keeps every real token, one that keeps its 3 real tokens before 2 of padding, one that
+    keeps 2 of 5; each row's state then equals the state a single request's step of the
+    same tokens commits, and its conv window too."""
+    model, prompts, _ = tiny
+    gen = torch.Generator().manual_seed(3)
+    ctx = [torch.randint(1, 512, (n,), generator=gen).tolist() for n in (7, 4, 11)]
+    new = [torch.randint(1, 512, (n,), generator=gen).tolist() for n in (5, 3, 5)]
+    keep = [5, 3, 2]
+    with one_thread():
+        be = BatchEngine(model, max_batch=3, max_context=64, prefill_chunk=64)
+        reqs = [be.submit(c, 8) for c in ctx]
+        be.step()   # admits and prefills all three, then one AR step each
+        starts = [be.lengths[r.row] for r in reqs]
+        rows = [r.row for r in reqs]
+        seqs = [[r.pending] + n for r, n in zip(reqs, new)]
+        be._forward(seqs, rows, starts)
+        be.cache.commit_rows(rows, keep, [len(s) for s in seqs])
+        for req, seq, n in zip(reqs, seqs, keep):
+            single = Engine(model, Options(), 64)
+            single._prefill(req.prompt + req.tokens[:-1])   # the committed context
+            start = single.cache.length
+            single.model(torch.tensor([seq]), single.cache, start)
+            single.cache.commit(start + n)
+            for layer in be.cache.gdn_layers:
+                torch.testing.assert_close(be.cache.state[layer][req.row],
+                                           single.cache.state[layer][0], rtol=1e-5, atol=1e-6)
+                torch.testing.assert_close(be.cache.window[layer][req.row],
+                                           single.cache.window[layer][0], rtol=1e-5, atol=1e-6)
+        with pytest.raises(Exception, match="commit of 4 tokens of a row's 3"):
+            be._forward(seqs, rows, starts)
+            be.cache.commit_rows(rows, [1, 4, 1], [5, 3, 5])
+
+
+def test_a_hybrid_batch_on_the_static_path_is_a_one_line_error(tiny):
+    model, _, _ = tiny
+    with pytest.raises(BatchError, match="no static \\(CUDA graph\\) path") as err:
+        BatchEngine(model, max_batch=2, max_context=64, static=True, capture=False)
+    assert "\n" not in str(err.value)
