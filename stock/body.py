@@ -170,8 +170,8 @@ def eager_layers(model, x, cos, sin, cache, slots, kv_len: int, mask_g,
     """The layers of an eager step (dynamic or static), with the profile's regions; K/V
     are written at cache slots `slots` [T] (a batched step: cache rows `rows` [R], each row
     at its own slots [R, T]). GDN layers (hybrid targets) step from the committed state at
-    `start`, or a batched step's from each row's own (stock/gdn.py). Returns the last hidden state and the chosen layers' hidden
-    states."""
+    `start`, or a batched step's from each row's own (stock/gdn.py). Returns the last
+    hidden state and the chosen layers' hidden states."""
     hidden = {}
     layers = model.model.layers if num_layers is None else model.model.layers[:num_layers]
     for i, layer in enumerate(layers):
