@@ -18,8 +18,10 @@ Modes (--modes, AR first): `ar`, `ngram`, `draft` (the target truncated to draft
 compiled), `block-eager` (eager context update and forward) and `block-graphs` (from graphs
 whatever the options); `<mode>-tree<B>` (block-tree32, ngram-tree8) verifies that drafter's
 lattice as a best-first tree of B tokens (option tree_budget: needs the memory entry
-tree-verify applied, `git specpilot replay tree-verify --worktree DIR`). "Block 16" is block_size 16 with draft_len 15: 16 tokens verified a
-step. Per mode: tokens/s, the median request's tokens/s, τ, ms a decoding step, ms of it
+tree-verify applied, `git specpilot replay tree-verify --worktree DIR`); `<mode>-2l`
+(ngram-2l, draft-2l) runs two-level verification (option two_level, memory entry
+two-level, with `--opt weights=w12`): τ is then tokens per exact step. "Block 16" is
+block_size 16 with draft_len 15: 16 tokens verified a step. Per mode: tokens/s, the median request's tokens/s, τ, ms a decoding step, ms of it
 inside the drafter's draft() (which ends with its one host read), × AR (and decode alone:
 τ over step ms against AR's one token a step), outputs identical to AR, the largest AR
 margin at a divergence, τ per category. --graphs/--compile both: the same runs with CUDA
@@ -32,6 +34,8 @@ times and adds the rounds' tokens/s range.
     python3 bench/engine_tokens.py --device cpu --per-category 1 --max-new 48 --no-force
     python3 bench/engine_tokens.py --device cpu --per-category 4 --max-new 128 --no-force \
         --modes ar,block,block-tree8,block-tree16,block-tree32,block-tree64   # τ table, tree-verify
+    python3 bench/engine_tokens.py --device cpu --per-category 2 --max-new 64 --no-force \
+        --draft-len 8 --opt weights=w12 --modes ar,ngram,ngram-2l,draft,draft-2l   # two-level
     python3 bench/engine_tokens.py --smoke        # CPU: random:tiny-qwen3, 2 requests x 6 tokens
 
 Prints one table; writes engine_tokens.json to --out. (Before the suite: bench/gpu_block.py
@@ -88,12 +92,17 @@ def tree_budget(mode: str) -> int:
 
 
 def mode_engine(eng: Engine, mode: str):
-    """The engine with the mode's tree_budget (a runtime option: the same model, cache,
-    graphs and drafter); the engine itself for chain modes."""
-    budget = tree_budget(mode)
-    if not budget:
+    """The engine with the mode's tree_budget, or with two_level for `<mode>-2l` (runtime
+    options: the same model, cache, graphs and drafter); the engine itself for plain chain
+    modes."""
+    values = {}
+    if tree_budget(mode):
+        values["tree_budget"] = tree_budget(mode)
+    if mode.endswith("-2l"):
+        values["two_level"] = True
+    if not values:
         return nullcontext(eng)
-    return _with_options(eng, eng.options.with_values(tree_budget=budget))
+    return _with_options(eng, eng.options.with_values(**values))
 
 
 @contextmanager

@@ -25,6 +25,7 @@ ENTRY_TESTS = {
     "prompt-admission": ["tests/test_prompt_admission.py"],
     "tree-verify": ["tests/test_tree_verify.py"],
     "tree-verify-gdn": ["tests/test_tree_verify_gdn.py", "tests/test_gdn_tree_kernel.py"],
+    "two-level": ["tests/test_two_level.py"],
     "w12-weights": ["tests/test_w12_linear.py"],
 }
 
