@@ -19,7 +19,7 @@ compiled), `block-eager` (eager context update and forward) and `block-graphs` (
 whatever the options); `<mode>-tree<B>` (block-tree32, ngram-tree8) verifies that drafter's
 lattice as a best-first tree of B tokens (option tree_budget: needs the memory entry
 tree-verify applied, `git specpilot replay tree-verify --worktree DIR`); `<mode>-2l`
-(ngram-2l, draft-2l) runs two-level verification (option two_level, memory entry
+(ngram-2l, draft-2l, block-2l) runs two-level verification (option two_level, memory entry
 two-level, with `--opt weights=w12`): τ is then tokens per exact step. "Block 16" is
 block_size 16 with draft_len 15: 16 tokens verified a step. Per mode: tokens/s, the median request's tokens/s, τ, ms a decoding step, ms of it
 inside the drafter's draft() (which ends with its one host read), × AR (and decode alone:
