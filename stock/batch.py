@@ -247,6 +247,8 @@ class BatchEngine:
         kv_len = max(starts) + t
         pos, seen = row_steps(torch.tensor(starts, device=dev), t, kv_len)
         rows_t = torch.tensor(rows, device=dev)
+        if self.hybrid:   # every forward's GDN states are committed before the next reads
+            self.cache.check_committed()
         for _ in range(1 + self.options["repeat_work"]):   # test-only: identical writes
             out = self.model(ids, self.cache, 0, positions=pos, kv_len=kv_len, mask=seen,
                              rows=rows_t, logits="all", hidden_layers=self.hidden_layers)

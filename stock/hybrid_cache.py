@@ -142,6 +142,14 @@ class HybridCache(KVCache):
         self._staged[layer] = (mixed, k, v, g, beta, final)
         self._step = None
 
+    def check_committed(self) -> None:
+        """Before a batched forward: the last one's staging was committed. A forward whose
+        rows' states were never committed (a code path that skipped commit_rows) would leave
+        them behind the tokens already emitted; say so instead of decoding on."""
+        if self._staged:
+            raise StateError("a batched step's GDN states were staged but not committed "
+                             "(HybridCache.commit_rows) before the next forward")
+
     def reset_rows(self, rows: list[int]) -> None:
         """The empty state in cache rows `rows` (a new request takes them)."""
         for layer in self.gdn_layers:

@@ -121,3 +121,20 @@ def test_a_hybrid_batch_on_the_static_path_is_a_one_line_error(tiny):
     with pytest.raises(BatchError, match="no static \\(CUDA graph\\) path") as err:
         BatchEngine(model, max_batch=2, max_context=64, static=True, capture=False)
     assert "\n" not in str(err.value)
+
+
+def test_a_forward_whose_states_were_not_committed_stops_the_next_one(tiny):
+    """A batched forward on a hybrid target stages its rows' states; a code path that skips
+    commit_rows (as an entry's riding step once did) would decode on from stale states: the
+    next forward is a one-line error instead."""
+    model, prompts, _ = tiny
+    with one_thread():
+        be = BatchEngine(model, max_batch=2, max_context=64, prefill_chunk=64)
+        reqs = [be.submit(p, 8) for p in prompts[:2]]
+        be.step()
+        seqs = [[r.pending] for r in reqs]
+        rows, starts = [r.row for r in reqs], [be.lengths[r.row] for r in reqs]
+        be._forward(seqs, rows, starts)             # staged, never committed
+        with pytest.raises(Exception, match="staged but not committed") as err:
+            be._forward(seqs, rows, starts)
+    assert "\n" not in str(err.value)
