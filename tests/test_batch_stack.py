@@ -61,3 +61,32 @@ def test_the_three_mechanisms_at_once_keep_every_single_request_output(toy, toy_
     assert rode                                   # prompts rode in verification steps
     assert len(set(be.chosen)) > 1                # the draft length changed
     assert max(max(r.accepted) for r in reqs) > 1
+
+
+def test_the_three_mechanisms_on_a_hybrid_target_keep_every_single_request_output():
+    """A hybrid GDN target with every option on: riding prompts and decode rows keep their
+    recurrent states (HybridCache.commit_rows) as in steps of their own."""
+    import torch
+
+    from stock.config import PRESETS
+    from stock.model import Transformer
+
+    with one_thread():
+        model = Transformer.random(PRESETS["tiny-hybrid"], seed=4, std=0.08)
+        gen = torch.Generator().manual_seed(1)
+        prompts = [torch.randint(1, 512, (n,), generator=gen).tolist()
+                   for n in (5, 17, 9, 30, 3, 12, 21, 6)]
+        want = [Engine(model, Options({"draft_len": 4}), 256).generate(p, 16).tokens
+                for p in prompts]
+        be = BatchEngine(model, Options({"draft_len": 4, **STACK}), max_batch=3,
+                         max_context=256, drafter_factory=lambda: NGramDrafter(4, 1, 4))
+        rode, riding = [], be._verify_riding
+        be._verify_riding = lambda live, riders: (rode.append(len(riders)),
+                                                  riding(live, riders))[1]
+        reqs = []
+        for p in prompts:
+            reqs.append(be.submit(p, 16))
+            be.step()
+        be.run()
+    assert [r.tokens for r in reqs] == want
+    assert rode
