@@ -15,6 +15,7 @@ from stock.drafters.block_batch import BatchBlockDrafter
 from stock.drafters.draft_model import DraftModelDrafter
 from stock.drafters.ngram import NGramDrafter
 from stock.engine import Engine
+from stock.hybrid_cache import StateError
 from stock.model import Transformer
 from stock.options import Options
 
@@ -86,7 +87,7 @@ def test_a_rows_commit_keeps_what_a_single_request_would(tiny):
     keeps every real token, one that keeps its 3 real tokens before 2 of padding, one that
     keeps 2 of 5; each row's state then equals the state a single request's step of the
     same tokens commits, and its conv window too."""
-    model, prompts, _ = tiny
+    model, _, _ = tiny
     gen = torch.Generator().manual_seed(3)
     ctx = [torch.randint(1, 512, (n,), generator=gen).tolist() for n in (7, 4, 11)]
     new = [torch.randint(1, 512, (n,), generator=gen).tolist() for n in (5, 3, 5)]
@@ -111,7 +112,7 @@ def test_a_rows_commit_keeps_what_a_single_request_would(tiny):
                                            single.cache.state[layer][0], rtol=1e-5, atol=1e-6)
                 torch.testing.assert_close(be.cache.window[layer][req.row],
                                            single.cache.window[layer][0], rtol=1e-5, atol=1e-6)
-        with pytest.raises(Exception, match="commit of 4 tokens of a row's 3"):
+        with pytest.raises(StateError, match="commit of 4 tokens of a row's 3"):
             be._forward(seqs, rows, starts)
             be.cache.commit_rows(rows, [1, 4, 1], [5, 3, 5])
 
@@ -135,6 +136,6 @@ def test_a_forward_whose_states_were_not_committed_stops_the_next_one(tiny):
         seqs = [[r.pending] for r in reqs]
         rows, starts = [r.row for r in reqs], [be.lengths[r.row] for r in reqs]
         be._forward(seqs, rows, starts)             # staged, never committed
-        with pytest.raises(Exception, match="staged but not committed") as err:
+        with pytest.raises(StateError, match="staged but not committed") as err:
             be._forward(seqs, rows, starts)
     assert "\n" not in str(err.value)

@@ -85,6 +85,7 @@ def test_a_first_pass_that_proposes_garbage_changes_no_output(tiny, monkeypatch)
     first token (every id shifted by one) leaves every output as it was."""
     model, prompts, want = tiny
     real = two_level.first_pass
+
     def garbage(*args):
         chain, hidden = real(*args)
         return [(t + 1) % 512 for t in chain], hidden
@@ -117,9 +118,9 @@ def test_the_first_pass_multiplies_by_the_8_bit_view_and_commits_nothing(tiny):
     finally:
         two_level.set_view(model, "w12")
     assert not torch.equal(view8, exact)
-    target = view8.argmax(-1).tolist()
-    m = next((i for i, t in enumerate(chain) if t != target[i]), len(chain))
-    assert got == chain[:m] + [target[m]]
+    walk = view8.argmax(-1).tolist()
+    m = next((i for i, t in enumerate(chain) if t != walk[i]), len(chain))
+    assert got == chain[:m] + [walk[m]]
     # the hidden states a block drafter is fed: [pending] + the agreed drafts, 8-bit view's
     assert torch.equal(hidden[1], out8.hidden[1][:, :m + 1])
 
