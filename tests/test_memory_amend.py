@@ -59,3 +59,32 @@ def test_amend_refuses_and_changes_nothing(project):
     res = project.specpilot("memory", "amend", "b", "--from", "src/b", "--reason", " ")
     assert res.exit_code == 2 and "--reason is required" in res.output
     assert project.git("for-each-ref") == refs
+
+
+def test_amend_can_give_the_entry_new_dependencies(project):
+    """b, recorded alone, is amended to build on a: its patch becomes what it adds over a,
+    the entry's commit gets a's as parent, and the old list stays in its history."""
+    project.entry("a", {1: "'a'"})
+    project.entry("b", {10: "'b'"})
+    # b's new source: a's change and b's, b now also touching a's line
+    project.make_commit(project.base, {"stock/engine.py": engine_text(
+        {1: "'a'", 10: "'b'", 2: "'b on a'"})}, "b over a", branch="src/b2")
+    res = project.specpilot("memory", "amend", "b", "--from", "src/b2", "--deps", "a",
+                            "--reason", "b's first pass walks a's trees")
+    assert res.exit_code == 0, res.output
+    new = project.git("rev-parse", "refs/specpilot/entries/b")
+    assert project.git("rev-parse", f"{new}^") == project.git("rev-parse",
+                                                              "refs/specpilot/entries/a")
+    m = _meta(project, "b")
+    assert m["deps"] == ["a"] and m["amended"][0]["from_deps"] == []
+    patch = (project.path / "memory" / "b.patch").read_text()
+    assert "+line_02 = 'b on a'" in patch and "+line_01" not in patch   # a's line: a's
+    assert verify(project.memory()).ok
+    # now a has a dependent: amending a is refused; bad lists are one-line errors
+    for deps, msg in (("b", "cannot depend on itself"), ("zz", "cannot depend on 'zz'"),
+                      ("a,a", "names an entry twice")):
+        res = project.specpilot("memory", "amend", "b", "--from", "src/b2", "--deps", deps,
+                                "--reason", "x")
+        assert res.exit_code == 2 and msg in res.output and "\n" not in res.output.strip()
+    res = project.specpilot("memory", "amend", "a", "--from", "src/b2", "--reason", "x")
+    assert res.exit_code == 2 and "has dependents (b)" in res.output

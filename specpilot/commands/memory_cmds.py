@@ -214,10 +214,14 @@ def rebase_cmd(onto, resolved, ids, as_json):
               help="Branch, commit or clean worktree on the entry's base with the new change.")
 @click.option("--reason", required=True, help="Why the change was replaced (kept in history).")
 @click.option("--no-files", is_flag=True, help="Do not rewrite memory/<id>.toml/.patch.")
+@click.option("--deps", default=None,
+              help="New dependencies, comma-separated (default: keep them); '' for none.")
 @JSON
-def amend_cmd(entry_id, source, reason, no_files, as_json):
+def amend_cmd(entry_id, source, reason, no_files, deps, as_json):
     """Give an entry a new change on its base (it must reproduce); results become stale."""
-    done = amend_entry(Memory(), entry_id, source, reason, write_files=not no_files)
+    new_deps = None if deps is None else [d.strip() for d in deps.split(",") if d.strip()]
+    done = amend_entry(Memory(), entry_id, source, reason, write_files=not no_files,
+                       deps=new_deps)
     text = (f"amended {done.id}: {done.old_commit[:12]} -> {done.new_commit[:12]}, tree "
             f"{done.source_tree[:12]} (reproduced; {done.stale_results} results now stale)")
     if done.files:

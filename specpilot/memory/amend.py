@@ -7,6 +7,10 @@ entry's base) adds over the entry's dependencies, which must reproduce SRC's sys
 `record` demands. Its results are marked stale (they measured the old change), the old commit
 stays under `refs/specpilot/attic/<id>/<sha>`, and the move is kept in the entry's history.
 An entry that others depend on is refused: amend them from their own sources afterwards.
+
+`deps` gives the entry new dependencies (a change that now builds on another entry, e.g. a
+first pass that learned to walk tree-verify's trees): they must be entries on the entry's
+base, the patch becomes SRC over their replay, and the old list is kept in the history.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ class AmendOutcome:
 
 
 def amend(memory: Memory, entry_id: str, source: str, reason: str,
-          write_files: bool = True) -> AmendOutcome:
+          write_files: bool = True, deps: list[str] | None = None) -> AmendOutcome:
     store = memory.store
     refs = memory.ref_entries()
     if entry_id not in refs:
@@ -49,13 +53,14 @@ def amend(memory: Memory, entry_id: str, source: str, reason: str,
     if users:
         raise SpecPilotError(f"entry {entry_id!r} has dependents ({', '.join(users)}); "
                              f"amending it would leave them on its old change", code=2)
+    new_deps = list(meta.deps) if deps is None else _check_deps(refs, entry_id, meta, deps)
     source_commit = resolve_source(store, source, memory.system_paths)
     if store.merge_base(source_commit, meta.base) != meta.base:
         raise SpecPilotError(f"{source} does not contain the entry's base {meta.base[:12]}; "
                              f"rebase the entry first (`specpilot memory rebase`)", code=2)
     with store.private_index() as index:
         replayer = Replayer(memory, refs, index)
-        deps_tree = replayer.tree_for_deps(meta.deps, meta.base, entry_id)
+        deps_tree = replayer.tree_for_deps(new_deps, meta.base, entry_id)
         patch = store.diff_patch(deps_tree, source_commit, memory.system_paths)
         if not patch:
             raise SpecPilotError(f"entry {entry_id!r}: {source} changes nothing in the "
@@ -65,21 +70,40 @@ def amend(memory: Memory, entry_id: str, source: str, reason: str,
     if store.system_tree(tree, memory.system_paths) != source_tree:
         raise SpecPilotError(f"entry {entry_id!r}: replaying the new patch does not give the "
                              f"system tree of {source}; not amended")
-    if source_tree == meta.source_tree:
+    if source_tree == meta.source_tree and new_deps == list(meta.deps):
         raise SpecPilotError(f"entry {entry_id!r}: {source} has the entry's own system tree; "
                              f"nothing to amend", code=2)
     new_meta = meta.model_copy(update={
+        "deps": new_deps,
         "source_tree": source_tree,
         "patch_sha256": patches.sha256(patch),
         "results": [r.model_copy(update={"stale": True}) for r in meta.results],
-        "amended": [*meta.amended, Amended(from_commit=entry.commit, reason=reason.strip(),
-                                           date=now())],
+        "amended": [*meta.amended, Amended(
+            from_commit=entry.commit, reason=reason.strip(), date=now(),
+            from_deps=None if new_deps == list(meta.deps) else list(meta.deps))],
     })
     new_meta = type(meta).validate_dict(new_meta.model_dump(), f"amended {entry_id}")
-    parents = [refs[d].commit for d in meta.deps] or [meta.base]
+    parents = [refs[d].commit for d in new_deps] or [meta.base]
     with store.writer_lock():
         commit, written = replace_entry(memory, entry_id, entry.commit, tree, new_meta,
                                         parents, patch, write_files, "amend")
     files = [memory.rel(p) for p in written]
     return AmendOutcome(entry_id, entry.commit, commit, source_tree, new_meta.patch_sha256,
                         len(meta.results), files)
+
+
+def _check_deps(refs: dict, entry_id: str, meta, deps: list[str]) -> list[str]:
+    """The new dependency list, checked: known entries, not the entry itself, no repeats,
+    every one on the entry's base (a cycle cannot arise: the entry has no dependents)."""
+    if len(set(deps)) != len(deps):
+        raise SpecPilotError(f"--deps names an entry twice: {', '.join(deps)}", code=2)
+    for dep in deps:
+        if dep == entry_id:
+            raise SpecPilotError(f"entry {entry_id!r} cannot depend on itself", code=2)
+        if dep not in refs:
+            raise SpecPilotError(f"entry {entry_id!r} cannot depend on {dep!r}: no such entry",
+                                 code=2)
+        if refs[dep].meta.base != meta.base:
+            raise SpecPilotError(f"dependency {dep!r} is on base {refs[dep].meta.base[:12]}, "
+                                 f"entry {entry_id!r} on {meta.base[:12]}; rebase first", code=2)
+    return list(deps)

@@ -101,6 +101,7 @@ class Amended(_Strict):
     from_commit: str = Field(pattern=HEX40)
     reason: str
     date: datetime
+    from_deps: list[str] | None = None   # the dependencies before, where the amend changed them
 
 
 class EntryMeta(_Strict):
