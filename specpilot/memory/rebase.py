@@ -26,7 +26,7 @@ from specpilot.memory.dag import replay_sequence
 from specpilot.memory.entry import Rebased, now
 from specpilot.memory.portable import _closure, _keep_in_attic
 from specpilot.memory.record import resolve_source
-from specpilot.memory.replay import Replayer, check_change
+from specpilot.memory.replay import Replayer, check_change, compose_additions
 from specpilot.memory.store import Memory, write_file_entry
 
 OK = ("moved", "unchanged")
@@ -183,10 +183,12 @@ def _tree_after(memo, seq, new_patches, index, for_id) -> str:
     for i in range(done, len(seq)):
         index.load(tree)
         res = index.apply(new_patches[seq[i]])
-        if res.rc != 0:
+        composed = (compose_additions(index, tree, seq[i], new_patches[seq[i]])
+                    if res.rc != 0 else None)
+        if res.rc != 0 and composed is None:
             raise patches.PatchApplyError(
                 f"entry {for_id!r}: moved dependencies do not compose: "
                 + patches.describe_failure(seq[i], new_patches[seq[i]], res.err))
-        tree = index.write()
+        tree = composed or index.write()
         memo[seq[: i + 1]] = tree
     return tree

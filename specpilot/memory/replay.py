@@ -216,12 +216,15 @@ class Replayer:
                 done, tree = i, hit
                 break
         for i in range(done, len(seq)):
-            eid = seq[i]
+            eid, before = seq[i], tree
             try:
-                tree = self.apply_patch(tree, eid, self.patches[eid])
+                tree = self.apply_patch(before, eid, self.patches[eid])
             except patches.PatchApplyError as exc:
-                raise patches.PatchApplyError(
-                    f"entry {for_id!r}: its dependencies do not compose: {exc}") from exc
+                tree = compose_additions(self.index, before, eid, self.patches[eid])
+                if tree is None:
+                    raise patches.PatchApplyError(
+                        f"entry {for_id!r}: its dependencies do not compose: {exc}") from exc
+                check_change(self.store, eid, before, tree, self.memory.system_paths)
             self._memo[(start, tuple(seq[: i + 1]))] = tree
         return tree
 
@@ -239,6 +242,23 @@ class Replayer:
         new = self.index.write()
         check_change(self.store, entry_id, tree, new, self.memory.system_paths)
         return new
+
+
+def compose_additions(index, tree: str, entry_id: str, patch: bytes) -> str | None:
+    """`patch` (a dependency's, made on the common base) applied 3-way to `tree` (the base
+    plus the dependencies before it in replay order) where a plain apply failed, kept only
+    if every conflict is two pure additions at one place (two entries each registering an
+    option after the same line of stock/options.py): both kept, the earlier entry's lines
+    first, as `rebase` keeps stock's and an entry's. Deterministic, since the replay order
+    is; None (and a clean index) when any conflict is of another kind."""
+    index.load(tree)
+    res = index.apply(patch, three_way=True)
+    if res.rc == 0:
+        return index.write()
+    if not index.unmerged() or not index.resolve_additions():
+        index.tree = None
+        return None
+    return index.write()
 
 
 def check_change(store, entry_id: str, before: str, after: str, system: list[str]) -> None:
