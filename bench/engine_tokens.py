@@ -19,8 +19,9 @@ compiled), `block-eager` (eager context update and forward) and `block-graphs` (
 whatever the options); `<mode>-tree<B>` (block-tree32, ngram-tree8) verifies that drafter's
 lattice as a best-first tree of B tokens (option tree_budget: needs the memory entry
 tree-verify applied, `git specpilot replay tree-verify --worktree DIR`); `<mode>-2l`
-(ngram-2l, draft-2l, block-2l) runs two-level verification (option two_level, memory entry
-two-level, with `--opt weights=w12`): τ is then tokens per exact step. "Block 16" is
+(ngram-2l, draft-2l, block-2l; block-tree32-2l over a tree) runs two-level verification
+(option two_level, memory entry two-level, with `--opt weights=w12`): τ is then tokens per
+exact step. "Block 16" is
 block_size 16 with draft_len 15: 16 tokens verified a step. Per mode: tokens/s, the median request's tokens/s, τ, ms a decoding step, ms of it
 inside the drafter's draft() (which ends with its one host read), × AR (and decode alone:
 τ over step ms against AR's one token a step), outputs identical to AR, the largest AR
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import time
 import traceback
@@ -86,9 +88,10 @@ class TimedDrafts:
 
 
 def tree_budget(mode: str) -> int:
-    """`block-tree32`: the block drafter verified as a best-first tree of 32 tokens (option
-    tree_budget, memory entry tree-verify); 0 for a chain mode."""
-    return int(mode.rsplit("-tree", 1)[1]) if "-tree" in mode else 0
+    """`block-tree32` (and `block-tree32-2l`): the block drafter verified as a best-first
+    tree of 32 tokens (option tree_budget, memory entry tree-verify); 0 for a chain mode."""
+    found = re.search(r"-tree(\d+)", mode)
+    return int(found.group(1)) if found else 0
 
 
 def mode_engine(eng: Engine, mode: str):

@@ -94,6 +94,19 @@ def test_a_first_pass_that_proposes_garbage_changes_no_output(tiny, monkeypatch)
     engine = _engine(model, True)
     for p, ref in zip(prompts, want):
         assert engine.generate(p, 24, NGramDrafter(4, 1, K)).tokens == ref
+    if "tree_budget" in REGISTRY:   # and over a draft tree (tree-verify)
+        real_tree, seen = two_level.first_pass_tree, []
+
+        def garbage_tree(*args):
+            chain, hidden = real_tree(*args)
+            seen.append(len(chain))
+            return [(t + 1) % 512 for t in chain], hidden
+
+        monkeypatch.setattr(two_level, "first_pass_tree", garbage_tree)
+        engine = _tree_engine(model, True)
+        for p, ref in zip(prompts, want):
+            assert engine.generate(p, 24, DraftModelDrafter(model, 256)).tokens == ref
+        assert seen
 
 
 def test_the_first_pass_multiplies_by_the_8_bit_view_and_commits_nothing(tiny):
@@ -130,3 +143,90 @@ def test_what_two_level_cannot_run_is_a_one_line_error(tiny):
     with pytest.raises(StockError, match="two_level needs weights=w12") as err:
         Engine(model, Options({"two_level": True}), 64)
     assert "\n" not in str(err.value)
+
+
+# -- over a draft tree (tree-verify, option tree_budget) -------------------------------------
+
+def _tree_engine(model, two: bool):
+    return _engine(model, two, tree_budget=12)
+
+
+@pytest.mark.skipif("tree_budget" not in REGISTRY, reason="tree_budget comes with tree-verify")
+@pytest.mark.parametrize("drafter", ["self", "truncated", "block"])
+def test_over_a_tree_outputs_equal_ar_and_both_passes_see_trees(tiny, drafter, monkeypatch):
+    """With tree_budget the first pass walks the draft tree and the exact pass verifies a
+    tree whose trunk is the candidate chain: outputs stay AR's."""
+    model, prompts, want = tiny
+    first, exact = [], []
+    real = two_level.first_pass_tree
+    monkeypatch.setattr(two_level, "first_pass_tree",
+                        lambda m, c, tree, *a: (first.append(len(tree)), real(m, c, tree, *a))[1])
+    engine = _tree_engine(model, True)
+    verify = engine._verify_tree
+    engine._verify_tree = lambda tree, *a: (exact.append(tree), verify(tree, *a))[1]
+    make = {"block": lambda: BlockDrafter(init_net(model), model, 256, 4),
+            "self": lambda: DraftModelDrafter(model, 256),
+            "truncated": lambda: DraftModelDrafter(model, 256, num_layers=1)}[drafter]
+    steps = []
+    for p, ref in zip(prompts, want):
+        res = engine.generate(p, 24, make())
+        assert res.tokens == ref
+        steps += res.accepted
+    assert first and max(first) > K + 1            # first passes over trees wider than a chain
+    assert exact and any(not t.is_chain for t in exact)   # and exact passes over trees
+    assert max(steps) > 1, steps
+
+
+def test_the_first_pass_over_a_tree_walks_it_as_each_root_path_alone(tiny):
+    """first_pass_tree's candidate chain is the greedy walk through the tree in which each
+    node's next token is the 8-bit view's over its root path run alone as a chain."""
+    from stock.tree import build
+
+    model, prompts, _ = tiny
+    engine = _engine(model, True)
+    prompt = prompts[1]
+    pending = engine.generate(prompt, 1).tokens[0]
+    start = engine.cache.length
+    gen = torch.Generator().manual_seed(3)
+    ids = torch.stack([torch.randperm(512, generator=gen)[:3] for _ in range(5)])
+    lp = torch.log_softmax(torch.randn(5, 3, generator=gen), -1).sort(-1, descending=True)[0]
+    # make the first pass agree somewhere: the 8-bit view's own next tokens on top
+    chain, _ = two_level.first_pass(model, engine.cache, pending, [], start)
+    for d in range(5):
+        ids[d, 0] = chain[-1]
+        chain, _ = two_level.first_pass(model, engine.cache, pending, ids[:d + 1, 0].tolist(),
+                                        start)
+    ids[2, 0] = (ids[2, 0] + 1) % 512          # the top chain breaks at depth 3
+    tree = build(ids, lp, pending, 12, 5)
+    assert not tree.is_chain
+    got, hidden = two_level.first_pass_tree(model, engine.cache, tree, start, (1,))
+    assert engine.cache.length == start and w12_modules(model)[0].view == "w12"
+    path = [0]
+    while True:   # the reference walk: each step one chain forward over the root path
+        toks = [tree.tokens[j] for j in path[1:]]
+        nxt = two_level.first_pass(model, engine.cache, pending, toks, start)[0][-1]
+        child = [c for c in tree.children()[path[-1]] if tree.tokens[c] == nxt]
+        if not child:
+            break
+        path.append(child[0])
+    assert got == [tree.tokens[j] for j in path[1:]] + [nxt]
+    assert len(path) >= 3            # the walk left the top chain or went deep
+    assert hidden[1].shape[1] == len(path)
+
+
+@pytest.mark.skipif("tree_budget" not in REGISTRY, reason="tree_budget comes with tree-verify")
+def test_the_exact_tree_takes_the_candidate_chain_whole_as_its_trunk():
+    from stock.drafters.base import DraftLattice
+    from stock.tree import build
+
+    gen = torch.Generator().manual_seed(4)
+    more = DraftLattice(torch.randint(0, 512, (4, 3), generator=gen),
+                        torch.log_softmax(torch.randn(4, 3, generator=gen), -1)
+                        .sort(-1, descending=True)[0])
+    candidate = [7, 8, 9, 10, 11]
+    lat = two_level.joined(candidate, more)
+    tree = build(lat.ids, lat.logprobs, 3, 12, len(lat))
+    assert tree.tokens[:1 + len(candidate)] == [3] + candidate
+    assert tree.parents[1:1 + len(candidate)] == list(range(len(candidate)))
+    assert not tree.is_chain and len(tree) == 12    # the rest branches off the trunk's end
+    assert min(tree.depths[1 + len(candidate):]) > len(candidate)
