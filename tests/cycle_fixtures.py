@@ -80,6 +80,9 @@ def project(tmp_path, shared_cache, monkeypatch) -> Path:
                                      "/.specpilot/cache\n")
     os.symlink(shared_cache, root / ".specpilot" / "cache")
     _git(root, "init", "-q", "-b", "main")
+    # stock/ holds 23 MB of drafter weights: git's zlib took ~1 s of every project's
+    # setup to compress them; stored uncompressed the objects are the same objects
+    _git(root, "config", "core.looseCompression", "0")
     _git(root, "add", "-A")
     _git(root, "commit", "-q", "-m", "stock")
     sealed = tmp_path / "sealed-data"

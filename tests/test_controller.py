@@ -45,6 +45,9 @@ def project(tmp_path_factory):
     (root / ".specpilot" / "config.toml").write_text(CONFIG)
     (root / ".gitignore").write_text("/.specpilot/cache/\n/.specpilot/runs/\n")
     _git(root, "init", "-q")
+    # stock/ holds 23 MB of drafter weights: git's zlib took ~1 s of the project's
+    # setup to compress them; stored uncompressed the objects are the same objects
+    _git(root, "config", "core.looseCompression", "0")
     _git(root, "add", "-A")
     _git(root, "commit", "-qm", "stock")
     return root
