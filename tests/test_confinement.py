@@ -17,6 +17,7 @@ import socket
 import textwrap
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -107,7 +108,7 @@ def _pids(pid: int) -> list[int]:
 
 # (a) what the decision reads, and the project tree ---------------------------------------
 
-def test_a_candidate_cannot_rewrite_the_config_or_the_project(project, mode):
+def test_a_candidate_cannot_rewrite_the_config_or_the_project(project, mode, tmp_path):
     """B lowers the bar of every later comparison (min_gain and sigma_multiple to 0 in the
     project's config, which the controller reads at every start) and edits a project file."""
     config = project / ".specpilot" / "config.toml"
@@ -122,18 +123,23 @@ def test_a_candidate_cannot_rewrite_the_config_or_the_project(project, mode):
         attempt("notes", lambda: open(P["notes"], "a").write("pwned\\n"))
         """, config=str(config), notes=str(project / "NOTES.md"))
 
-    rep = compare(project, "stock", rev, model=MODEL, devices=["cpu"])
+    # The attack runs when the candidate's stock is imported, as the worker starts: one
+    # worker of it is the controller's B process (a whole `compare` started four more
+    # processes and timed rounds that this test asserts nothing about, ~12 s a mode)
+    with serving(project, rev, tmp_path / "b.log") as w:
+        ready = dict(w.ready)
+    assert set(found(tmp_path / "b.log")) == {"config", "notes"}   # the attack ran
 
     notes = (project / "NOTES.md").read_text()
     cc = load_config(project).controller
     if mode == "confined":
         assert (cc.min_gain, cc.sigma_multiple) == (0.01, 2.0)
         assert notes == "the project's own notes\n"
-        assert rep.a.confined == rep.b.confined == confine.CONFINED
+        assert ready["confined"] == confine.CONFINED
     else:  # the danger of opting out: every later comparison adopts at a zero bar
         assert (cc.min_gain, cc.sigma_multiple) == (0, 0)
-        assert notes.endswith("pwned\n")   # once per B worker
-        assert rep.b.confined == "none: SPECPILOT_UNCONFINED=1"
+        assert notes.endswith("pwned\n")
+        assert ready["confined"] == "none: SPECPILOT_UNCONFINED=1"
 
 
 def test_a_negative_nan_or_infinite_sigma_floor_is_refused(project):
@@ -146,23 +152,89 @@ def test_a_negative_nan_or_infinite_sigma_floor_is_refused(project):
     assert not (project / ".specpilot" / "runs").exists()
 
 
+# (b), (c), (e), (f): one candidate makes these four attacks, each through its own probes
+# and each asserted by its own test below. Their outcomes do not depend on one another (each
+# `attempt` records its own result and catches its own failure), so one worker per mode
+# serves them all: four workers per mode cost ~18 s of the 2-core CPU, one ~5 s.
+
+PROBES = """
+    # (b) the judges' own code: would append an always-adopt `decide()` to stats.py; the
+    # probe opens it for appending and writes nothing, so a failure cannot damage it
+    attempt("exists", lambda: os.path.exists(P["stats"]))
+    attempt("append", lambda: open(P["stats"], "ab").close())
+    # (c) sealed material
+    attempt("seed", lambda: open(P["seed"]).read())
+    attempt("requests", lambda: open(P["requests"]).read()[:40])
+    attempt("listing", lambda: os.listdir(P["dir"]))
+    # (e) secrets in the environment, its own and its parent's
+    def harvest():
+        hits = [k for k, v in os.environ.items() if "secret" in v or "leak" in v]
+        for pid in (os.getpid(), os.getppid()):
+            try:
+                data = open(f"/proc/{pid}/environ", "rb").read()
+            except OSError:
+                continue
+            if b"sk-test-do-not-leak" in data or b"also-secret" in data:
+                hits.append(f"/proc/{pid}/environ")
+        return hits
+    attempt("hits", harvest)
+    attempt("env", lambda: sorted(os.environ))
+    # (f) network: the sealed set sent to a listener on this host
+    import socket
+    attempt("connect", lambda: socket.create_connection(
+        ("127.0.0.1", P["port"]), timeout=5).sendall(b"the sealed set") or "sent")
+    """
+
+
+@pytest.fixture(scope="module", params=["confined", "unconfined"])
+def probed(request, tmp_path_factory):
+    """The PROBES candidate served by one worker, confined or opted out; what it found."""
+    from specpilot.requests.sealed import SEED_FILE, default_sealed_dir, ensure_sealed
+
+    tmp = tmp_path_factory.mktemp(f"probes-{request.param}")
+    with pytest.MonkeyPatch.context() as mp:
+        if request.param == "unconfined":
+            mp.setenv(confine.OPT_OUT, "1")
+        else:
+            mp.delenv(confine.OPT_OUT, raising=False)
+        mp.setenv("SPECPILOT_SEALED_DIR", str(tmp / "sealed"))
+        mp.setenv("ANTHROPIC_API_KEY", "sk-test-do-not-leak")
+        mp.setenv("SPECPILOT_TOKEN", "also-secret")
+        project = judge_project(tmp / "proj")
+        requests = ensure_sealed()
+        seed = default_sealed_dir() / SEED_FILE
+        stats = Path(specpilot.judges.stats.__file__).resolve()
+        stats_before = stats.read_bytes()
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        listener.settimeout(2.0)
+        try:
+            rev = candidate(project, "probes", PROBES, stats=str(stats), seed=str(seed),
+                            requests=str(requests), dir=str(seed.parent),
+                            port=listener.getsockname()[1])
+            with serving(project, rev, tmp / "b.log"):
+                pass
+            got = found(tmp / "b.log")
+            try:
+                conn, _ = listener.accept()
+                conn.close()
+                accepted = True
+            except TimeoutError:
+                accepted = False
+        finally:
+            listener.close()
+    return SimpleNamespace(mode=request.param, got=got, stats=stats, stats_before=stats_before,
+                           seed=seed, requests=requests, accepted=accepted)
+
+
 # (b) the judges' own code --------------------------------------------------------------
 
 @needs_bwrap
-def test_b_candidate_cannot_reach_the_installed_judges(project, mode, tmp_path):
-    """B would append an always-adopt `decide()` to the judges' stats.py. The probe opens it
-    for appending and writes nothing, so a failure of confinement cannot damage it."""
-    target = Path(specpilot.judges.stats.__file__).resolve()
-    before = target.read_bytes()
-    rev = candidate(project, "stats", """
-        attempt("exists", lambda: os.path.exists(P["stats"]))
-        attempt("append", lambda: open(P["stats"], "ab").close())
-        """, stats=str(target))
-    with serving(project, rev, tmp_path / "b.log"):
-        pass
-    got = found(tmp_path / "b.log")
-    assert target.read_bytes() == before
-    if mode == "confined":
+def test_b_candidate_cannot_reach_the_installed_judges(probed):
+    got = probed.got
+    assert probed.stats.read_bytes() == probed.stats_before
+    if probed.mode == "confined":
         assert got["exists"] == ["ok", False]
         assert got["append"][0] == "refused"
     else:
@@ -172,25 +244,13 @@ def test_b_candidate_cannot_reach_the_installed_judges(project, mode, tmp_path):
 # (c) sealed material -------------------------------------------------------------------
 
 @needs_bwrap
-def test_c_candidate_cannot_read_the_sealed_requests(project, mode, tmp_path, monkeypatch):
-    from specpilot.requests.sealed import SEED_FILE, default_sealed_dir, ensure_sealed
-
-    monkeypatch.setenv("SPECPILOT_SEALED_DIR", str(tmp_path / "sealed"))
-    requests = ensure_sealed()
-    seed = default_sealed_dir() / SEED_FILE
-    rev = candidate(project, "sealed", """
-        attempt("seed", lambda: open(P["seed"]).read())
-        attempt("requests", lambda: open(P["requests"]).read()[:40])
-        attempt("listing", lambda: os.listdir(P["dir"]))
-        """, seed=str(seed), requests=str(requests), dir=str(seed.parent))
-    with serving(project, rev, tmp_path / "b.log"):
-        pass
-    got = found(tmp_path / "b.log")
-    if mode == "confined":
-        assert {v[0] for v in got.values()} == {"refused"}, got
+def test_c_candidate_cannot_read_the_sealed_requests(probed):
+    got = probed.got
+    if probed.mode == "confined":
+        assert {got[k][0] for k in ("seed", "requests", "listing")} == {"refused"}, got
     else:
-        assert got["seed"] == ["ok", seed.read_text()]
-        assert got["requests"] == ["ok", requests.read_text()[:40]]
+        assert got["seed"] == ["ok", probed.seed.read_text()]
+        assert got["requests"] == ["ok", probed.requests.read_text()[:40]]
 
 
 # (d) the rival worker ------------------------------------------------------------------
@@ -247,27 +307,9 @@ def test_d_candidate_cannot_see_stop_or_renice_the_rival(project, mode, tmp_path
 # (e) secrets in the environment --------------------------------------------------------
 
 @needs_bwrap
-def test_e_candidate_sees_no_secrets(project, mode, tmp_path, monkeypatch):
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-do-not-leak")
-    monkeypatch.setenv("SPECPILOT_TOKEN", "also-secret")
-    rev = candidate(project, "secrets", """
-        def harvest():
-            hits = [k for k, v in os.environ.items() if "secret" in v or "leak" in v]
-            for pid in (os.getpid(), os.getppid()):  # its own and its parent's
-                try:
-                    data = open(f"/proc/{pid}/environ", "rb").read()
-                except OSError:
-                    continue
-                if b"sk-test-do-not-leak" in data or b"also-secret" in data:
-                    hits.append(f"/proc/{pid}/environ")
-            return hits
-        attempt("hits", harvest)
-        attempt("env", lambda: sorted(os.environ))
-        """)
-    with serving(project, rev, tmp_path / "b.log"):
-        pass
-    got = found(tmp_path / "b.log")
-    if mode == "confined":
+def test_e_candidate_sees_no_secrets(probed):
+    got = probed.got
+    if probed.mode == "confined":
         assert got["hits"] == ["ok", []]
         assert not [k for k in got["env"][1] if k.startswith("SPECPILOT_")
                     or k == "ANTHROPIC_API_KEY"]
@@ -278,32 +320,11 @@ def test_e_candidate_sees_no_secrets(project, mode, tmp_path, monkeypatch):
 # (f) network ---------------------------------------------------------------------------
 
 @needs_bwrap
-def test_f_candidate_has_no_network(project, mode, tmp_path):
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(4)
-    listener.settimeout(2.0)
-    try:
-        rev = candidate(project, "network", """
-            import socket
-            attempt("connect", lambda: socket.create_connection(
-                ("127.0.0.1", P["port"]), timeout=5).sendall(b"the sealed set") or "sent")
-            """, port=listener.getsockname()[1])
-        with serving(project, rev, tmp_path / "b.log"):
-            pass
-        got = found(tmp_path / "b.log")
-        try:
-            conn, _ = listener.accept()
-            conn.close()
-            accepted = True
-        except TimeoutError:
-            accepted = False
-    finally:
-        listener.close()
-    if mode == "confined":
-        assert got["connect"][0] == "refused" and not accepted
+def test_f_candidate_has_no_network(probed):
+    if probed.mode == "confined":
+        assert probed.got["connect"][0] == "refused" and not probed.accepted
     else:
-        assert got["connect"] == ["ok", "sent"] and accepted
+        assert probed.got["connect"] == ["ok", "sent"] and probed.accepted
 
 
 # what a confined worker sees -----------------------------------------------------------
