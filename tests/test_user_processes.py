@@ -110,13 +110,20 @@ class _Reached(Exception):
     pass
 
 
+@pytest.fixture(scope="module")
+def marked_project(tmp_path_factory):
+    """One project for every case below: each fails (or is stopped) before a model loads, so
+    none changes what the next one sees."""
+    return judge_project(tmp_path_factory.mktemp("marked") / "proj", CONFIG + RANDOM)
+
+
 @pytest.fixture
-def marked(tmp_path, monkeypatch):
+def marked(marked_project, monkeypatch):
     """A project whose judges raise _Reached where stock's references (a model) would load;
     `calls` records each attempt."""
     from specpilot.judges import controller, gates
 
-    root = judge_project(tmp_path / "proj", CONFIG + RANDOM)
+    root = marked_project
     calls: list[str] = []
 
     def reached(name):
