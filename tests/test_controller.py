@@ -194,10 +194,18 @@ def test_too_few_pairs_are_refused_before_any_worker_starts(project):
 
 
 @pytest.mark.slow
-def test_gates_run_in_workers_from_clean_checkouts(project):
+def test_gates_run_in_workers_from_clean_checkouts(project, tmp_path):
     from specpilot.judges.forcing import ReferenceCache
     from specpilot.judges.gates import run_gate
 
+    # the gates' mechanism on the tiny random target (the project's embedded default cost
+    # a model load of ~5 s in each of its three workers): the config names the model
+    tiny = tmp_path / "tiny"
+    shutil.copytree(project, tiny, ignore=shutil.ignore_patterns(".specpilot"))
+    (tiny / ".specpilot").mkdir()
+    (tiny / ".specpilot" / "config.toml").write_text(
+        CONFIG + '[model]\npath = "random:tiny-qwen3"\n')
+    project = tiny
     seen = []
     ok = run_gate(project, "dev", {}, True, False, 1, 12, progress=seen.append)
     assert ok.gate == "option-default" and ok.passed and ok.tokens_checked == 12
@@ -205,7 +213,8 @@ def test_gates_run_in_workers_from_clean_checkouts(project):
     assert "stock's reference, request 1/1" in seen
     assert seen[-1].startswith("default gate, step 3/3 (about ") and seen[-1].endswith(" left)")
     tree = GitStore(project).system_tree("HEAD", ["stock", "kernels"])
-    assert ReferenceCache.for_check(project, "dev").get("embedded", tree, ok.requests[0], 12)
+    assert ReferenceCache.for_check(project, "dev").get("random:tiny-qwen3", tree,
+                                                       ok.requests[0], 12)
     bad = run_gate(project, "dev", {"fault_logit_bias_after": "4"}, False, False, 1, 12)
     assert not bad.passed and min(m.position for m in bad.mismatches) == 4
 
