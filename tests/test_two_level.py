@@ -37,6 +37,17 @@ def init_net(model) -> BlockNet:
     return BlockNet(cfg).init_from_target(target())
 
 
+def make_drafter(name: str, model):
+    """A fresh drafter of `name` over the tiny target."""
+    if name == "ngram":
+        return NGramDrafter(4, 1, K)
+    if name == "block":   # reads target hidden states: fed the first pass's for the second draft
+        return BlockDrafter(init_net(model), model, 256, 4)
+    if name == "self":    # the target drafting itself
+        return DraftModelDrafter(model, 256)
+    return DraftModelDrafter(model, 256, num_layers=1)   # "truncated"
+
+
 def _engine(model, two: bool, **extra):
     return Engine(model, Options({"weights": "w12", "draft_len": K, "two_level": two, **extra}),
                   256)
@@ -60,14 +71,9 @@ def tiny():
 def test_two_level_outputs_equal_ar_and_exact_steps_reach_past_the_draft(tiny, drafter):
     model, prompts, want = tiny
     engine = _engine(model, True)
-    make = {"ngram": lambda: NGramDrafter(4, 1, K),
-            # reads target hidden states: fed the first pass's for the second draft
-            "block": lambda: BlockDrafter(init_net(model), model, 256, 4),
-            "self": lambda: DraftModelDrafter(model, 256),   # the target drafting itself
-            "truncated": lambda: DraftModelDrafter(model, 256, num_layers=1)}[drafter]
     steps = []
     for p, ref in zip(prompts, want):
-        res = engine.generate(p, 24, make())
+        res = engine.generate(p, 24, make_drafter(drafter, model))
         assert res.tokens == ref
         steps += res.accepted
     # an exact step accepts at most K + 1 tokens with one draft of K; more came only from
@@ -164,12 +170,9 @@ def test_over_a_tree_outputs_equal_ar_and_both_passes_see_trees(tiny, drafter, m
     engine = _tree_engine(model, True)
     verify = engine._verify_tree
     engine._verify_tree = lambda tree, *a: (exact.append(tree), verify(tree, *a))[1]
-    make = {"block": lambda: BlockDrafter(init_net(model), model, 256, 4),
-            "self": lambda: DraftModelDrafter(model, 256),
-            "truncated": lambda: DraftModelDrafter(model, 256, num_layers=1)}[drafter]
     steps = []
     for p, ref in zip(prompts, want):
-        res = engine.generate(p, 24, make())
+        res = engine.generate(p, 24, make_drafter(drafter, model))
         assert res.tokens == ref
         steps += res.accepted
     assert first and max(first) > K + 1            # first passes over trees wider than a chain
