@@ -39,9 +39,9 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import time
-
 import sys
+import time
+from typing import Callable
 
 import common  # noqa: F401  (the repository on sys.path)
 from common import entry_on_path, log, print_table, smoke_device, write_json
@@ -89,30 +89,74 @@ def parse_mode(mode: str) -> tuple[str, dict]:
     return name, opts
 
 
-def run(engine: BatchEngine, reqs) -> dict:
+def run(engine: BatchEngine, reqs, phases: dict | None = None) -> dict:
     """Submit every request at once, step to the end; per step its time and whether it was a
     pure decode step (nothing admitted, every row busy); each request's time to its first
-    token (TTFT: queueing and prefill, or riding, included)."""
+    token (TTFT: queueing and prefill, or riding, included). With `phases` (from
+    `timed_phases`) each pure decode step's phase times are kept too."""
     first: dict[int, float] = {}
     t0 = time.perf_counter()
     subs = [engine.submit(p, m, on_tokens=lambda toks, i=i: first.setdefault(
         i, time.perf_counter())) for i, (p, m) in enumerate(reqs)]
-    steps = []
+    steps, split = [], []
     while not engine.idle:
         admits = bool(engine.waiting) and None in engine.rows
+        if phases is not None:
+            phases.clear()
         s = time.perf_counter()
         engine.step()   # ends with its one host read: the step's time is wall time
         if not admits and all(r is not None for r in engine.rows):
             steps.append(time.perf_counter() - s)
+            if phases is not None:
+                split.append(dict(phases))
     wall = time.perf_counter() - t0
     tokens = sum(len(r.tokens) for r in subs)
     gained = [a for r in subs for a in r.accepted]
     ttft = [first[i] - t0 for i in range(len(subs)) if i in first]
-    return {"wall_s": wall, "tokens": tokens, "tok_s": tokens / wall,
-            "step_ms": 1e3 * statistics.median(steps) if steps else float("nan"),
-            "decode_steps": len(steps), "tau": statistics.mean(gained),
-            "ttft_p50_ms": 1e3 * statistics.median(ttft) if ttft else float("nan"),
-            "outputs": [r.tokens for r in subs]}
+    out = {"wall_s": wall, "tokens": tokens, "tok_s": tokens / wall,
+           "step_ms": 1e3 * statistics.median(steps) if steps else float("nan"),
+           "decode_steps": len(steps), "tau": statistics.mean(gained),
+           "ttft_p50_ms": 1e3 * statistics.median(ttft) if ttft else float("nan"),
+           "outputs": [r.tokens for r in subs]}
+    if phases is not None and split:
+        out["phases_ms"] = {k: 1e3 * statistics.median(d.get(k, 0.0) for d in split)
+                            for k in PHASES}
+    return out
+
+
+PHASES = ("draft", "verify", "extend", "step")
+
+
+def timed_phases(engine: BatchEngine) -> tuple[dict, Callable[[], None]]:
+    """Wrap a step's phases (the drafts, the verify forward with its acceptance, the batch
+    drafter's context update) with a device synchronisation on both sides; returns the dict
+    each step's phase seconds land in and the undo. `step` is the whole step, synchronised
+    the same way: what is left of it past the phases is the host's bookkeeping."""
+    sync = (torch.cuda.synchronize if engine.model.device.type == "cuda" else lambda: None)
+    cur: dict[str, float] = {}
+
+    def timed(name, fn):
+        def inner(*a, **k):
+            sync()
+            t = time.perf_counter()
+            try:
+                return fn(*a, **k)
+            finally:
+                sync()
+                cur[name] = cur.get(name, 0.0) + time.perf_counter() - t
+        return inner
+
+    where = [(engine, "_draft_seqs", "draft"), (engine, "_run", "verify"),
+             (engine, "step", "step")]
+    if engine.batch_drafter is not None:
+        where.append((engine.batch_drafter, "extend", "extend"))
+    for obj, attr, name in where:
+        setattr(obj, attr, timed(name, getattr(obj, attr)))
+
+    def undo():
+        for obj, attr, _ in where:
+            delattr(obj, attr)
+    return cur, undo
 
 
 def single_engine(eng, reqs, mode) -> dict:
@@ -146,6 +190,9 @@ def main() -> None:
                     help="run with this memory entry applied (its options then name modes: "
                          "block:admit_chunk=64+node_budget=96)")
     ap.add_argument("--smoke", action="store_true", help="CPU: random:tiny-qwen3, small")
+    ap.add_argument("--phases", action="store_true",
+                    help="after each timed run, a run synchronised around each phase of a "
+                         "step (draft, verify, the drafter's context update): a second table")
     args = ap.parse_args()
     if args.smoke:
         args.target, args.conc, args.prompt, args.max_new = "random:tiny-qwen3", "1,2", 12, 8
@@ -158,7 +205,7 @@ def main() -> None:
     ctx = max(len(p) for p, _ in reqs) + args.max_new + 8
     log(f"{args.target} on {args.device}: {len(reqs)} requests, context {ctx}, modes {modes}")
     single = Engine(model, opts, ctx, set(stops))
-    res, rows = {}, []
+    res, rows, split = {}, [], []
     for mode in modes:
         name, mode_opts = parse_mode(mode)
         if not mode_opts:   # the single-request baseline of a drafter at stock's options
@@ -172,6 +219,15 @@ def main() -> None:
             r = run(eng, work)
             res[f"{mode}@{c}"] = r
             log(f"{mode} C={c}: {r['tok_s']:.1f} tok/s, step {r['step_ms']:.2f} ms")
+            if args.phases:   # once more, synchronised around each phase (after the timing)
+                cur, undo = timed_phases(eng)
+                try:
+                    r["phases_ms"] = run(eng, work, cur).get("phases_ms", {})
+                finally:
+                    undo()
+                split.append([mode, c, f"{r['step_ms']:.2f}"]
+                             + [f"{r['phases_ms'].get(k, float('nan')):.2f}" for k in PHASES]
+                             + [f"{r['phases_ms'].get('step', 0) - sum(r['phases_ms'].get(k, 0) for k in PHASES[:3]):.2f}"])
     ref = {}
     if "ar" in modes and 1 in args.conc:   # the single-request outputs: AR, C = 1, in order
         base = BatchEngine(model, opts, max_batch=1, max_context=ctx, stop_ids=stops)
@@ -195,6 +251,10 @@ def main() -> None:
                  "decode step ms", "steps timed", "τ", "TTFT p50 ms", "= single AR"], rows,
                 f"{args.target}, {args.device}, {args.max_new} new tokens, 2C requests per run"
                 + (f", entry {ENTRY} applied" if ENTRY else ""))
+    if split:
+        print_table(["mode", "C", "decode step ms (timed run)", "draft ms", "verify ms",
+                     "extend ms", "step ms (synchronised)", "host rest ms"], split,
+                    "medians over pure decode steps of a run synchronised around each phase")
     write_json(args.out, "batch_throughput.json",
                {"target": args.target, "device": args.device, "runs": res})
 

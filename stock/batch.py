@@ -142,8 +142,10 @@ class BatchEngine:
         if self.batch_drafter is not None:
             t_max = min(t_max, self.batch_drafter.net.cfg.block_size + 1)
         n = self.runner.capture_upto(end, t_max)
-        if self.batch_drafter is not None:
-            n += self.batch_drafter.capture_upto(end)
+        if self.batch_drafter is not None:   # its context update meets the verify T buckets
+            top = self.runner._fit(self.runner.buckets, t_max, "a step of")
+            n += self.batch_drafter.capture_upto(
+                end, tuple(t for t in self.runner.buckets if t <= top))
         return n
 
     # -- requests ----------------------------------------------------------------------------
@@ -303,8 +305,8 @@ class BatchEngine:
     def _commit(self, live: list[Request], starts: list[int], accepted, hidden) -> list[Request]:
         bd = self.batch_drafter
         if bd is not None and live:   # the committed spans' context: [start, start + n + 1)
-            bd.extend([(req.row, start + n + 1, hidden[i, :n + 1])
-                       for i, (req, start, (n, _)) in enumerate(zip(live, starts, accepted))])
+            bd.extend_rows([r.row for r in live], [s + n + 1 for s, (n, _) in zip(starts, accepted)],
+                           [n + 1 for n, _ in accepted], hidden)
         finished = []
         for req, (n, tgt) in zip(live, accepted):
             self.lengths[req.row] += n + 1

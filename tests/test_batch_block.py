@@ -11,7 +11,7 @@ import torch
 from block_fixtures import random_net, toy, toy_trained  # noqa: F401 (fixtures)
 from stock.batch import BatchEngine, BatchError
 from stock.drafters.base import DraftContext
-from stock.drafters.block import BlockDrafter
+from stock.drafters.block import BlockDrafter, BlockDrafterError
 from stock.drafters.block_batch import BatchBlockDrafter
 from stock.engine import Engine
 from stock.options import Options
@@ -71,6 +71,37 @@ def test_the_static_draft_pads_the_batch_and_drafts_what_the_eager_one_does(toy)
                                                     capture=False))
 
 
+def test_the_static_context_update_writes_what_the_eager_one_does(toy):
+    """A verify step's committed spans through the fixed-shape update (the CUDA graphs' path,
+    run eagerly here): rows' features cut from one [rows bucket, T bucket] tensor write what
+    the eager per-span update writes; padding (past a row's count, the padding row, T 5
+    padded to its bucket 8) writes no live row (only the spare row, which nothing reads); a span that skips positions is
+    refused on both paths."""
+    target, _, _ = toy
+    net = random_net(target, block_size=4, seed=3)
+    sides = [BatchBlockDrafter(net, target, 256, rows=6, static=s, capture=False)
+             for s in (False, True)]
+    width = len(net.cfg.target_layers) * target.cfg.hidden_size
+    gen = torch.Generator().manual_seed(0)
+    ctx = [(0, torch.randn(5, width, generator=gen)), (1, torch.randn(9, width, generator=gen)),
+           (2, torch.randn(3, width, generator=gen))]
+    for bd in sides:   # the prompts' context, then one step's spans of 1 to 5 tokens
+        bd.extend([(row, len(f), f) for row, f in ctx])
+    hidden = torch.randn(4, 5, width, generator=gen)     # 3 rows in a bucket of 4, T 5
+    before = [k.clone() for k in sides[1].k]
+    for bd in sides:
+        bd.extend_rows([2, 0, 1], [3 + 4, 5 + 1, 9 + 5], [4, 1, 5], hidden)
+    assert sides[0].ctx_len == sides[1].ctx_len and sides[1].ctx_len[:3] == [6, 14, 7]
+    assert set(sides[1]._ext) == {(4, 8)}
+    for i in range(net.cfg.num_layers):
+        for eager, static in ((sides[0].k[i], sides[1].k[i]), (sides[0].v[i], sides[1].v[i])):
+            assert torch.allclose(eager[:5], static[:5], atol=1e-5), i   # rows 3-4: zeros
+        assert torch.equal(before[i][:5, :, 14:], sides[1].k[i][:5, :, 14:])  # past the spans
+    for bd in sides:
+        with pytest.raises(BlockDrafterError, match="do not extend"):
+            bd.extend_rows([0], [6 + 3], [2], hidden)    # positions 7-8 after a context of 6
+
+
 @pytest.mark.parametrize("static", [False, True])
 def test_batched_block_speculation_gives_single_request_outputs(toy, toy_trained, static):
     target, prompts, _ = toy
@@ -85,7 +116,9 @@ def test_batched_block_speculation_gives_single_request_outputs(toy, toy_trained
     if static:   # prepared: serving then meets no slot (nor drafter slot) it did not make
         made = be.prepare(max(map(len, prompts)) + 20 + 64)
         keys, drafts = set(be.runner.slots), set(be.batch_drafter._graphs)
-        assert made == len(keys) + len(drafts) and drafts
+        exts = set(be.batch_drafter._ext)
+        assert made == len(keys) + len(drafts) + len(exts) and drafts
+        assert exts == {(b, t) for b in (1, 2, 3) for t in (1, 2, 4)}
         assert {t for _, t, _ in keys} == {1, 2, 4}    # draft_len 3: T up to 4
         assert {b for b, _, _ in keys} == {1, 2, 3}
     reqs = []
@@ -100,6 +133,7 @@ def test_batched_block_speculation_gives_single_request_outputs(toy, toy_trained
     assert max(max(r.accepted) for r in reqs) > 1    # drafts were accepted
     if static:
         assert set(be.runner.slots) == keys and set(be.batch_drafter._graphs) == drafts
+        assert set(be.batch_drafter._ext) == exts
     else:
         assert be.prepare(200) == 0                   # the dynamic path: nothing to make
 

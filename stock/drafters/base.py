@@ -17,9 +17,12 @@ import torch
 class DraftLattice:
     ids: torch.Tensor  # [n, K] int64 on CPU; -1 pads missing alternatives
     logprobs: torch.Tensor  # [n, K] float32; -inf pads
+    top1: list[int] | None = None  # ids[:, 0] as a list, where the drafter has it already
 
     @property
     def chain(self) -> list[int]:
+        if self.top1 is not None:
+            return self.top1
         return self.ids[:, 0].tolist() if len(self.ids) else []
 
     def __len__(self) -> int:

@@ -38,7 +38,7 @@ from stock.batch_graphs import request_buckets
 from stock.drafters.base import DraftLattice
 from stock.drafters.block import BlockDrafterError, BlockNet
 from stock.drafters.block_step import rms
-from stock.graphs import MIN_KV, capture, kv_buckets
+from stock.graphs import BUCKETS, MIN_KV, capture, kv_buckets
 from stock.layers import apply_rope
 from stock.linear import linear
 
@@ -79,6 +79,7 @@ class BatchBlockDrafter:
         self.b_buckets = request_buckets(max(1, rows - 1))
         self.kv_buckets = kv_buckets(self.slots, MIN_KV)
         self._graphs: dict[tuple[int, int], tuple] = {}   # (B, keys) -> (inp, host, graph, out)
+        self._ext: dict[tuple[int, int], tuple] = {}      # (B, T) -> (feat, inp, host, graph)
         self._pool = None
 
     def reset(self, row: int) -> None:
@@ -88,24 +89,35 @@ class BatchBlockDrafter:
         pos = pos.clamp(max=self.target.cfg.max_position - 1)
         return self.target.cos[pos], self.target.sin[pos]
 
+    def _check_spans(self, rows, ends, counts) -> None:
+        for row, end, n in zip(rows, ends, counts):
+            if end - n > self.ctx_len[row] or end > self.slots:
+                raise BlockDrafterError(f"block drafter row {row}: positions "
+                                        f"{end - n}..{end - 1} do not extend its "
+                                        f"context of {self.ctx_len[row]}")
+
     @torch.inference_mode()
     def extend(self, spans: list[tuple[int, int, torch.Tensor]]) -> None:
         """Context of positions [end - n, end) of each (row, end, features [n, n_ctx * H])."""
         spans = [s for s in spans if s[2].shape[0]]
         if not spans:
             return
+        self._check_spans([r for r, _, _ in spans], [e for _, e, _ in spans],
+                          [f.shape[0] for _, _, f in spans])
         dev, dt = self.target.device, self.target.dtype
-        for row, end, feat in spans:
-            if end - feat.shape[0] > self.ctx_len[row] or end > self.slots:
-                raise BlockDrafterError(f"block drafter row {row}: positions "
-                                        f"{end - feat.shape[0]}..{end - 1} do not extend its "
-                                        f"context of {self.ctx_len[row]}")
         # every span's (row, position) pairs built on the host, copied in once
         where = torch.tensor([[r, p] for r, e, f in spans for p in range(e - f.shape[0], e)],
                              dtype=torch.long).T.contiguous()
         rows, pos = where.to(dev, non_blocking=True) if dev.type == "cuda" else where
+        self._write_context(torch.cat([f.to(dt) for _, _, f in spans]), rows, pos)
+        for row, end, _ in spans:
+            self.ctx_len[row] = end
+
+    def _write_context(self, feats: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor):
+        """Context K/V of features [N, n_ctx * H] written at (rows[j], pos[j]) of every layer:
+        one GEMM for all positions and layers, one RoPE."""
         net, cfg = self.net, self.net.cfg
-        feat = net.context_norm(net.fc(torch.cat([f.to(dt) for _, _, f in spans])))  # [N, H]
+        feat = net.context_norm(net.fc(feats))                             # [N, H]
         n_layers, hkv, d = cfg.num_layers, cfg.num_kv_heads, cfg.head_dim
         kv = linear(feat, self._ctx_w).view(-1, n_layers, 2, hkv, d)
         cos, sin = self._rope(pos)                                         # [N, D]
@@ -116,8 +128,65 @@ class BatchBlockDrafter:
             k = apply_rope(k[:, :, None], cos[:, None, None], sin[:, None, None])[:, :, 0]
             self.k[i][rows, :, pos] = k
             self.v[i][rows, :, pos] = v
-        for row, end, _ in spans:
+
+    @torch.inference_mode()
+    def extend_rows(self, rows: list[int], ends: list[int], counts: list[int],
+                    hidden: torch.Tensor) -> None:
+        """A verification step's committed spans: row rows[i] gains positions
+        [ends[i] - counts[i], ends[i]), whose features are hidden[i, :counts[i]] (hidden
+        [>= len(rows), T, n_ctx * H] on the device: the verify step's output). Static path:
+        one slot per (rows bucket, T), its features copied in on the device, rows, starts
+        and counts in one int64 copy, then one replay (CUDA graph) writing every row's
+        span; a padding position (past a row's count, or a padding row's) writes the spare
+        row, which nothing reads. Else `extend` with the spans cut out."""
+        if not self.static:
+            return self.extend([(r, e, hidden[i, :c])
+                                for i, (r, e, c) in enumerate(zip(rows, ends, counts))])
+        if not rows:
+            return
+        self._check_spans(rows, ends, counts)
+        n, t = len(rows), hidden.shape[1]
+        b = next(x for x in self.b_buckets if x >= n)
+        t = next((x for x in BUCKETS if x >= t), t)   # the verify step's bucket (dynamic: T up)
+        slot = self._ext.get((b, t))
+        if slot is None:
+            slot = self._ext[(b, t)] = self._ext_slot(b, t)
+        feat, inp, host, graph = slot
+        buf = host.numpy()
+        buf[:] = 0
+        buf[:n], buf[b:b + n], buf[2 * b:2 * b + n] = rows, [e - c for e, c in zip(ends, counts)], counts
+        buf[n:b] = self.spare            # padding rows: count 0, every position to the spare row
+        inp.copy_(host)                  # a blocking copy: the host buffer is reused next step
+        feat[:n, :hidden.shape[1]].copy_(hidden[:n])
+        if graph is not None:
+            graph.replay()
+        else:
+            self._extend_forward(feat, inp)
+        for row, end in zip(rows, ends):
             self.ctx_len[row] = end
+
+    def _ext_slot(self, b: int, t: int) -> tuple:
+        dev, dt = self.target.device, self.target.dtype
+        width = len(self.hidden_layers) * self.target.cfg.hidden_size
+        feat = torch.zeros(b, t, width, device=dev, dtype=dt)
+        inp = torch.zeros(3 * b, dtype=torch.long, device=dev)
+        host = torch.zeros(3 * b, dtype=torch.long, pin_memory=dev.type == "cuda")
+        if not self.capture:
+            return feat, inp, host, None
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        inp[:b] = self.spare             # warm-up and capture write only the spare row
+        graph, _ = capture(lambda: self._extend_forward(feat, inp), dev, self._pool)
+        return feat, inp, host, graph
+
+    def _extend_forward(self, feat: torch.Tensor, inp: torch.Tensor) -> None:
+        b, t = feat.shape[0], feat.shape[1]
+        rows, starts, counts = inp.view(3, b)
+        steps = self._keys[:t]   # 0..t-1 (T may pass the block size: a tokens bucket)
+        keep = steps[None] < counts[:, None]                                 # [b, t]
+        pos = torch.where(keep, starts[:, None] + steps, steps).reshape(-1)
+        row_idx = torch.where(keep, rows[:, None], torch.full_like(rows[:, None], self.spare))
+        self._write_context(feat.reshape(b * t, -1), row_idx.reshape(-1), pos)
 
     @torch.inference_mode()
     def draft(self, rows: list[int], pendings: list[int], ks: list[int]) -> list[DraftLattice]:
@@ -136,23 +205,30 @@ class BatchBlockDrafter:
             dev = self.target.device
             inp = torch.tensor([r_live, ends, pend], device=dev)
             both = self._forward(inp[0], inp[1], inp[2], max(ends) + t).cpu()   # one read
+        ids, lps = both[0].long(), both[1].float()        # [R, T, top-k] each, on the host
+        top1 = ids[:, :, 0].tolist()                      # every row's chain in one read
         for j, i in enumerate(live):
-            out[i] = DraftLattice(both[0, j, :ks[i]].long(), both[1, j, :ks[i]].float())
+            out[i] = DraftLattice(ids[j, :ks[i]], lps[j, :ks[i]], top1[j][:ks[i]])
         return out
 
-    def capture_upto(self, end: int) -> int:
+    def capture_upto(self, end: int, ts: tuple[int, ...] = ()) -> int:
         """The static path: make (on CUDA: capture) the slot of every batch bucket and KV
-        bucket a block drafted from a context below `end` meets; returns how many exist
-        (0 off the static path)."""
+        bucket a block drafted from a context below `end` meets, and the context update's
+        slot of every batch bucket and verification tokens bucket in `ts`; returns how many
+        exist (0 off the static path)."""
         if not self.static:
             return 0
+        for b in self.b_buckets:
+            for t in ts:
+                if (b, t) not in self._ext:
+                    self._ext[(b, t)] = self._ext_slot(b, t)
         top = min(end + self.net.cfg.block_size, self.slots)
         last = next((x for x in self.kv_buckets if x >= top), self.kv_buckets[-1])
         for b in self.b_buckets:
             for kv in (x for x in self.kv_buckets if x <= last):
                 if (b, kv) not in self._graphs:
                     self._graphs[(b, kv)] = self._slot(b, kv)
-        return len(self._graphs)
+        return len(self._graphs) + len(self._ext)
 
     def _static_draft(self, rows: list[int], ends: list[int], pend: list[int]) -> torch.Tensor:
         """The lattices [2, len(rows), T, top-k] (CPU) from the slot of this batch's shape."""
