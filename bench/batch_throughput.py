@@ -149,7 +149,8 @@ def timed_phases(engine: BatchEngine) -> tuple[dict, Callable[[], None]]:
     where = [(engine, "_draft_seqs", "draft"), (engine, "_run", "verify"),
              (engine, "step", "step")]
     if engine.batch_drafter is not None:
-        where.append((engine.batch_drafter, "extend", "extend"))
+        where.append((engine.batch_drafter, "extend_rows", "extend"))
+    where = [w for w in where if hasattr(w[0], w[1])]   # an entry's engine may lack one
     for obj, attr, name in where:
         setattr(obj, attr, timed(name, getattr(obj, attr)))
 
