@@ -221,13 +221,14 @@ class BatchEngine:
         for s in range(0, max(len(r.prompt) for r in reqs), c):
             part = [r for r in reqs if len(r.prompt) > s]
             chunks = [r.prompt[s:s + c] for r in part]
-            logits, hidden = self._forward(chunks, [r.row for r in part], [s] * len(part))
+            logits, hidden = self._forward(chunks, [r.row for r in part], [s] * len(part),
+                                           last=True)
             if self.hybrid:   # every chunk's tokens are committed: the next one reads them
                 lens = [len(chunk) for chunk in chunks]
                 self.cache.commit_rows([r.row for r in part], lens, lens)
             for i, (r, chunk) in enumerate(zip(part, chunks)):
                 if s + len(chunk) == len(r.prompt):
-                    last[r.row] = logits[i, len(chunk) - 1]
+                    last[r.row] = logits[i]
             if hidden is not None:
                 self.batch_drafter.extend([(r.row, s + len(c), hidden[i, :len(c)])
                                            for i, (r, c) in enumerate(zip(part, chunks))])
@@ -239,10 +240,12 @@ class BatchEngine:
                 finished.append(req)
         return finished
 
-    def _forward(self, seqs: list[list[int]], rows: list[int], starts: list[int]):
-        """Logits [R, T, vocab] of each row's tokens at its own positions (padded to T),
-        and the batch drafter's target layers' hidden states side by side [R, T, n * H]
-        (None without one)."""
+    def _forward(self, seqs: list[list[int]], rows: list[int], starts: list[int],
+                 last: bool = False):
+        """Logits [R, T, vocab] of each row's tokens at its own positions (padded to T), or
+        with `last` only at each row's last token, [R, vocab] (a prefill chunk: the head
+        over one position a row, not over every prompt token), and the batch drafter's
+        target layers' hidden states side by side [R, T, n * H] (None without one)."""
         dev = self.model.device
         t = max(len(s) for s in seqs)
         ids = torch.tensor([s + [s[-1]] * (t - len(s)) for s in seqs], device=dev)
@@ -251,12 +254,19 @@ class BatchEngine:
         rows_t = torch.tensor(rows, device=dev)
         if self.hybrid:   # every forward's GDN states are committed before the next reads
             self.cache.check_committed()
+        top = self.model.cfg.num_layers - 1   # the last layer's output: the head's input
+        layers = self.hidden_layers + ((top,) if last and top not in self.hidden_layers else ())
         for _ in range(1 + self.options["repeat_work"]):   # test-only: identical writes
             out = self.model(ids, self.cache, 0, positions=pos, kv_len=kv_len, mask=seen,
-                             rows=rows_t, logits="all", hidden_layers=self.hidden_layers)
+                             rows=rows_t, logits="none" if last else "all",
+                             hidden_layers=layers)
         hidden = (torch.cat([out.hidden[i] for i in self.hidden_layers], dim=-1)
                   if self.hidden_layers else None)
-        return out.logits, hidden
+        if not last:
+            return out.logits, hidden
+        ends = torch.tensor([len(x) - 1 for x in seqs], device=dev)
+        x = out.hidden[top][torch.arange(len(seqs), device=dev), ends]      # [R, H]
+        return self.model.lm_head(self.model.model.norm(x)).float(), hidden
 
     def _verify(self, live: list[Request]) -> list[Request]:
         seqs = self._draft_seqs(live)

@@ -114,8 +114,8 @@ def test_admitted_prompts_are_prefilled_together_chunk_by_chunk(tiny):
                          prefill_chunk=8, token_budget=24)
         calls = []
         real = be._forward
-        be._forward = lambda seqs, rows, starts: calls.append(len(rows)) or real(seqs, rows,
-                                                                              starts)
+        be._forward = lambda seqs, rows, starts, **kw: calls.append(len(rows)) or real(
+            seqs, rows, starts, **kw)
         reqs = [be.submit(p, 24) for p in prompts]
         be.step()                                  # admits four: their prefill, then a step
     prefill = calls[:-1]
@@ -125,6 +125,23 @@ def test_admitted_prompts_are_prefilled_together_chunk_by_chunk(tiny):
     with one_thread():
         be.run()
     assert [r.tokens for r in reqs] == want
+
+
+def test_a_prefill_chunk_computes_the_head_only_at_each_rows_last_token(tiny):
+    """The prefill's forward (`last`): logits [R, vocab] equal the full head's at each row's
+    last real token (rows of 3, 8 and 5 tokens padded to 8), and the cache is written alike."""
+    model, prompts, _ = tiny
+    seqs = [prompts[0][:3], prompts[1][:8], prompts[2][:5]]
+    outs = []
+    for last in (False, True):
+        be = BatchEngine(model, Options(), max_batch=3, max_context=64)
+        outs.append((be._forward(seqs, [0, 1, 2], [0, 0, 0], last=last)[0], be.cache))
+    (full, c0), (head, c1) = outs
+    assert full.shape[:2] == (3, 8) and head.shape == (3, full.shape[-1])
+    for i, seq in enumerate(seqs):
+        assert torch.allclose(head[i], full[i, len(seq) - 1], atol=1e-5), i
+        assert not torch.allclose(head[i], full[i, 0], atol=1e-3), i
+    assert all(torch.equal(a[:3, :, :8], b[:3, :, :8]) for a, b in zip(c0.k, c1.k))
 
 
 @pytest.mark.slow
