@@ -487,6 +487,18 @@ class BlockDrafter(Drafter):
 
     @torch.inference_mode()
     def draft(self, ctx: DraftContext, k: int) -> DraftLattice:
+        packed = self.draft_packed(ctx, k)
+        if packed is None:
+            return DraftLattice.empty(self.topk)
+        both = packed.cpu()  # the step's only host read of the drafter
+        return DraftLattice(both[0, :k].long(), both[1, :k].float())
+
+    @torch.inference_mode()
+    def draft_packed(self, ctx: DraftContext, k: int) -> torch.Tensor | None:
+        """The draft as the device holds it, with no host read: the packed lattice [2,
+        block_size, topk] float64 (block_step.pack_lattice; rows past k are drafted too and
+        mean nothing), or None when nothing is drafted (k <= 0). A static output, rewritten
+        by the next draft: a consumer copies it (a tree step built on the device does)."""
         end = len(ctx.tokens) - 1
         k = min(k, self.net.cfg.block_size)
         n = self._span(ctx.hidden, end) if self.static and k > 0 else 0
@@ -501,9 +513,7 @@ class BlockDrafter(Drafter):
         else:  # the plain path, the prompt, or nothing new
             self.extend(ctx.hidden, end)
         if k <= 0:
-            return DraftLattice.empty(self.topk)
+            return None
         self._load(ctx.tokens[-1], start)
         kv_len = self.kv_bucket(self.ctx_len + self.net.cfg.block_size)
-        packed = self._replay(kv_len) if self.graphs else self._packed(kv_len)
-        both = packed.cpu()  # the step's only host read of the drafter
-        return DraftLattice(both[0, :k].long(), both[1, :k].float())
+        return self._replay(kv_len) if self.graphs else self._packed(kv_len)
