@@ -27,6 +27,11 @@ the real nodes: padded nodes have depth 0 (never accepted) and the root as paren
 - `compact(bufs, start, path)`: K/V of the accepted nodes moved from slots start + path[d]
   to start + d, so the committed prefix is contiguous (a chain's path is already the
   identity and moves nothing it did not hold);
+- `device_tree(lattice, ctl, t)`: the same best-first tree built on the device from the
+  drafter's packed lattice (kernels/tree_build: a Triton program on CUDA, its PyTorch
+  reference elsewhere), so that no lattice or tree crosses to the host: the padded tokens,
+  parents and depths, ties broken shallower first (identical to `build` where no two paths
+  tie);
 - `tree_prep` and `tree_accept`: the step's tree tensors before the forward (ancestors and
   the kernel's table) and after it (argmax, walk, packed result), as two functions of device
   tensors only, so that a compiled step can run each as one torch.compile region: eager,
@@ -228,3 +233,19 @@ def tree_accept(ids: torch.Tensor, parents: torch.Tensor, depths: torch.Tensor,
     target = logits.argmax(-1)
     n, path = accept(ids, parents, depths, anc, target)
     return target, n, path, torch.cat([n.view(1), target[path]])
+
+
+def device_tree(lattice: torch.Tensor, ctl: torch.Tensor,
+                t: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The best-first tree of a packed lattice [2, D, K] float64 (ids, log-probs; a block
+    drafter's `draft_packed`) with ctl [>= 3] int64 = (root token, depth limit k, budget),
+    all on one device: (tokens, parents, depths), each [t] int64 padded as `DraftTree.padded`
+    pads (kernels/tree_build's module doc). Runs the Triton kernel on CUDA and its reference
+    elsewhere; no host synchronisation either way."""
+    if lattice.device.type == "cuda":
+        from kernels.tree_build import tree_build  # lazy: triton, only on CUDA
+
+        return tree_build(lattice, ctl, t)
+    from kernels.tree_build.reference import reference_tree_build
+
+    return reference_tree_build(lattice, ctl, t)

@@ -92,3 +92,13 @@ def test_kernel_equals_the_reference(seed, depth, width, k, budget, t, pad, ties
 def test_kernel_refuses_a_bucket_that_is_not_a_power_of_two():
     with pytest.raises(ValueError, match="power of two"):
         tree_build(_lattice(0, 4, 2).to(DEV), torch.tensor([1, 4, 8, 0], device=DEV), 12)
+
+
+def test_stock_device_tree_is_the_reference_off_cuda():
+    from stock.tree import device_tree
+
+    lattice = _lattice(4, 15, 4)
+    ctl = torch.tensor([2, 9, 24, 0])
+    got = device_tree(lattice, ctl, 32)
+    want = reference_tree_build(lattice, ctl, 32)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
