@@ -493,6 +493,11 @@ class BlockDrafter(Drafter):
         both = packed.cpu()  # the step's only host read of the drafter
         return DraftLattice(both[0, :k].long(), both[1, :k].float())
 
+    @property
+    def packed_shape(self) -> tuple[int, int]:
+        """(D, K) of `draft_packed`'s lattice: block_size positions, topk tokens each."""
+        return self.net.cfg.block_size, self.topk
+
     @torch.inference_mode()
     def draft_packed(self, ctx: DraftContext, k: int) -> torch.Tensor | None:
         """The draft as the device holds it, with no host read: the packed lattice [2,
