@@ -18,7 +18,11 @@ Modes (--modes, AR first): `ar`, `ngram`, `draft` (the target truncated to draft
 compiled), `block-eager` (eager context update and forward) and `block-graphs` (from graphs
 whatever the options); `<mode>-tree<B>` (block-tree32, ngram-tree8) verifies that drafter's
 lattice as a best-first tree of B tokens (option tree_budget: needs the memory entry
-tree-verify applied, `git specpilot replay tree-verify --worktree DIR`); `<mode>-2l`
+tree-verify applied, `git specpilot replay tree-verify --worktree DIR`), its tree built on
+the device inside the verify step where the drafter keeps its lattice there (the block
+drafter; option tree_build) and `<mode>-tree<B>-host` built on the host from the lattice
+the drafter's draft() reads (there the draft ms hold only the drafter's launches, its GPU
+time lands in the step); `<mode>-2l`
 (ngram-2l, draft-2l, block-2l; block-tree32-2l over a tree) runs two-level verification
 (option two_level, memory entry two-level, with `--opt weights=w12`): τ is then tokens per
 exact step. "Block 16" is
@@ -83,6 +87,17 @@ class TimedDrafts:
         finally:
             self.totals[self.key] = self.totals.get(self.key, 0.0) + time.perf_counter() - t
 
+    def draft_packed(self, ctx, k):
+        """The lattice left on the device (tree_build=device): no host read, so its wall
+        time is the drafter's launches alone; its GPU work lands in the verify step's."""
+        if not hasattr(self.inner, "draft_packed"):
+            raise AttributeError("draft_packed")
+        t = time.perf_counter()
+        try:
+            return self.inner.draft_packed(ctx, k)
+        finally:
+            self.totals[self.key] = self.totals.get(self.key, 0.0) + time.perf_counter() - t
+
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
@@ -101,6 +116,8 @@ def mode_engine(eng: Engine, mode: str):
     values = {}
     if tree_budget(mode):
         values["tree_budget"] = tree_budget(mode)
+    if "-host" in mode:
+        values["tree_build"] = "host"
     if mode.endswith("-2l"):
         values["two_level"] = True
     if not values:
@@ -204,11 +221,11 @@ def run_setting(eng: Engine, reqs, args, errors: list[str]) -> dict:
         # ask for none, the block drafter for its context layers), captured before timing
         t1 = time.perf_counter()
         end = min(max(len(r[2]) for r in reqs) + args.max_new + 64, eng.max_context)
-        for layers in {tuple(getattr(make(m), "hidden_layers", ())) for m in args.modes}:
-            eng.runner.capture_upto(end, layers)
-        for layers in {tuple(make(m).hidden_layers) for m in args.modes if tree_budget(m)}:
-            eng.runner.capture_upto(end, layers, tree=True)
-        drafts = sum(make(m).capture_upto(end) for m in args.modes if m.startswith("block"))
+        drafts = 0
+        for m in args.modes:   # each mode's own slots (trees: host- or device-built)
+            with mode_engine(eng, m) as e:
+                e.prepare(make(m), end)
+            drafts += make(m).capture_upto(end) if m.startswith("block") else 0
         capture_s = time.perf_counter() - t1
         log(f"captured {slots()} verify graphs and {drafts} drafter graphs in {capture_s:.1f}s")
 

@@ -10,7 +10,9 @@
 #                                    # embedded default's shapes, random weights)
 #   bash bench/gpu_tree.sh tests     # tests/gpu: the tree slot, graphs, compiled layers
 #   bash bench/gpu_tree.sh tokens    # embedded default: AR, block chain and block trees of
-#                                    # budgets 8-64 side by side, 20 dev requests x 128 tokens
+#                                    # budgets 16 and 32, built on the device and on the host
+#                                    # (-host), side by side, 20 dev requests x 128 tokens
+#                                    # (MODES=... for others)
 #                                    # (the GGUF staged: bench/stage.sh gguf; carry .whl)
 #   bash bench/gpu_tree.sh --smoke   # CPU: the same staging, step_27b --smoke with trees
 #
@@ -36,8 +38,12 @@ case "$part" in
 step) python3 bench/step_27b.py --compile on --ts 1,8,16,32,64 --iters 20 \
           --variants fused_attn --trees 8,16,32,64 --out "$OUT" "${@:2}" ;;
 tests) python3 -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_tree.py \
-           tests/gpu/test_graphs.py tests/gpu/test_compiled.py --tb=short 2>&1 | tee "$OUT/tests.txt" | tail -60 ;;
+           tests/gpu/test_graphs.py tests/gpu/test_compiled.py --tb=short 2>&1 \
+           | tee "$OUT/tests.txt" | tail -60
+       # the device tree build's kernel on CUDA (not the interpreter its file defaults to)
+       TRITON_INTERPRET=0 python3 -m pytest -q -p no:cacheprovider tests/test_tree_build.py \
+           --tb=short 2>&1 | tee -a "$OUT/tests.txt" | tail -20 ;;
 tokens) python3 bench/engine_tokens.py --per-category 4 --max-new 128 --out "$OUT" \
-            --modes ar,block,block-tree8,block-tree16,block-tree32,block-tree64 ;;
+            --modes ${MODES:-ar,block,block-tree16,block-tree32,block-tree16-host,block-tree32-host} ;;
 *) echo "gpu_tree: unknown part $part (step tests tokens --smoke)"; exit 2 ;;
 esac

@@ -24,6 +24,8 @@ from stock.engine import Engine  # noqa: E402
 from stock.model import Transformer  # noqa: E402
 from stock.system import make_drafter  # noqa: E402
 
+from block_fixtures import toy, toy_trained  # noqa: E402,F401  (module fixtures)
+
 # AR outputs of the 8 dev prompts, recorded (tests/test_greedy_recorded.py): no AR run here
 RECORDED = json.loads((Path(__file__).parent / "data" / "greedy_64.json").read_text())
 NEW = 32
@@ -136,8 +138,62 @@ def test_trees_that_do_not_fit_fall_back_to_the_chain():
     assert res.tokens == ar.tokens and res.stop_reason == ar.stop_reason
 
 
+@pytest.mark.parametrize("budget", [8, 32])
+def test_device_built_trees_equal_ar_and_the_host_built_trees(toy, toy_trained, budget):
+    """tree_build=device (the tree built inside the step from the block drafter's packed
+    lattice, no lattice on the host) through the static step: AR's tokens, and the host
+    build's steps (its lattices have no tied paths, so both build the same trees)."""
+    from stock.drafters.block import BlockDrafter
+
+    target, prompts, _ = toy
+    runs = {}
+    for where in ("device", "host"):
+        eng = Engine(target, Options({"tree_budget": budget, "draft_len": 4,
+                                      "tree_build": where}), 256, static=True)
+        used = []
+        step = eng.runner.lattice_step
+        eng.runner.lattice_step = lambda *a, **kw: (used.append(a[3]), step(*a, **kw))[1]
+        drafter = BlockDrafter(toy_trained[0], target, 256, static=True)
+        runs[where] = [eng.generate(p, 40, drafter) for p in prompts[:3]]
+        assert bool(used) == (where == "device")
+    ar = Engine(target, Options(), 256)
+    for i, p in enumerate(prompts[:3]):
+        assert runs["device"][i].tokens == ar.generate(p, 40).tokens
+        assert runs["device"][i].accepted == runs["host"][i].accepted
+    assert max(r.tau for r in runs["device"]) > 1.5   # trees were accepted, not only roots
+
+
+def test_device_built_trees_need_a_drafter_that_keeps_its_lattice():
+    """tree_build=device with a drafter that has no packed lattice (n-gram) builds on the
+    host: the same tokens, and no device-built step."""
+    model = Transformer.random(PRESETS["tiny-qwen3"], seed=7, std=0.08)
+    prompt = [5, 9, 3, 5, 9, 3, 5, 9, 2, 7, 5, 9, 3, 8, 5, 9, 3, 5, 1] * 2
+    eng = Engine(model, Options({"tree_budget": 16, "draft_len": 8}), 256, static=True)
+    eng.runner.lattice_step = None   # would fail if called
+    res = eng.generate(prompt, 40, NGramDrafter(3, 1, 4))
+    assert res.tokens == Engine(model, Options(), 256).generate(prompt, 40).tokens
+
+
+def test_prepare_makes_the_device_built_trees_slots():
+    """With the block drafter, prepare also makes the device-built trees' slots (keyed by
+    the lattice's shape), and a request below `end` then meets no new slot."""
+    from block_fixtures import random_net
+    from stock.drafters.block import BlockDrafter
+
+    model = Transformer.random(PRESETS["tiny-qwen3"], seed=7, std=0.08)
+    drafter = BlockDrafter(random_net(model), model, 512, static=True)
+    prompt = list(range(3, 40))
+    eng = Engine(model, Options({"tree_budget": 16, "draft_len": 3}), 512, static=True)
+    eng.prepare(drafter, len(prompt) + 30 + 64)
+    keys = set(eng.runner.slots)
+    assert any("lattice" in k for k in keys)
+    eng.generate(prompt, 30, drafter)
+    assert set(eng.runner.slots) == keys
+
+
 def test_budget_zero_is_stock():
     assert REGISTRY["tree_budget"].default == 0
+    assert REGISTRY["tree_build"].default == "device"   # changes nothing at budget 0
     eng = Engine(Transformer.random(PRESETS["tiny-qwen3"], seed=1), Options(), 128)
     assert eng._tree(make_lattice(), 1, 4, 0) is None
 
