@@ -1,4 +1,4 @@
-"""The split-KV attention kernels compile for Hopper (sm_90) through Triton's own compiler,
+"""The split-KV attention kernels (and the device tree build) compile for Hopper (sm_90) through Triton's own compiler,
 with no GPU: the interpreter runs a kernel's Python as Python and accepts code the compiler
 refuses (2026-12-03: a loop-carried name reused with another type passed every CPU test and
 failed every GPU one). Each variant the engine launches (a chain step, a tree step, a
@@ -54,6 +54,12 @@ for d in (64, 128):
     for tree in (False, True):
         out[f"_combine D={d} TREE={tree}"] = compile_(
             D._combine, combine, dict(D=d, BLOCK_R=D.BLOCK_R, TREE=tree))
+from kernels.tree_build import build as B
+tree = {"lat_ptr": "*fp64", "ctl_ptr": "*i64", "out_ptr": "*i64", "scr_ptr": "*i64"}
+for t in (16, 32, 64):   # the block drafter's lattice: 16 positions, top 4
+    dt = triton.next_power_of_2(16 * t)
+    out[f"_tree_build T={t}"] = compile_(B._tree_build, tree,
+                                         dict(D=16, K=4, KP=4, T=t, DT=dt, SB=max(4 * t, dt)))
 print(json.dumps(out))
 """
 
@@ -71,6 +77,6 @@ def compiled() -> dict[str, str]:
 
 
 def test_every_attention_variant_compiles_to_a_hopper_cubin(compiled):
-    assert len(compiled) == 10
+    assert len(compiled) == 13
     bad = {k: v for k, v in compiled.items() if v != "cubin"}
     assert not bad, bad

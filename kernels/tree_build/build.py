@@ -17,7 +17,7 @@ import torch
 import triton
 import triton.language as tl
 
-NEG_INF_KEY = -2139095041   # _key(-inf): the lowest score a real candidate has
+NEG_INF_KEY = tl.constexpr(-2139095041)   # _key(-inf): the lowest score a candidate has
 
 
 @triton.jit
