@@ -100,3 +100,40 @@ def test_generation_with_tree_graphs_equals_ar():
     res = eng.generate(prompt, 40, NGramDrafter(3, 1, 4))
     assert res.tokens == ar
     assert any(key[-1] == "tree" for key in eng.runner.slots)   # trees were verified
+
+
+@pytest.mark.parametrize("compile", [False, True])
+def test_device_built_tree_slot_equals_the_host_built_one(compile):
+    """tree_build=device on CUDA: the lattice slot, replayed from its graph (the Triton tree
+    build inside), gives the host-built tree's step the same bits: packed (accepted count and
+    tokens), hidden states and compacted K/V, on a tie-free lattice."""
+    from kernels.tree_build.reference import reference_tree_build
+
+    cfg = PRESETS["tiny-qwen3"]
+    model = Transformer.random(cfg, "cuda", torch.float32, seed=5, std=0.08)
+    gen = torch.Generator().manual_seed(4)
+    prompt = torch.randint(0, cfg.vocab_size, (40,), generator=gen).tolist()
+    top = torch.log_softmax(torch.randn(8, cfg.vocab_size, generator=gen) * 3, -1).topk(4, -1)
+    lattice = torch.stack([top.indices.double(), top.values.double()])
+    ctl = torch.tensor([prompt[-1], 8, 16, 0])
+    tokens, parents, depths = (x.tolist() for x in reference_tree_build(lattice, ctl, 16))
+    real = 1 + sum(d > 0 for d in depths)
+    tree = build(lattice[0].long(), lattice[1].float(), prompt[-1], 16, 8)
+    assert tree.tokens == tokens[:real] and tree.depths == depths[:real]
+    outs = []
+    for device_built in (True, False):
+        cache = model.new_cache(CTX + 64)
+        model(torch.tensor([prompt[:-1]], device="cuda"), cache, 0, logits="none")
+        runner = GraphRunner(model, cache, CTX, capture=True, compile=compile,
+                             attention="triton" if compile else "sdpa")
+        start = len(prompt) - 1
+        if device_built:
+            out = runner.lattice_step(lattice.cuda(), prompt[-1], start, 8, 16, (0,))
+            out = runner.lattice_step(lattice.cuda(), prompt[-1], start, 8, 16, (0,))  # replay
+        else:
+            out = runner.tree_step(tree, start, (0,))
+        n = int(out.packed[0])
+        outs.append((out.packed[: n + 2].clone(), out.hidden[0][:, : n + 1].clone(),
+                     cache.k_all[:, :, :, : start + n + 1].clone()))
+    for got, want in zip(*outs):
+        assert torch.equal(got, want)
