@@ -20,9 +20,11 @@ whatever the options); `<mode>-tree<B>` (block-tree32, ngram-tree8) verifies tha
 lattice as a best-first tree of B tokens (option tree_budget: needs the memory entry
 tree-verify applied, `git specpilot replay tree-verify --worktree DIR`), its tree built on
 the device inside the verify step where the drafter keeps its lattice there (the block
-drafter; option tree_build) and `<mode>-tree<B>-host` built on the host from the lattice
-the drafter's draft() reads (there the draft ms hold only the drafter's launches, its GPU
-time lands in the step); `<mode>-2l`
+drafter; option tree_build); `<mode>-host` (block-host, block-tree32-host) reads the
+lattice to the host every step as draft() does and builds any tree there, the behaviour
+before the lattice stayed on the device. Where it stays there (the block drafter's chains
+on the static path and its device-built trees) the draft ms hold only the drafter's
+launches: its GPU time lands in the step. `<mode>-2l`
 (ngram-2l, draft-2l, block-2l; block-tree32-2l over a tree) runs two-level verification
 (option two_level, memory entry two-level, with `--opt weights=w12`): τ is then tokens per
 exact step. "Block 16" is
@@ -77,8 +79,9 @@ class TimedDrafts:
     other attribute is the drafter's. Modes sharing one drafter (block, block-tree32) each
     have their own."""
 
-    def __init__(self, drafter, key: str, totals: dict[str, float]):
+    def __init__(self, drafter, key: str, totals: dict[str, float], packed: bool = True):
         self.inner, self.key, self.totals = drafter, key, totals
+        self.packed = packed   # False (`-host` modes): no draft_packed, the lattice read
 
     def draft(self, ctx, k):
         t = time.perf_counter()
@@ -88,9 +91,10 @@ class TimedDrafts:
             self.totals[self.key] = self.totals.get(self.key, 0.0) + time.perf_counter() - t
 
     def draft_packed(self, ctx, k):
-        """The lattice left on the device (tree_build=device): no host read, so its wall
-        time is the drafter's launches alone; its GPU work lands in the verify step's."""
-        if not hasattr(self.inner, "draft_packed"):
+        """The lattice left on the device (the block drafter's chains on the static path,
+        and its trees with tree_build=device): no host read, so its wall time is the
+        drafter's launches alone; its GPU work lands in the verify step's."""
+        if not self.packed or not hasattr(self.inner, "draft_packed"):
             raise AttributeError("draft_packed")
         t = time.perf_counter()
         try:
@@ -116,7 +120,7 @@ def mode_engine(eng: Engine, mode: str):
     values = {}
     if tree_budget(mode):
         values["tree_budget"] = tree_budget(mode)
-    if "-host" in mode:
+    if tree_budget(mode) and mode.endswith("-host"):
         values["tree_build"] = "host"
     if mode.endswith("-2l"):
         values["two_level"] = True
@@ -201,13 +205,14 @@ def run_setting(eng: Engine, reqs, args, errors: list[str]) -> dict:
             return None
         if m not in drafters:
             d = make_drafter(m.split("-")[0], eng)
+            host = m.endswith("-host")
             if m in ("block-graphs", "block-eager"):
                 from stock.drafters.block import BlockDrafter
 
                 on = m == "block-graphs"  # the plain path: eager context update and forward
                 d = BlockDrafter(d.net, d.target, d.max_len, d.topk, graphs=on,
                                  compiled=on and d.compiled, static=on)
-            drafters[m] = TimedDrafts(d, m, draft_s)
+            drafters[m] = TimedDrafts(d, m, draft_s, packed=not host)
         return drafters[m]
 
     for m in args.modes:  # warm-up: kernels, allocator, compiles

@@ -186,6 +186,24 @@ class Engine:
             logits = self._fault(logits, start + 1 - self._prompt_len)
         return logits, out.hidden, None
 
+    def _device_chain(self, drafter, recorder) -> bool:
+        """Whether chain steps take their draft from the drafter's lattice on the device
+        (`draft_packed`, the block drafter) instead of reading it to the host: the static
+        path, unprofiled, no lattice log (it records host lattices), no test fault (applied
+        to host logits)."""
+        return (self.runner is not None and hasattr(drafter, "draft_packed")
+                and recorder is None and not profile_active()
+                and self.options["fault_logit_bias_after"] < 0)
+
+    def _verify_device_chain(self, packed: torch.Tensor, pending: int, start: int, k: int,
+                             hidden_layers=()):
+        """Verify [pending] + the top-1 chain of the first k positions of a lattice left on
+        the device; (n accepted draft tokens, the target's k + 1 tokens, hidden states)."""
+        for _ in range(1 + self.options["repeat_work"]):  # repeats: identical writes
+            out = self.runner.chain_step(packed, pending, start, k, tuple(hidden_layers))
+        got = out.packed[: k + 2].tolist()  # the one host sync of a step
+        return got[0], got[1:], {layer: h[:, : k + 1] for layer, h in out.hidden.items()}
+
     def _fault(self, logits: torch.Tensor, first: int) -> torch.Tensor:
         """Test-only fault: bias one token's logit in rows predicting new token >= after."""
         after = self.options["fault_logit_bias_after"]
@@ -248,6 +266,7 @@ class Engine:
             res = GenResult([], len(prompt))
             t0 = time.perf_counter()
             layers = drafter.hidden_layers if drafter is not None else ()
+            device_chain = drafter is not None and self._device_chain(drafter, recorder)
             pending, hidden = self._prefill(prompt, layers)  # hidden: {} unless asked for
             self._sync()
             res.prefill_s = time.perf_counter() - t0
@@ -263,19 +282,29 @@ class Engine:
                 with step:
                     k = min(k_max, room, max_new - len(res.tokens))
                     lattice = DraftLattice.empty()
-                    if k > 0 and drafter is not None:
+                    if k > 0 and device_chain and k < self.runner.buckets[-1]:
+                        # the draft stays on the device: no host read between the drafter's
+                        # step and this one
                         with region("drafter"):
-                            lattice = drafter.draft(DraftContext(prompt + res.tokens, hidden), k)
-                    chain = lattice.chain[:k]
-                    logits, hid, packed = self._verify(pending, chain, start, layers)
-                    if packed is not None:  # acceptance was computed on the device
-                        got = packed[: len(chain) + 2].tolist()  # the one host sync of a step
-                        n, target = got[0], got[1:]
+                            draft = drafter.draft_packed(DraftContext(prompt + res.tokens,
+                                                                      hidden), k)
+                        n, target, hid = self._verify_device_chain(
+                            draft, pending, start, min(k, draft.shape[1]), layers)
                     else:
-                        target = logits.argmax(-1).tolist()  # the one host sync of a step
-                        n = 0
-                        while n < len(chain) and chain[n] == target[n]:
-                            n += 1
+                        if k > 0 and drafter is not None:
+                            with region("drafter"):
+                                lattice = drafter.draft(DraftContext(prompt + res.tokens,
+                                                                     hidden), k)
+                        chain = lattice.chain[:k]
+                        logits, hid, packed = self._verify(pending, chain, start, layers)
+                        if packed is not None:  # acceptance was computed on the device
+                            got = packed[: len(chain) + 2].tolist()  # the one host sync
+                            n, target = got[0], got[1:]
+                        else:
+                            target = logits.argmax(-1).tolist()  # the one host sync of a step
+                            n = 0
+                            while n < len(chain) and chain[n] == target[n]:
+                                n += 1
                     self.cache.commit(start + n + 1)
                     # static outputs are overwritten by the next replay: keep copies
                     hidden = {layer: h[:, : n + 1].clone() for layer, h in hid.items()}

@@ -226,6 +226,21 @@ class GraphRunner:
         self.load(s, ids, start, k)
         return self.launch(s)
 
+    def chain_step(self, lattice: torch.Tensor, pending: int, start: int, k: int,
+                   hidden_layers: tuple[int, ...] = ()) -> StepOut:
+        """`step` for [pending] + the top-1 tokens of the first k positions of a drafter's
+        packed lattice [2, D, K] on this device (stock/drafters/block_step.pack_lattice):
+        the draft tokens are copied into the slot on the device, so the drafter's step and
+        this one run back to back with no host read between them."""
+        if not 0 < k <= lattice.shape[1]:
+            raise GraphError(f"a chain of {k} draft tokens from a lattice of "
+                             f"{lattice.shape[1]} positions")
+        s = self.slot(self.bucket(k + 1), self.kv_bucket(start + k + 1), hidden_layers)
+        self.load(s, [pending] * (k + 1), start, k)   # placeholders for the draft tokens
+        with torch.inference_mode():
+            s.inp[1:k + 1].copy_(lattice[0, :k, 0])   # float64 ids, exact, to int64
+        return self.launch(s)
+
     def capture_all(self, start: int, hidden_layers: tuple[int, ...] = ()) -> None:
         """Capture every T bucket for a step starting at `start` (benchmarks)."""
         for t in self.buckets:

@@ -112,6 +112,43 @@ def test_static_engine_path_feeds_the_block_drafter(toy, toy_trained):
         assert d2.ctx_len == n and torch.allclose(d1.k[0][:, :, :n], d2.k[0][:, :, :n], atol=1e-5)
 
 
+def test_static_chain_steps_take_the_draft_on_the_device(toy, toy_trained):
+    """On the static path the block drafter's chain goes from its packed lattice into the
+    verify step on the device (GraphRunner.chain_step, no host read of the lattice): AR's
+    tokens and the host-read path's steps; a lattice log or the test fault (both on the
+    host) keeps the host read."""
+    from stock.lattice_log import LatticeRecorder
+
+    target, prompts, _ = toy
+    static = Engine(target, Options({"draft_len": 4}), max_context=256, static=True)
+    used = []
+    step = static.runner.chain_step
+    static.runner.chain_step = lambda *a, **kw: (used.append(a[3]), step(*a, **kw))[1]
+
+    class HostOnly:   # the same drafter without draft_packed: the lattice read to the host
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            if name == "draft_packed":
+                raise AttributeError(name)
+            return getattr(self.inner, name)
+
+    for p in prompts[:2]:
+        ar = static.generate(p, 30)
+        dev = static.generate(p, 30, BlockDrafter(toy_trained[0], target, 256, static=True))
+        steps = len(used)
+        host = static.generate(p, 30, HostOnly(BlockDrafter(toy_trained[0], target, 256,
+                                                            static=True)))
+        assert len(used) == steps > 0   # the device path ran, and only with draft_packed
+        assert dev.tokens == host.tokens == ar.tokens and dev.accepted == host.accepted
+    assert max(used) == 4 and any(a < 5 for a in dev.accepted)   # drafts were also rejected
+    before = len(used)
+    static.generate(prompts[0], 10, BlockDrafter(toy_trained[0], target, 256, static=True),
+                    recorder=LatticeRecorder(4))
+    assert len(used) == before
+
+
 def _drafts(engine, prompt, drafter, max_new=40):
     """(result, every lattice the drafter returned)."""
     seen, inner = [], drafter.draft
