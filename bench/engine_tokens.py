@@ -90,20 +90,24 @@ class TimedDrafts:
         finally:
             self.totals[self.key] = self.totals.get(self.key, 0.0) + time.perf_counter() - t
 
-    def draft_packed(self, ctx, k):
+    def __getattr__(self, name):
+        if name == "draft_packed":   # absent where the lattice is read to the host
+            if not self.packed:
+                raise AttributeError(name)
+            return self._draft_packed(getattr(self.inner, name))
+        return getattr(self.inner, name)
+
+    def _draft_packed(self, inner):
         """The lattice left on the device (the block drafter's chains on the static path,
         and its trees with tree_build=device): no host read, so its wall time is the
         drafter's launches alone; its GPU work lands in the verify step's."""
-        if not self.packed or not hasattr(self.inner, "draft_packed"):
-            raise AttributeError("draft_packed")
-        t = time.perf_counter()
-        try:
-            return self.inner.draft_packed(ctx, k)
-        finally:
-            self.totals[self.key] = self.totals.get(self.key, 0.0) + time.perf_counter() - t
-
-    def __getattr__(self, name):
-        return getattr(self.inner, name)
+        def draft_packed(ctx, k):
+            t = time.perf_counter()
+            try:
+                return inner(ctx, k)
+            finally:
+                self.totals[self.key] = self.totals.get(self.key, 0.0) + time.perf_counter() - t
+        return draft_packed
 
 
 def tree_budget(mode: str) -> int:
