@@ -246,6 +246,6 @@ def device_tree(lattice: torch.Tensor, ctl: torch.Tensor,
         from kernels.tree_build import tree_build  # lazy: triton, only on CUDA
 
         return tree_build(lattice, ctl, t)
-    from kernels.tree_build.reference import reference_tree_build
+    from kernels.tree_build.reference import reference_tree_build  # lazy: package imports triton
 
     return reference_tree_build(lattice, ctl, t)
