@@ -107,11 +107,13 @@ def test_a_rows_commit_keeps_what_a_single_request_would(tiny):
             start = single.cache.length
             single.model(torch.tensor([seq]), single.cache, start)
             single.cache.commit(start + n)
+            # fp32 GEMMs of 15 rows and of 5 sum in other orders (this CPU: 1.7e-6 apart);
+            # a commit of one token too many or too few is off by the state's own size
             for layer in be.cache.gdn_layers:
                 torch.testing.assert_close(be.cache.state[layer][req.row],
-                                           single.cache.state[layer][0], rtol=1e-5, atol=1e-6)
+                                           single.cache.state[layer][0], rtol=1e-4, atol=1e-5)
                 torch.testing.assert_close(be.cache.window[layer][req.row],
-                                           single.cache.window[layer][0], rtol=1e-5, atol=1e-6)
+                                           single.cache.window[layer][0], rtol=1e-4, atol=1e-5)
         with pytest.raises(StateError, match="commit of 4 tokens of a row's 3"):
             be._forward(seqs, rows, starts)
             be.cache.commit_rows(rows, [1, 4, 1], [5, 3, 5])
