@@ -36,6 +36,7 @@ SMOKES = [
     pytest.param("batch_throughput.py", id="batch_throughput"),
     pytest.param("readme_commands.py", id="readme_commands"),   # a fresh clone, a venv
     pytest.param("concurrent_runs.py", id="concurrent_runs"),
+    pytest.param("gpu_explore.sh", id="gpu_explore"),   # staged, stopped before the plan, resumed
     # the controller with confined workers (five processes on a 2-core machine)
     pytest.param("gpu_verdict.sh", id="gpu_verdict", marks=pytest.mark.slow),
 ]
