@@ -239,8 +239,10 @@ def analyze_cmd(n_requests, max_new, drafter, model, device, opts, opts_file, as
         f"tree, budget {rep.tau_best_budget}"
     click.echo(f"τ factor        {f['tau']:.2f}x  ({rep.tau_method}; best: {best}, "
                f"τ {rep.tau_curve[rep.tau_best_budget]:.2f})")
-    click.echo(f"kernel factor   {f['kernel']:.2f}x")
-    click.echo(f"overhead factor {f['overhead']:.2f}x")
+    for name in ("kernel", "overhead"):
+        click.echo(f"{name + ' factor':<15} " + (
+            f"{f[name]:.2f}x" if f[name] is not None else
+            "n/a (the profile ran the static steps eagerly; the timed ones replay CUDA graphs)"))
     click.echo(f"largest: {rep.suggested} -> {rep.direction}")
 
 

@@ -60,7 +60,12 @@ class Analysis(BaseModel):
     mean_context: float
     actual_step_ms: float
     profiled_kernel_ms: float
-    factors: dict[str, float]       # tau, kernel, overhead
+    factors: dict[str, float | None]  # tau, kernel, overhead; None: not computable
+    # "timed": the profile ran the timed path; "eager": the timed steps replay CUDA graphs
+    # and the profile ran the same static forward eagerly, so its region times are eager
+    # wall times (launch-bound on a small model), and the kernel and overhead factors
+    # built from them are left unknown
+    profile_path: str = "timed"
     tau_method: str                 # "exact" (simulated decodes) or "ancestor-only"
     tau_measured: float             # tokens per step of the measured (chain) run
     # exact: keys are costmodel.CHAIN (0) and tree budgets in nodes, the root included;
@@ -137,6 +142,9 @@ def report(measured: dict, model: str, hw: Hardware, request_ids: list[str]) -> 
     actual_ms = 1e3 * decode_s / steps_t
     kernel = costmodel.kernel_factor(per_step, bounds_ms)
     overhead = actual_ms / kernel_ms if kernel_ms > 0 else float("nan")
+    profile_path = measured.get("profile_path", "timed")
+    if profile_path == "eager":   # H200, embedded default: kernel 287x, overhead 0.11
+        kernel = overhead = None
 
     def bound_of(tokens: int) -> float:
         return sum(costmodel.step_bound(cfg, tokens, round(mean_ctx), elt, peak,
@@ -158,7 +166,8 @@ def report(measured: dict, model: str, hw: Hardware, request_ids: list[str]) -> 
     else:
         tau = costmodel.tau_factor(lattice_steps, current_tau, mean_tokens, bound_of)
     factors = {"tau": tau.factor, "kernel": kernel, "overhead": overhead}
-    best = max(factors, key=lambda k: factors[k] if np.isfinite(factors[k]) else -1)
+    best = max(factors, key=lambda k: factors[k] if factors[k] is not None
+               and np.isfinite(factors[k]) else -1)
     cats = [CategoryRow(category=c, measured_ms=per_step.get(c, 0.0),
                         bound_ms=bounds_ms.get(c),
                         ratio=(per_step.get(c, 0.0) / bounds_ms[c]
@@ -168,7 +177,7 @@ def report(measured: dict, model: str, hw: Hardware, request_ids: list[str]) -> 
                     drafter=measured.get("drafter", ""), hardware=hw, dtype=dtype,
                     requests=request_ids, steps=steps_t, tokens_per_step=mean_tokens,
                     mean_context=mean_ctx, actual_step_ms=actual_ms, profiled_kernel_ms=kernel_ms,
-                    factors=factors, tau_method=tau.method, tau_measured=current_tau,
+                    factors=factors, profile_path=profile_path, tau_method=tau.method, tau_measured=current_tau,
                     tau_best_budget=tau.best_budget, tau_curve=tau.curve,
                     speedup_by_budget=tau.speedup_by_budget, tau_rows=rows, categories=cats,
                     suggested=best,

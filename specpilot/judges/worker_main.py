@@ -259,6 +259,9 @@ def measure(engine, drafter, prompts: list[list[int]], max_new: int) -> dict:
     for ids in prompts:
         engine.generate(ids, max_new, drafter, profiler=profiler)
     return {"runs": runs, "profile": profiler.report(), "topk": recorder.topk,
+            # where steps replay CUDA graphs the profiled steps run the same static forward
+            # eagerly (a graph hides its kernels from the regions): not the timed path
+            "profile_path": "eager" if engine.uses_graphs else "timed",
             "draft_len": engine.options["draft_len"],
             "drafter": getattr(drafter, "name", "ar"),   # "auto" resolved (stock.system)
             "device": str(engine.model.device),
