@@ -1,10 +1,11 @@
-"""The split-KV attention kernels (and the device tree build) compile for Hopper (sm_90) through Triton's own compiler,
-with no GPU: the interpreter runs a kernel's Python as Python and accepts code the compiler
-refuses (2026-12-03: a loop-carried name reused with another type passed every CPU test and
-failed every GPU one). Each variant the engine launches (a chain step, a tree step, a
-batched step; bf16, head dims 64 and 128) goes through the whole pipeline to a cubin, in a
-child process without TRITON_INTERPRET (other test modules set it, and the interpreter
-replaces @triton.jit at import)."""
+"""The split-KV attention kernels (and the device tree build) compile for Hopper (sm_90)
+through Triton's own compiler, with no GPU: the interpreter runs a kernel's Python as
+Python and accepts code the compiler refuses (2026-12-03: a loop-carried name reused with
+another type passed every CPU test and failed every GPU one; 2026-12-04: a plain global in
+the tree build). Each variant the engine launches (a chain step, a tree step, a batched
+step; bf16, head dims 64 and 128; the tree build at T 16-64) goes through the whole
+pipeline to a cubin, in a child process without TRITON_INTERPRET (other test modules set
+it, and the interpreter replaces @triton.jit at import)."""
 
 from __future__ import annotations
 
