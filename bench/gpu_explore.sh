@@ -9,6 +9,8 @@
 #
 #   bash bench/gpu_explore.sh            # carry .whl (the GGUF staged: stage.sh gguf);
 #                                        # call again while it prints "not finished"
+#   DIRECTIONS=1 bash bench/gpu_explore.sh   # [explore] max_directions (default 3), set
+#                                        # when the first call stages the repository
 #   bash bench/gpu_explore.sh --smoke    # CPU: random:tiny-qwen3, stopped before the plan
 #                                        # and resumed to the explore phase
 #
@@ -34,9 +36,9 @@ fi
 if [ ! -f "$XREPO/.specpilot/config.toml" ]; then
     stage_repo "$XREPO" || exit 1
     python3 -m specpilot init >/dev/null || { echo "gpu_explore: specpilot init failed"; exit 1; }
-    python3 - "$MODEL" "$SMOKE" <<'EOF' || exit 1
+    python3 - "$MODEL" "$SMOKE" "${DIRECTIONS:-3}" <<'EOF' || exit 1
 import re, sys
-model, smoke = sys.argv[1], sys.argv[2]
+model, smoke, directions = sys.argv[1], sys.argv[2], sys.argv[3]
 path = ".specpilot/config.toml"
 text = re.sub(r'(?m)^path = ".*"$', f'path = "{model}"', open(path).read(), count=1)
 # evidence for a GPU (the shipped [explore] defaults are sized for a 2-core CPU); the smoke
@@ -44,6 +46,7 @@ text = re.sub(r'(?m)^path = ".*"$', f'path = "{model}"', open(path).read(), coun
 extra = "" if smoke else """
 [explore]
 backend = "offline"
+max_directions = {directions}
 analyze_requests = 4
 analyze_max_new = 128
 prescreen_requests = 2
@@ -53,7 +56,7 @@ controller_rounds = 3
 controller_requests = 4
 controller_max_new = 128
 validate_requests = 2
-"""
+""".format(directions=int(directions))
 open(path, "w").write(text + extra)
 EOF
     echo "gpu_explore: staged $XREPO (model $MODEL)"
