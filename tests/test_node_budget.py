@@ -41,6 +41,36 @@ def test_the_budget_goes_to_the_most_probable_paths_across_requests():
     assert shared_budget([flat, flat, flat], [3, 3, 3], 4) == [2, 1, 1]
 
 
+def _per_position(lattices, ks, budget):
+    """The allocation by its definition, one candidate position at a time (the entry's
+    first code): sort (-cumulative log-prob, depth, request), take the first `budget`."""
+    cands = []
+    for i, (lat, k) in enumerate(zip(lattices, ks)):
+        cum = 0.0
+        for j in range(k):
+            cum += float(lat.logprobs[j, 0])
+            cands.append((-cum, j, i))
+    take = [0] * len(ks)
+    for _, _, i in sorted(cands)[:budget]:
+        take[i] += 1
+    return take
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_array_allocation_equals_the_per_position_one(seed):
+    """Random lattices of 32 requests, log-probs on a coarse grid (many exact ties across
+    requests and depths), capped lengths including 0, budgets from 0 past the total."""
+    gen = torch.Generator().manual_seed(seed)
+    lattices, ks = [], []
+    for _ in range(32):
+        n = int(torch.randint(1, 16, (1,), generator=gen))
+        lp = -torch.randint(0, 4, (n, 4), generator=gen).float() / 8
+        lattices.append(DraftLattice(torch.zeros(n, 4, dtype=torch.long), lp))
+        ks.append(int(torch.randint(0, n + 1, (1,), generator=gen)))
+    for budget in (0, 1, 7, 96, 200, 1000):
+        assert shared_budget(lattices, ks, budget) == _per_position(lattices, ks, budget)
+
+
 def test_a_shared_budget_keeps_every_single_request_output(toy, toy_trained):
     target, prompts, _ = toy
     net = toy_trained[0]
