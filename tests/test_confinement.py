@@ -364,6 +364,34 @@ def test_a_confined_candidate_sees_only_its_checkout_and_scratch(project, tmp_pa
     assert ready["confined"] == confine.CONFINED
 
 
+@needs_bwrap
+def test_a_candidate_feeds_only_its_own_trees_compiles(project, tmp_path, monkeypatch):
+    """Workers of one system tree share its compilers' cache (/judge/compile: torch.compile's
+    and Triton's), so a GPU worker's compiles become cache reads after the first; a file a
+    candidate plants there reaches the next worker of its own tree and no worker of another
+    tree (a rival candidate, or stock), whose cache is its own tree's."""
+    monkeypatch.delenv(confine.OPT_OUT, raising=False)
+    body = """
+        from pathlib import Path
+        cache = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+        attempt("where", lambda: str(cache))
+        attempt("seen", lambda: sorted(p.name for p in cache.glob("*")))
+        attempt("plant", lambda: (cache.mkdir(parents=True, exist_ok=True),
+                                  (cache / P["name"]).write_text("x"))[1])
+        """
+    poisoner = candidate(project, "poison", body, name="poisoned-entry")
+    rival = candidate(project, "rival", body, name="rival-entry")
+    logs = [tmp_path / f"{i}.log" for i in range(3)]
+    for rev, log in zip((poisoner, poisoner, rival), logs):
+        with serving(project, rev, log):
+            pass
+    first, second, other = (found(log) for log in logs)
+    assert first["where"] == ["ok", str(confine.COMPILE / "inductor")]
+    assert first["seen"] == ["ok", []] and first["plant"] == ["ok", 1]
+    assert second["seen"] == ["ok", ["poisoned-entry"]]   # its own tree: shared
+    assert other["seen"] == ["ok", []]                     # another tree: never seen
+
+
 # the policy ----------------------------------------------------------------------------
 
 def test_without_bwrap_a_worker_refuses_to_start_unless_the_user_opts_out(project, tmp_path,

@@ -3,8 +3,11 @@
 `command()` wraps a worker's argv in bubblewrap: a new mount tree holding only what the
 worker needs, read-only (the Python installation, the system's libraries and a few files
 of /etc, the worker program at /judge/worker_main.py, the candidate's clean checkout at
-/judge/checkout, the model files), a private tmpfs /tmp and a private writable scratch at
-/judge/scratch (HOME and the compilers' caches). Every namespace is new: no network, its
+/judge/checkout, the model files), a private tmpfs /tmp, a private writable scratch at
+/judge/scratch (HOME) and, writable, the compilers' caches of its checkout's tree at
+/judge/compile (torch.compile's and Triton's: every worker of one system tree compiles into
+and reads from the same folder, and no worker of another tree sees it, so a candidate can
+only ever feed its own compiles). Every namespace is new: no network, its
 own PID and IPC namespace (two workers cannot see or signal each other). The environment
 is cleared and rebuilt from an allow-list: no API keys, no SPECPILOT_* variables. Nothing
 of the project tree, the judges' caches (σ, references), the sealed set, other checkouts
@@ -31,6 +34,7 @@ JUDGE = Path("/judge")
 CHECKOUT = JUDGE / "checkout"
 PROGRAM = JUDGE / "worker_main.py"
 SCRATCH = JUDGE / "scratch"
+COMPILE = JUDGE / "compile"
 MODEL_CACHE = SCRATCH / "cache" / "specpilot" / "models"  # where stock looks for converted GGUFs
 OPT_OUT = "SPECPILOT_UNCONFINED"
 CONFINED = "bubblewrap"
@@ -113,11 +117,12 @@ def _ro(path: str | Path, inside: str | Path | None = None) -> list[str]:
 
 def command(argv: list[str], program: Path, checkout: Path, scratch: Path,
             reads: list[tuple[Path, Path]] = (), device: str = "cpu",
-            env: dict[str, str] | None = None) -> list[str]:
+            env: dict[str, str] | None = None, compile_cache: Path | None = None) -> list[str]:
     """bwrap argv running `argv` (whose element `program` is seen as /judge/worker_main.py)
-    on `checkout` with `scratch` as its only writable folder. `reads`: (host path, path the
-    worker sees) pairs mounted read-only, e.g. the model. Open file descriptors the caller
-    passes (the result pipe) are inherited through bwrap unchanged."""
+    on `checkout` with `scratch` as its writable folder, and `compile_cache` (the compile
+    cache of the checkout's tree; default: inside scratch) as /judge/compile. `reads`: (host
+    path, path the worker sees) pairs mounted read-only, e.g. the model. Open file
+    descriptors the caller passes (the result pipe) are inherited through bwrap unchanged."""
     args = [usable_bwrap() or "bwrap", "--unshare-all", "--die-with-parent", "--new-session",
             "--clearenv"]
     # the private /tmp first: a Python installation under /tmp (a CI runner's venv) is
@@ -135,6 +140,10 @@ def command(argv: list[str], program: Path, checkout: Path, scratch: Path,
             args += _ro(path)
     args += _ro(program, PROGRAM) + ["--ro-bind", str(checkout), str(CHECKOUT)]
     args += ["--bind", str(scratch), str(SCRATCH)]
+    caches = SCRATCH / "cache"
+    if compile_cache is not None:
+        args += ["--bind", str(compile_cache), str(COMPILE)]
+        caches = COMPILE
     for host, inside in reads:
         args += _ro(host, inside)
     inner = {k: os.environ[k] for k in ENV_PASS if k in os.environ}
@@ -145,8 +154,8 @@ def command(argv: list[str], program: Path, checkout: Path, scratch: Path,
     inner.update(PATH=":".join(dict.fromkeys(path)),
                  HOME=str(SCRATCH), TMPDIR="/tmp", USER="judge", LOGNAME="judge",
                  XDG_CACHE_HOME=str(SCRATCH / "cache"),
-                 TRITON_CACHE_DIR=str(SCRATCH / "cache" / "triton"),
-                 TORCHINDUCTOR_CACHE_DIR=str(SCRATCH / "cache" / "inductor"),
+                 TRITON_CACHE_DIR=str(caches / "triton"),
+                 TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"),
                  PYTHONPATH=str(CHECKOUT), PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
     inner.update(env or {})
     for name, value in sorted(inner.items()):

@@ -30,6 +30,7 @@ from specpilot.judges.worker_main import tree_hash
 
 WORKER = Path(__file__).with_name("worker_main.py")
 CHECKOUTS = Path(".specpilot") / "cache" / "checkouts"
+COMPILES = Path(".specpilot") / "cache" / "compile"   # the compilers' caches, a folder a tree
 SCRUB_ENV = ("SPECPILOT_OPTS", "PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONUSERBASE")
 
 
@@ -155,6 +156,19 @@ def _seen(path: Path) -> list[tuple[Path, Path]]:
     return [(real, real)] + ([(real, path.absolute())] if path.absolute() != real else [])
 
 
+def compile_cache(checkout: Checkout) -> Path | None:
+    """The compilers' cache of `checkout`'s system tree, shared by every confined worker of
+    that tree (from run to run: a worker's compiles, minutes on a GPU, are then mostly cache
+    reads) and by no worker of another tree: .specpilot/cache/compile/<tree>, beside the
+    clean checkouts. None (a cache inside the worker's own scratch) for a checkout that is
+    not one of them."""
+    if checkout.path.parent.name != CHECKOUTS.name:
+        return None
+    folder = checkout.path.parent.with_name(COMPILES.name) / checkout.tree
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def launch(checkout: Checkout, device: str, model: str, options: dict,
            mode: str) -> tuple[list[str], dict, str, Path, Path | None]:
     """The command line, environment, device name, checkout path as the worker sees it and
@@ -169,7 +183,8 @@ def launch(checkout: Checkout, device: str, model: str, options: dict,
         scratch = lifeline.track_folder(Path(tempfile.mkdtemp(prefix="specpilot-worker-")))
         argv = confinement.command(
             argv, WORKER, checkout.path, scratch, model_reads(model, options), device,
-            {"CUDA_VISIBLE_DEVICES": visible} if visible is not None else {})
+            {"CUDA_VISIBLE_DEVICES": visible} if visible is not None else {},
+            compile_cache=compile_cache(checkout))
         return argv, confinement.outer_env(), name, confinement.CHECKOUT, scratch
     # opted out: the candidate runs with the user's rights
     env = {k: v for k, v in os.environ.items() if k not in SCRUB_ENV}
