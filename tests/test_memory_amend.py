@@ -61,6 +61,27 @@ def test_amend_refuses_and_changes_nothing(project):
     assert project.git("for-each-ref") == refs
 
 
+def test_amend_refuses_a_source_built_on_a_newer_stock(project):
+    """SRC replayed onto a newer HEAD (stock changed a system file since the entry's base)
+    would fold stock's change into the entry's patch: refused, nothing changed; on a newer
+    HEAD that changed only files outside the system paths it is amended."""
+    project.entry("a", {1: "'a'"})
+    refs = project.git("for-each-ref", "refs/specpilot", "refs/notes")
+    newer = project.make_commit(project.base, {"stock/other.py": "moved = 1\n"}, "stock moved")
+    project.git("reset", "-q", "--hard", newer)   # HEAD: the newer stock
+    project.make_commit(newer, {"stock/engine.py": engine_text({1: "'a2'"})}, "a on it",
+                        branch="src/a2")
+    res = project.specpilot("memory", "amend", "a", "--from", "src/a2", "--reason", "x")
+    assert res.exit_code == 2 and "built on stock" in res.output and "rebase --onto" in res.output
+    assert project.git("for-each-ref", "refs/specpilot", "refs/notes") == refs
+    docs = project.make_commit(project.base, {"NOTES.md": "notes\n"}, "docs")
+    project.git("reset", "-q", "--hard", docs)    # HEAD: stock's system paths as at the base
+    project.make_commit(docs, {"stock/engine.py": engine_text({1: "'a3'"})}, "a on docs",
+                        branch="src/a3")
+    res = project.specpilot("memory", "amend", "a", "--from", "src/a3", "--reason", "x")
+    assert res.exit_code == 0, res.output
+
+
 def test_amend_can_give_the_entry_new_dependencies(project):
     """b, recorded alone, is amended to build on a: its patch becomes what it adds over a,
     the entry's commit gets a's as parent, and the old list stays in its history."""

@@ -58,6 +58,7 @@ def amend(memory: Memory, entry_id: str, source: str, reason: str,
     if store.merge_base(source_commit, meta.base) != meta.base:
         raise SpecPilotError(f"{source} does not contain the entry's base {meta.base[:12]}; "
                              f"rebase the entry first (`specpilot memory rebase`)", code=2)
+    _refuse_a_newer_stock(store, source, source_commit, meta.base, memory.system_paths)
     with store.private_index() as index:
         replayer = Replayer(memory, refs, index)
         deps_tree = replayer.tree_for_deps(new_deps, meta.base, entry_id)
@@ -90,6 +91,23 @@ def amend(memory: Memory, entry_id: str, source: str, reason: str,
     files = [memory.rel(p) for p in written]
     return AmendOutcome(entry_id, entry.commit, commit, source_tree, new_meta.patch_sha256,
                         len(meta.results), files)
+
+
+def _refuse_a_newer_stock(store, source: str, source_commit: str, base: str,
+                          system_paths: list[str]) -> None:
+    """SRC made on a newer stock (HEAD's commits past the entry's base that change the system
+    paths) would put stock's own changes into the entry's patch, and its replay onto that
+    stock would then fail: refused, with the way out."""
+    head = store.resolve("HEAD")
+    shared = store.merge_base(source_commit, head) if head else None
+    if (shared is None or shared == base or store.merge_base(shared, base) != base
+            or store.system_tree(shared, system_paths) == store.system_tree(base, system_paths)):
+        return
+    raise SpecPilotError(f"{source} is built on stock {shared[:12]}, whose system paths moved "
+                         f"since the entry's base {base[:12]}: the patch would carry those "
+                         f"changes too. Rebase the entry onto it first (`specpilot memory "
+                         f"rebase --onto {shared[:12]}`), or make {source} from a replay "
+                         f"onto the entry's base", code=2)
 
 
 def _check_deps(refs: dict, entry_id: str, meta, deps: list[str]) -> list[str]:
