@@ -188,22 +188,29 @@ class GraphRunner:
             raise ContextOverflow(f"step [{start}, {start + len(ids)}) exceeds the context "
                                   f"({self.max_context}) or the slot's KV length ({s.kv_len})")
         k = len(ids) - 1 if k is None else k
+
+        def fill(buf) -> None:
+            n = len(ids)
+            buf[:n] = ids
+            buf[n:s.t] = ids[-1]
+            buf[s.t], buf[s.t + 1] = start, k
+        self.stage(s, fill, start)
+
+    def stage(self, s: Slot, fill, start: int) -> None:
+        """Write a step's inputs into the slot: `fill(buf)` writes them into the host staging
+        array (a numpy view: cheaper on the host than building a tensor from a list every
+        step), then one copy into the slot's input; on CUDA an async copy from pinned memory,
+        no host sync."""
         if s.copied is not None:
             # CUDA: the last async copy out of the staging buffer must have run before the
             # buffer is rewritten. After a step whose result was read it has (no wait); steps
             # launched back to back on one slot without a read (a prompt prefilled in
             # chunks) wait here for the copy, not for the step.
             s.copied.synchronize()
-        # written through a numpy view: cheaper on the host than building a tensor from
-        # the list every step
-        host = s.host if s.host is not None else torch.empty(s.t + 2, dtype=torch.long)
-        buf, n = host.numpy(), len(ids)
-        buf[:n] = ids
-        buf[n:s.t] = ids[-1]
-        buf[s.t], buf[s.t + 1] = start, k
+        host = s.host if s.host is not None else torch.empty(s.inp.numel(), dtype=torch.long)
+        fill(host.numpy())
         s.start = start
         with torch.inference_mode():
-            # CUDA: no host sync, an async copy from pinned memory
             s.inp.copy_(host, non_blocking=s.host is not None)
         if s.copied is not None:
             s.copied.record()
