@@ -14,8 +14,8 @@
 #   bash bench/gpu_explore.sh --smoke    # CPU: random:tiny-qwen3, stopped before the plan
 #                                        # and resumed to the explore phase
 #
-# Prints the run's phase and, once the cycle is done, its record's table (`specpilot runs
-# show RUN`); the run record's JSON lands in $OUT.
+# Prints the end of explore's log and one table of the run (phase, each direction's status,
+# gain, bound and entry, validation); the log and the run record's JSON land in $OUT.
 set -u
 SMOKE=""
 if [ "${1:-}" = "--smoke" ]; then SMOKE=1; shift; fi
