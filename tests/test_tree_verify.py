@@ -203,3 +203,40 @@ def make_lattice():
 
     return DraftLattice(torch.tensor([[3, 4], [5, 6]]), torch.tensor([[-0.1, -1.0],
                                                                       [-0.2, -2.0]]))
+
+
+def test_the_cost_model_measures_a_tree_verifying_system():
+    """The cost model on a system that verifies trees (the explore's tune-kernels phase
+    analyses the integrated system; on the H200 it had adopted tree_budget 16 and the
+    analysis then failed: lattice logs record chain steps). The measurement goes on without
+    lattices: the timed steps' tokens gained are the engine's, the tokens verified per step
+    and the kernels' bounds are unknown (not the chain's guessed), and the τ factor is the
+    best simulated mode's τ over the τ this system measured, not over the chain's."""
+    from specpilot.judges.analyze import report
+    from specpilot.judges.hardware import TABLE
+    from specpilot.judges.worker_main import measure
+
+    model = Transformer.random(PRESETS["tiny-qwen3"], seed=7, std=0.08)
+    prompts = [[5, 9, 3, 5, 9, 3, 5, 9, 2, 7, 5, 9, 3, 8, 5, 9, 3, 5, 1] * 2,
+               [4, 8, 6, 4, 8, 6, 2, 4, 8, 6, 4, 8, 1] * 2]
+    reps = {}
+    for budget in (0, 16):
+        eng = Engine(model, Options({"tree_budget": budget, "draft_len": 8}), 256)
+        m = measure(eng, NGramDrafter(3, 1, 4), prompts, 40)
+        assert m["recorded"] is (budget == 0)
+        for run, ids in zip(m["runs"], prompts):
+            again = eng.generate(ids, 40, NGramDrafter(3, 1, 4))
+            assert run["accepted"] == again.accepted and run["steps"] == again.steps
+            assert bool(run["lattices"]) is (budget == 0)
+        reps[budget] = rep = report(m, "random", TABLE["H200"], ["a", "b"])
+        assert rep.tau_measured == pytest.approx(
+            sum(sum(r["accepted"]) for r in m["runs"]) / rep.steps)
+        assert rep.factors["tau"] == pytest.approx(rep.tau_curve[rep.tau_best_budget]
+                                                   / rep.tau_measured)
+    chain, tree = reps[0], reps[16]
+    assert 1 < chain.tokens_per_step <= 9 and chain.factors["kernel"] is not None
+    assert tree.tokens_per_step is None and tree.factors["kernel"] is None
+    assert all(c.bound_ms is None for c in tree.categories)
+    assert tree.tau_measured > chain.tau_measured           # the tree accepted more a step
+    assert chain.tau_curve == tree.tau_curve                # the same simulated modes
+    assert tree.factors["tau"] < chain.factors["tau"]       # less left to gain over a tree

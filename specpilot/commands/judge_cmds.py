@@ -217,8 +217,10 @@ def analyze_cmd(n_requests, max_new, drafter, model, device, opts, opts_file, as
     click.echo(f"  source: {hw.source}")
     if hw.conditions:
         click.echo(f"  measured: {hw.conditions}")
-    click.echo(f"{len(rep.requests)} requests, {rep.steps} steps, {rep.tokens_per_step:.2f} "
-               f"tokens verified per step, mean context {rep.mean_context:.0f}")
+    verified = "tokens verified per step not recorded (the system refused lattice logs)" \
+        if rep.tokens_per_step is None else f"{rep.tokens_per_step:.2f} tokens verified per step"
+    click.echo(f"{len(rep.requests)} requests, {rep.steps} steps, {verified}, mean context "
+               f"{rep.mean_context:.0f}")
     click.echo(f"{'category':<10} {'measured ms':>12} {'bound ms':>10} {'ratio':>8}")
     for row in rep.categories:
         bound = "" if row.bound_ms is None else f"{row.bound_ms:.4f}"
@@ -228,8 +230,8 @@ def analyze_cmd(n_requests, max_new, drafter, model, device, opts, opts_file, as
                f"{rep.profiled_kernel_ms:.2f} ms")
     f = rep.factors
     if rep.tau_rows:
-        click.echo(f"τ predicted (decode simulated on teacher-forced lattices; measured chain "
-                   f"τ {rep.tau_measured:.2f})")
+        click.echo(f"τ predicted (decode simulated on teacher-forced lattices; the system's "
+                   f"measured τ {rep.tau_measured:.2f})")
         click.echo(f"{'mode':<6} {'budget':>6} {'depth':>5} {'τ':>6} {'steps':>6} "
                    f"{'nodes/step':>10} {'speedup':>8}")
         for r in rep.tau_rows:

@@ -56,7 +56,7 @@ class Analysis(BaseModel):
     dtype: str
     requests: list[str]
     steps: int
-    tokens_per_step: float          # verified per step (pending + chain)
+    tokens_per_step: float | None   # verified per step (pending + chain); None: not recorded
     mean_context: float
     actual_step_ms: float
     profiled_kernel_ms: float
@@ -119,28 +119,34 @@ def report(measured: dict, model: str, hw: Hardware, request_ids: list[str]) -> 
         decode_s += run["decode_s"]
         steps_t += run["steps"]
         ctx = run["prompt_len"]
-        for step in run["lattices"]:
+        # tokens gained per timed step (bonus included); a measurement without them (older
+        # workers) has them on its recorded steps, which were the timed ones
+        gained = run.get("accepted") or [s["accepted"] + 1 for s in run["lattices"]]
+        for g in gained:
             contexts.append(ctx)
+            ctx += g
+            accepted.append(g)
+        for step in run["lattices"]:
             tokens_verified.append(len(step["ids"]) + 1)
-            ctx += step["accepted"] + 1
-            accepted.append(step["accepted"] + 1)
             lattice_steps.append((np.array(step["ids"], dtype=np.int64).reshape(-1, topk),
                                   np.array(step["logprobs"], dtype=np.float32).reshape(-1, topk),
                                   step["target"]))
-    if steps_t == 0:
-        raise ValueError("no decode steps were run (max_new too small?)")
     per_step = measured["profile"]["per_step_ms"]
     mean_ctx = float(np.mean(contexts))
-    mean_tokens = float(np.mean(tokens_verified))
+    # tokens verified per step: known from the recorded (chain) steps only; a system that
+    # refuses recording (a tree) leaves it, the kernels' bounds and the kernel factor unknown
+    mean_tokens = float(np.mean(tokens_verified)) if tokens_verified else None
+    per_token = (tokens_verified if len(tokens_verified) == len(contexts)
+                 else [round(mean_tokens)] * len(contexts) if mean_tokens else [])
 
     bounds = {c: 0.0 for c in costmodel.KERNELS}
-    for t, c in zip(tokens_verified, contexts):
+    for t, c in zip(per_token, contexts):
         for cat, b in costmodel.step_bound(cfg, t, c, elt, peak, hw.bandwidth).items():
             bounds[cat] += b / len(contexts)
-    bounds_ms = {c: 1e3 * v for c, v in bounds.items()}
+    bounds_ms = {c: 1e3 * v for c, v in bounds.items()} if per_token else {}
     kernel_ms = sum(per_step.get(c, 0.0) for c in costmodel.KERNELS)
     actual_ms = 1e3 * decode_s / steps_t
-    kernel = costmodel.kernel_factor(per_step, bounds_ms)
+    kernel = costmodel.kernel_factor(per_step, bounds_ms) if per_token else None
     overhead = actual_ms / kernel_ms if kernel_ms > 0 else float("nan")
     profile_path = measured.get("profile_path", "timed")
     if profile_path == "eager":   # H200, embedded default: kernel 287x, overhead 0.11
@@ -156,13 +162,16 @@ def report(measured: dict, model: str, hw: Hardware, request_ids: list[str]) -> 
     if forced and all(forced):
         draft_len = measured["draft_len"]
         tau = costmodel.tau_factor_exact([(f["lattices"], f["output"]) for f in forced],
-                                         draft_len, bound_of)
+                                         draft_len, bound_of, current_tau=current_tau)
         depth = min(f["depth"] for f in forced)
         rows = [TauRow(mode="chain" if b == costmodel.CHAIN else "tree",
                        budget=draft_len + 1 if b == costmodel.CHAIN else b,
                        max_depth=draft_len if b == costmodel.CHAIN else depth,
                        tau=d.tau, steps=d.steps, nodes_per_step=d.nodes_per_step,
                        speedup=tau.speedup_by_budget[b]) for b, d in tau.decodes.items()]
+    elif mean_tokens is None:
+        raise ValueError("the system refused lattice recording and no teacher-forced lattices "
+                         "were measured (no drafter?): the τ factor has nothing to go on")
     else:
         tau = costmodel.tau_factor(lattice_steps, current_tau, mean_tokens, bound_of)
     factors = {"tau": tau.factor, "kernel": kernel, "overhead": overhead}

@@ -179,13 +179,15 @@ def tau_factor(steps, current_tau: float, current_tokens: float, bound_of) -> Ta
 
 
 def tau_factor_exact(forced, draft_len: int, bound_of, tree_depth: int | None = None,
-                     budgets=TREE_BUDGETS) -> TauResult:
+                     budgets=TREE_BUDGETS, current_tau: float | None = None) -> TauResult:
     """The τ factor from decodes simulated over teacher-forced lattices (tau.py): the chain
-    of `draft_len` (curve key CHAIN, the current system) and best-first trees of each
-    budget in nodes (the root included) at most `tree_depth` deep (default: the lattices'
-    depth). `forced` = [(lattices, output), ...] per request. Each mode's step is bounded at
-    the nodes it verifies per step on average; the best mode maximises τ / bound (ties: the
-    chain, then the smaller budget), and the factor is its τ over the chain's."""
+    of `draft_len` (curve key CHAIN) and best-first trees of each budget in nodes (the root
+    included) at most `tree_depth` deep (default: the lattices' depth). `forced` =
+    [(lattices, output), ...] per request. Each mode's step is bounded at the nodes it
+    verifies per step on average; the best mode maximises τ / bound (ties: the chain, then
+    the smaller budget), and the factor is its τ over the current system's: `current_tau`,
+    the τ it measured (a system already verifying trees is not the chain), else the
+    simulated chain's."""
     decodes = {CHAIN: exact.simulate_requests(forced, None, draft_len)}
     for b in budgets:
         decodes[b] = exact.simulate_requests(forced, b, tree_depth)
@@ -193,7 +195,7 @@ def tau_factor_exact(forced, draft_len: int, bound_of, tree_depth: int | None = 
     rate = {b: curve[b] / bound_of(max(1, round(d.nodes_per_step))) for b, d in decodes.items()}
     speed = {b: rate[b] / rate[CHAIN] for b in rate}
     best = max(speed, key=lambda b: speed[b])
-    cur = curve[CHAIN]
+    cur = curve[CHAIN] if current_tau is None else current_tau
     return TauResult(cur, best, curve[best], curve[best] / cur if cur else float("nan"), curve,
                      speed, "exact", decodes)
 

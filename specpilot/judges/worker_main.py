@@ -220,15 +220,22 @@ def teacher_forced(engine, drafter, prompt: list[int], max_new: int, depth: int)
 
 
 def measure(engine, drafter, prompts: list[list[int]], max_new: int) -> dict:
-    """What the cost model needs of a system, measured: two passes over the same prompts,
-    one unprofiled (step times; per step the draft lattice, the accepted count and the
-    target's tokens) and one under stock's profiler (time per kernel category), plus the
-    model's shapes; with a drafter, per prompt its teacher-forced lattices too ("forced",
-    FORCED_DEPTH or draft_len deep). The judges' analyze.py turns it into the factors."""
+    """What the cost model needs of a system, measured: per prompt one timed generation on
+    the path the controller times (no recorder: a graphed chain keeps its draft on the
+    device only without one; its step times, per step the tokens gained), one recorded
+    generation (per step the draft lattice, the accepted count and the target's tokens;
+    the same generation as the timed one where no CUDA graphs run), and one pass under
+    stock's profiler (time per kernel category), plus the model's shapes; with a drafter,
+    per prompt its teacher-forced lattices too ("forced", FORCED_DEPTH or draft_len deep).
+    A system whose engine refuses lattice recording (stock's recorder logs chain steps; a
+    tree-verifying system says so with an EngineError before its first step) is measured
+    without lattices ("recorded": False). The judges' analyze.py turns it into the
+    factors."""
     import dataclasses
 
     # lazy: the checkout's stock, imported after setup hashed its tree
     import torch
+    from stock.engine import EngineError
     from stock.lattice_log import LatticeRecorder
     from stock.profile import Profiler
 
@@ -242,12 +249,21 @@ def measure(engine, drafter, prompts: list[list[int]], max_new: int) -> dict:
             engine.generate(ids, max_new, drafter)
     else:
         engine.generate(prompts[0], 4, drafter)
-    recorder = LatticeRecorder(engine.options["lattice_topk"])
+    topk = engine.options["lattice_topk"]
+    try:   # a one-token generation: refused at its start by a system that cannot record
+        engine.generate(prompts[0], 1, drafter, recorder=LatticeRecorder(topk))
+        recorded = True
+    except EngineError:
+        recorded = False
+    recorder = LatticeRecorder(topk)
     runs = []
     for ids in prompts:
         first = len(recorder.steps)
-        res = engine.generate(ids, max_new, drafter, recorder=recorder)
+        res = engine.generate(ids, max_new, drafter, recorder=recorder) if recorded else None
+        if res is None or engine.uses_graphs:
+            res = engine.generate(ids, max_new, drafter)
         runs.append({"prompt_len": len(ids), "decode_s": res.decode_s, "steps": res.steps,
+                     "accepted": list(res.accepted),
                      "lattices": [{"ids": s.lattice.ids.tolist(),
                                    "logprobs": s.lattice.logprobs.tolist(),
                                    "target": list(s.target), "accepted": s.accepted}
@@ -259,6 +275,7 @@ def measure(engine, drafter, prompts: list[list[int]], max_new: int) -> dict:
     for ids in prompts:
         engine.generate(ids, max_new, drafter, profiler=profiler)
     return {"runs": runs, "profile": profiler.report(), "topk": recorder.topk,
+            "recorded": recorded,
             # where steps replay CUDA graphs the profiled steps run the same static forward
             # eagerly (a graph hides its kernels from the regions): not the timed path
             "profile_path": "eager" if engine.uses_graphs else "timed",
