@@ -37,6 +37,7 @@ SMOKES = [
     pytest.param("readme_commands.py", id="readme_commands"),   # a fresh clone, a venv
     pytest.param("concurrent_runs.py", id="concurrent_runs"),
     pytest.param("gpu_explore.sh", id="gpu_explore"),   # staged, stopped before the plan, resumed
+    pytest.param("compiled_numerics.py", id="compiled_numerics"),   # inductor's C++ backend
     # the controller with confined workers (five processes on a 2-core machine)
     pytest.param("gpu_verdict.sh", id="gpu_verdict", marks=pytest.mark.slow),
 ]

@@ -29,10 +29,10 @@ def eager_backend(monkeypatch):
     C.reset()
 
 
-def _model(layers: int = 4, seed: int = 5) -> Transformer:
+def _model(layers: int = 4, seed: int = 5, dtype=torch.float32) -> Transformer:
     cfg = dataclasses.replace(TINY, num_layers=layers,
                               layer_types=TINY.layer_types * (layers // 4))
-    return Transformer.random(cfg, seed=seed, std=0.08)
+    return Transformer.random(cfg, dtype=dtype, seed=seed, std=0.08)
 
 
 def _prefilled(model, n: int = 20):
@@ -109,3 +109,39 @@ def test_compiled_hybrid_graphs_do_not_grow_with_layers(eager_backend):
         _assert_same(_step(model, 2, compiled=True), _step(model, 2, compiled=False))
         counts.append(C.graphs_compiled())
     assert counts[0] == counts[1] and not C.fallbacks()
+
+
+@pytest.mark.slow
+def test_inductor_code_is_the_eager_step_in_fp32_and_as_near_the_truth_in_bf16():
+    """Issue 25's open question (H200, hybrid-27b: the compiled static step's bf16 logits
+    8e-2 off the dynamic forward's, the eager static step 0.0): a fault of a compiled region
+    or bf16 rounding? Through inductor's own code (its C++ backend here; Triton on the GPU):
+    in fp32 the compiled step is the eager step to 1e-5, and in bf16 it is no farther from
+    the fp32 step of the same (bf16-representable) weights than the eager bf16 step is.
+    bench/compiled_numerics.py's table (docs/results.md): on this CPU, 8 layers, both bf16
+    steps 5.5e-2 to 1.6e-1 off that truth, compiled over eager 0.66-1.38; the dense
+    tiny-qwen3 about 1e-2 both ways. A region that read a stale state or dropped a gate
+    would be off by the logits' own size."""
+    import shutil
+
+    if not (shutil.which("g++") or shutil.which("c++")):
+        pytest.skip("inductor's CPU backend needs a C++ compiler")
+    C.reset()
+    try:
+        bf = _model(4, seed=9, dtype=torch.bfloat16)
+        f32 = _model(4, seed=9)
+        with torch.no_grad():
+            for p, q in zip(f32.parameters(), bf.parameters()):
+                p.copy_(q.float())
+        truth = _step(f32, 16, compiled=False)
+        _assert_same(_step(f32, 16, compiled=True), truth)
+        eager = _step(bf, 16, compiled=False)[0].logits.float()
+        compiled = _step(bf, 16, compiled=True)[0].logits.float()
+        assert not C.fallbacks() and C.graphs_compiled() > 0   # inductor ran, no fallback
+
+        def off(x):
+            return float((x - truth[0].logits).abs().max() / truth[0].logits.abs().max())
+
+        assert 0 < off(compiled) <= 2 * off(eager) + 1e-3, (off(compiled), off(eager))
+    finally:
+        C.reset()

@@ -66,32 +66,44 @@ def test_captured_hybrid_steps_give_the_eager_static_steps_tokens():
 
 
 @pytest.mark.parametrize("t", [1, 16])
-def test_compiled_hybrid_regions_run_inductor_and_match_the_eager_step(t):
+def test_compiled_hybrid_regions_run_inductor_and_are_as_near_the_truth_as_the_eager_step(t):
     """stock/compiled.py's hybrid layers through inductor (the CPU tests trace with dynamo's
-    eager backend): no region falls back, and the step's bf16 logits and GDN state agree
-    with the uncompiled static step's to bf16 rounding (inductor fuses the norms' fp32
-    math differently)."""
+    eager backend, and one runs inductor's C++ code): no region falls back, and the step's
+    bf16 logits and GDN states are no farther from the fp32 step of the same
+    (bf16-representable) weights than the uncompiled bf16 step's are. Not "close to the
+    eager bf16 step": the hybrid's bf16 rounding alone puts both 3-8e-2 off the truth
+    (tests/test_compiled_hybrid.py's inductor test, CPU), so the two bf16 steps differ by
+    that much without any fault; a fault (a stale state, a dropped gate) is off by the
+    values' own size."""
     from stock import compiled as C
     from stock.fused import fuse_projections
     from stock.static_step import static_forward
 
-    model = Transformer.random(TINY, "cuda", torch.bfloat16, seed=4, std=0.08)
-    assert fuse_projections(model) == 2 * TINY.num_layers   # the compiled step's one GEMMs
+    bf = Transformer.random(TINY, "cuda", torch.bfloat16, seed=4, std=0.08)
+    f32 = Transformer.random(TINY, "cuda", torch.float32, seed=4, std=0.08)
+    with torch.no_grad():
+        for p, q in zip(f32.parameters(), bf.parameters()):
+            p.copy_(q.float())
+    assert fuse_projections(bf) == 2 * TINY.num_layers   # the compiled step's one GEMMs
     gen = torch.Generator().manual_seed(6)
     ctx = torch.randint(1, 512, (1, 40), generator=gen).cuda()
     ids = torch.randint(1, 512, (1, t), generator=gen).cuda()
     outs = []
-    for compiled in (False, True):
+    for model, compiled, fused in ((f32, False, False), (bf, False, True), (bf, True, True)):
         cache = model.new_cache(128)
         with torch.inference_mode():
             model(ctx, cache, 0)
             cache.commit(40)
             out = static_forward(model, ids, torch.arange(40, 40 + t, device="cuda"), cache,
-                                 64, (), compiled=compiled, fused=True)
+                                 64, (), compiled=compiled, fused=fused)
         cache.commit(40 + t)
-        outs.append((out.logits.float(), {i: s.clone() for i, s in cache.state.items()}))
+        outs.append((out.logits.float(), {i: s.float() for i, s in cache.state.items()}))
     assert not C.fallbacks() and C.graphs_compiled() > 0
-    (ref, ref_state), (got, state) = outs
-    assert float((got - ref).abs().max() / ref.abs().max()) <= 2e-2
-    for layer, s in ref_state.items():
-        assert float((state[layer] - s).abs().max() / s.abs().max()) <= 2e-2
+    (truth, truth_state), (eager, eager_state), (got, state) = outs
+
+    def off(x, ref):
+        return float((x - ref).abs().max() / ref.abs().max())
+
+    assert off(got, truth) <= 2 * off(eager, truth) + 1e-3, (off(got, truth), off(eager, truth))
+    for layer, s in truth_state.items():
+        assert off(state[layer], s) <= 2 * off(eager_state[layer], s) + 1e-3, layer
