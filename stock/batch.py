@@ -25,11 +25,12 @@ n-gram drafter; each drafts on the host from its own context), or one `batch_dra
 all rows (stock/drafters/block_batch.py: every row's block in one forward, fed each step's
 committed target hidden states, which the verify step then also returns).
 
-Hybrid GDN targets batch on the dynamic forward: each row's GDN layers step from that
-row's committed recurrent state and conv window (stock/hybrid_cache.py, one row a request),
-and after every forward the cache keeps, row by row, the state after what that row
-committed, as a single request's step would (`commit_rows`); a row a new request takes
-starts from the empty state. No static (CUDA graph) path for them yet.
+Hybrid GDN targets: each row's GDN layers step from that row's committed recurrent state
+and conv window (stock/hybrid_cache.py, one row a request), and after every forward the
+cache keeps, row by row, the state after what that row committed, as a single request's
+step would (`commit_rows`); a row a new request takes starts from the empty state. Their
+verify steps replay CUDA graphs too (the GDN staging is the slot's), with the layers eager
+inside the graph: compiled regions take no batched rows on a hybrid target.
 
 `BackgroundBatch` runs a BatchEngine in a thread and streams each request's tokens to its
 caller (`stream`): what a server's many request handlers call at once.
@@ -103,20 +104,16 @@ class BatchEngine:
             raise BatchError(f"the batch drafter's static path needs a spare row past the "
                              f"{max_batch} requests (rows={max_batch + 1})")
         self.hidden_layers = tuple(batch_drafter.hidden_layers) if batch_drafter else ()
-        self.hybrid = model.cfg.hybrid   # per-row recurrent state: the dynamic forward
+        self.hybrid = model.cfg.hybrid   # per-row recurrent state (stock/hybrid_cache.py)
         if static is None:
-            static = (model.device.type == "cuda" and self.options["cuda_graphs"]
-                      and not self.hybrid)
-        if static and self.hybrid:
-            raise BatchError("batched steps of hybrid GDN targets have no static (CUDA "
-                             "graph) path yet: they run the dynamic forward")
+            static = model.device.type == "cuda" and self.options["cuda_graphs"]
         # a step's padding past a row's context: its draft, or the largest T bucket
         slack = BUCKETS[-1] if static else self.options["draft_len"] + 1
         # static steps: one spare row past the requests, where padding requests write
         self.cache = model.new_cache(self.max_context + slack, batch=max_batch + bool(static))
         # compiled regions as the single-request engine's (CUDA, option compile), fused
         # projections with them (views: the modules' outputs are unchanged)
-        compiled = static and compile_enabled(self.options, model.device)
+        compiled = static and compile_enabled(self.options, model.device) and not self.hybrid
         fused = compiled and self.options["fuse_projections"]
         if fused:
             fuse_projections(model)

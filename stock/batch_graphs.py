@@ -14,8 +14,12 @@ layers' hidden states side by side, [B, T, layers * H] (`last.hidden` after a st
 
 Requests past the real count (the B bucket's padding) use the cache's spare last row, at
 start 0: their writes land there and nothing reads them; so does the warm-up before a
-capture. `capture=False` runs the same static step eagerly (any device: how the CPU tests
-check its logic).
+capture. On a hybrid target (stock/hybrid_cache.py) each row's GDN layers read that row's
+committed state and window (the spare row's stay empty: nothing commits them) and stage
+into the slot's buffers, which the cache gets back after each replay (`restage_rows`) for
+the engine's per-row commit; its layers run eagerly inside the graph (compiled regions
+take no batched rows on a hybrid target). `capture=False` runs the same static step eagerly
+(any device: how the CPU tests check its logic).
 """
 
 from __future__ import annotations
@@ -60,6 +64,7 @@ class BatchSlot:
     packed: torch.Tensor | None = None
     hidden: torch.Tensor | None = None   # [b, t, layers * H]: the runner's hidden_layers
     graph: "torch.cuda.CUDAGraph | None" = None
+    staged: dict | None = None   # a hybrid target's GDN staging: the slot's own buffers
 
 
 class BatchRunner:
@@ -77,6 +82,10 @@ class BatchRunner:
         if self.spare < max_batch:
             raise BatchGraphError(f"the cache needs a spare row past the {max_batch} requests")
         self.device = model.device
+        self.hybrid = hasattr(cache, "restage_rows")   # GDN layers: staged per step
+        if self.hybrid and compile:
+            raise BatchGraphError("compiled regions take no batched rows on a hybrid target "
+                                  "(stock/compiled.py): its static batched step runs eagerly")
         self.capture = self.device.type == "cuda" if capture is None else capture
         if self.capture and self.device.type != "cuda":
             raise BatchGraphError("CUDA graphs need a CUDA device")
@@ -123,6 +132,8 @@ class BatchRunner:
         n = match.long().cumprod(1).sum(1, keepdim=True)
         hidden = (torch.cat([out.hidden[i] for i in self.hidden_layers], dim=-1)
                   if self.hidden_layers else None)
+        if self.hybrid:   # this run's GDN staging buffers (the graph's, once captured)
+            s.staged = self.cache.take_staged()
         return torch.cat([n, target], dim=1), hidden
 
     def _scratch(self, s: BatchSlot) -> None:
@@ -136,6 +147,8 @@ class BatchRunner:
         self._scratch(s)   # warm-up and capture write only the spare row
         s.graph, (s.packed, s.hidden) = capture(lambda: self._compute(s), self.device,
                                                 self._pool)
+        if self.hybrid:   # the spare row's staging: nothing commits it
+            self.cache.discard_staged()
 
     def capture_upto(self, end: int, t_max: int) -> int:
         """Make (on CUDA: capture) every slot a step of at most `t_max` tokens per request
@@ -152,6 +165,8 @@ class BatchRunner:
     def step(self, seqs: list[list[int]], starts: list[int], rows: list[int]) -> list[list[int]]:
         """Verify each request's [pending] + draft at its start in its row; per request
         [n, target tokens...] (n accepted draft tokens, then the T argmaxes)."""
+        if self.hybrid:   # the last step's GDN states were committed (before a capture
+            self.cache.check_committed()   # below discards its own staging)
         r = len(seqs)
         t = self._fit(self.buckets, max(len(x) for x in seqs), "a step of")
         b = self._fit(self.b_buckets, r, "a batch of")
@@ -171,6 +186,8 @@ class BatchRunner:
                         else host)
         if s.graph is not None:
             s.graph.replay()
+            if s.staged is not None:   # the commit reads what this replay staged
+                self.cache.restage_rows(s.staged)
         else:
             s.packed, s.hidden = self._compute(s)
         self.last = s

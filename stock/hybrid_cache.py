@@ -16,7 +16,8 @@ A batched step (stock/batch.py: each cache row a request at its own committed le
 the batch engine keeps) reads the committed rows it names (`gdn_rows`), stages like a
 single step, and `commit_rows` keeps each row's state after its accepted tokens the way a
 single request's step of that row's real tokens would (its padding never enters a state);
-`reset_rows` clears a row a new request takes.
+`reset_rows` clears a row a new request takes. A batched step replayed from a CUDA graph
+(stock/batch_graphs.py) hands its slot's staging back with `restage_rows`.
 
 The committed state's buffers never move (commit and rollback write into them), so a step
 captured in a CUDA graph reads the current state at every replay; a static step's staged
@@ -141,6 +142,16 @@ class HybridCache(KVCache):
         """A batched step's staging, its rows in the order gdn_rows read them."""
         self._staged[layer] = (mixed, k, v, g, beta, final)
         self._step = None
+
+    def restage_rows(self, staged: dict[int, tuple]) -> None:
+        """A replayed static batched step's staging (its graph rewrote those buffers; rows
+        in the step's order, the B bucket's padding rows after the real ones)."""
+        self._staged, self._step = dict(staged), None
+
+    def discard_staged(self) -> None:
+        """Drop a staging nothing will commit (a graph's warm-up and capture over the
+        spare row)."""
+        self._staged, self._step = {}, None
 
     def check_committed(self) -> None:
         """Before a batched forward: the last one's staging was committed. A forward whose

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from block_fixtures import one_thread, random_net
-from stock.batch import BatchEngine, BatchError
+from stock.batch import BatchEngine
 from stock.config import PRESETS
 from stock.drafters.block_batch import BatchBlockDrafter
 from stock.drafters.draft_model import DraftModelDrafter
@@ -38,10 +38,14 @@ def tiny():
     return model, prompts, want
 
 
-def _serve(model, prompts, **kw):
-    """The prompts through a BatchEngine of ROWS rows, two arriving every step."""
+def _serve(model, prompts, _runner_calls=None, **kw):
+    """The prompts through a BatchEngine of ROWS rows, two arriving every step
+    (`_runner_calls`: a list that gets each static step's request count)."""
     be = BatchEngine(model, Options({"draft_len": K}), max_batch=ROWS, max_context=256,
                      prefill_chunk=16, **kw)
+    if _runner_calls is not None:
+        step = be.runner.step
+        be.runner.step = lambda seqs, *a: (_runner_calls.append(len(seqs)), step(seqs, *a))[1]
     reqs, most = [], 0
     for i, p in enumerate(prompts):
         reqs.append(be.submit(p, NEW - (i % 3)))
@@ -119,10 +123,74 @@ def test_a_rows_commit_keeps_what_a_single_request_would(tiny):
             be.cache.commit_rows(rows, [1, 4, 1], [5, 3, 5])
 
 
-def test_a_hybrid_batch_on_the_static_path_is_a_one_line_error(tiny):
+@pytest.mark.parametrize("drafter", ["ar", "self", "truncated", "block"])
+def test_hybrid_requests_on_the_static_step_equal_their_single_request_outputs(tiny, drafter):
+    """The static batched step the CUDA graphs replay (run eagerly here: capture=False):
+    padded to its requests and tokens buckets, padding requests in the spare row, each
+    row's GDN staging handed back to the cache for the per-row commit. Steps accepting
+    everything, part of a draft and nothing; rows reused; single-request outputs."""
+    model, prompts, want = tiny
+    with one_thread():
+        if drafter == "block":
+            kw = dict(batch_drafter=BatchBlockDrafter(random_net(model), model, 256, ROWS + 1,
+                                                      static=True, capture=False))
+        else:
+            kw = dict(drafter_factory={
+                "ar": lambda: None, "self": lambda: DraftModelDrafter(model, 256),
+                "truncated": lambda: DraftModelDrafter(model, 256, num_layers=3)}[drafter])
+        calls = []
+        reqs = _serve(model, prompts, static=True, capture=False, _runner_calls=calls, **kw)
+    assert calls and max(calls) > 1   # batched static steps ran, several requests each
+    for i, (req, ref) in enumerate(zip(reqs, want)):
+        assert req.tokens == ref[:NEW - (i % 3)], i
+    steps = [a for r in reqs for a in r.accepted]
+    if drafter == "self":
+        assert max(steps) == K + 1
+    if drafter == "truncated":
+        assert len({a for a in steps if 1 < a < K + 1}) >= 2 and steps.count(1) > 0
+
+
+def test_the_static_step_commits_what_the_dynamic_step_does(tiny):
+    """One step over three rows (3 real requests padded to the requests bucket 4, their
+    tokens to the tokens bucket): the logits' argmax, and after the commit each row's GDN
+    state and window, equal the dynamic forward's; the spare row's state stays empty."""
     model, _, _ = tiny
-    with pytest.raises(BatchError, match="no static \\(CUDA graph\\) path") as err:
-        BatchEngine(model, max_batch=2, max_context=64, static=True, capture=False)
+    gen = torch.Generator().manual_seed(3)
+    ctx = [torch.randint(1, 512, (n,), generator=gen).tolist() for n in (7, 4, 11)]
+    new = [torch.randint(1, 512, (n,), generator=gen).tolist() for n in (5, 3, 5)]
+    keep = [5, 3, 2]
+    sides = []
+    with one_thread():
+        for static in (False, True):
+            be = BatchEngine(model, max_batch=4, max_context=64, prefill_chunk=64,
+                             static=static, capture=False)
+            reqs = [be.submit(c, 8) for c in ctx]
+            be.step()
+            seqs = [[r.pending] + n for r, n in zip(reqs, new)]
+            starts, rows = [be.lengths[r.row] for r in reqs], [r.row for r in reqs]
+            accepted, _ = be._run(seqs, starts, rows)
+            be.cache.commit_rows(rows, keep, [len(x) for x in seqs])
+            sides.append((be, accepted))
+    (dyn, acc_d), (sta, acc_s) = sides
+    assert sta.runner is not None and sta.runner.last.b == 4   # 3 requests + 1 of padding
+    assert [a[1][:len(x)] for a, x in zip(acc_s, new)] == [a[1][:len(x)]
+                                                          for a, x in zip(acc_d, new)]
+    for layer in dyn.cache.gdn_layers:
+        for row in range(3):
+            torch.testing.assert_close(sta.cache.state[layer][row], dyn.cache.state[layer][row],
+                                       rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(sta.cache.window[layer][row],
+                                       dyn.cache.window[layer][row], rtol=1e-4, atol=1e-5)
+        assert not sta.cache.state[layer][sta.runner.spare].any()   # nothing commits it
+
+
+def test_compiled_regions_on_a_hybrid_batch_are_a_one_line_error(tiny):
+    from stock.batch_graphs import BatchGraphError, BatchRunner
+
+    model, _, _ = tiny
+    cache = model.new_cache(64, batch=3)
+    with pytest.raises(BatchGraphError, match="no batched rows on a hybrid target") as err:
+        BatchRunner(model, cache, 2, capture=False, compile=True)
     assert "\n" not in str(err.value)
 
 
