@@ -3,7 +3,10 @@
 # fla_core and einops, py3-none-any wheels of flash-linear-attention's kernels):
 #
 #   bash bench/gpu_hybrid.sh          # tests/gpu/test_gpu_hybrid.py (fla against the
-#                                     # reference, captured steps against eager ones), then
+#                                     # reference, captured steps against eager ones, compiled
+#                                     # steps against the fp32 truth) and
+#                                     # tests/gpu/test_gpu_batch_hybrid.py (batched rows, graphs
+#                                     # against eager), bench/compiled_numerics.py, then
 #                                     # bench/step_hybrid.py on hybrid-27b (random weights)
 #   bash bench/gpu_hybrid.sh tree     # entries tree-verify + tree-verify-gdn applied in a
 #                                     # copy: tests/test_gdn_tree_kernel.py on CUDA, then
@@ -39,6 +42,7 @@ fi
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 python3 -c "import fla, fla.ops.gated_delta_rule; print('fla', getattr(fla, '__version__', '?'))" \
     || echo "gpu_hybrid: flash-linear-attention not importable: the reference runs on CUDA"
-python3 -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_hybrid.py --tb=short -s 2>&1 \
-    | tee "$OUT/tests_hybrid.txt" | tail -30
+python3 -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_hybrid.py \
+    tests/gpu/test_gpu_batch_hybrid.py --tb=short -s 2>&1 | tee "$OUT/tests_hybrid.txt" | tail -30
+python3 bench/compiled_numerics.py --out "$OUT" 2>&1 | grep -v Warning
 python3 bench/step_hybrid.py --out "$OUT"
