@@ -29,8 +29,8 @@ Hybrid GDN targets: each row's GDN layers step from that row's committed recurre
 and conv window (stock/hybrid_cache.py, one row a request), and after every forward the
 cache keeps, row by row, the state after what that row committed, as a single request's
 step would (`commit_rows`); a row a new request takes starts from the empty state. Their
-verify steps replay CUDA graphs too (the GDN staging is the slot's), with the layers eager
-inside the graph: compiled regions take no batched rows on a hybrid target.
+verify steps replay CUDA graphs too (the GDN staging is the slot's), through compiled
+regions as a dense target's.
 
 `BackgroundBatch` runs a BatchEngine in a thread and streams each request's tokens to its
 caller (`stream`): what a server's many request handlers call at once.
@@ -113,7 +113,7 @@ class BatchEngine:
         self.cache = model.new_cache(self.max_context + slack, batch=max_batch + bool(static))
         # compiled regions as the single-request engine's (CUDA, option compile), fused
         # projections with them (views: the modules' outputs are unchanged)
-        compiled = static and compile_enabled(self.options, model.device) and not self.hybrid
+        compiled = static and compile_enabled(self.options, model.device)
         fused = compiled and self.options["fuse_projections"]
         if fused:
             fuse_projections(model)

@@ -17,9 +17,8 @@ start 0: their writes land there and nothing reads them; so does the warm-up bef
 capture. On a hybrid target (stock/hybrid_cache.py) each row's GDN layers read that row's
 committed state and window (the spare row's stay empty: nothing commits them) and stage
 into the slot's buffers, which the cache gets back after each replay (`restage_rows`) for
-the engine's per-row commit; its layers run eagerly inside the graph (compiled regions
-take no batched rows on a hybrid target). `capture=False` runs the same static step eagerly
-(any device: how the CPU tests check its logic).
+the engine's per-row commit. `capture=False` runs the same static step eagerly (any device:
+how the CPU tests check its logic).
 """
 
 from __future__ import annotations
@@ -83,9 +82,6 @@ class BatchRunner:
             raise BatchGraphError(f"the cache needs a spare row past the {max_batch} requests")
         self.device = model.device
         self.hybrid = hasattr(cache, "restage_rows")   # GDN layers: staged per step
-        if self.hybrid and compile:
-            raise BatchGraphError("compiled regions take no batched rows on a hybrid target "
-                                  "(stock/compiled.py): its static batched step runs eagerly")
         self.capture = self.device.type == "cuda" if capture is None else capture
         if self.capture and self.device.type != "cuda":
             raise BatchGraphError("CUDA graphs need a CUDA device")

@@ -150,11 +150,15 @@ def attn_out_mlp(x, out, attn, ln, mlp, gate_up=None, gate=None):
     return x + body.mlp(_call, mlp, _call(ln, x), gate_up)
 
 
-def gated_attn_in(x, ln, attn, cos, sin, positions, k_buf, v_buf, qkv=None):
-    """Region A of a gated attention (hybrid targets): (folded queries, output gate)."""
+def gated_attn_in(x, ln, attn, cos, sin, positions, k_buf, v_buf, qkv=None, rows=None):
+    """Region A of a gated attention (hybrid targets): (folded queries, output gate); K/V
+    written as attn_in writes them (a batched step: into cache rows `rows`)."""
     q, gate, k, v = body.gated_qkv(_call, attn, _call(ln, x), qkv)
     q, k, v = body.rotate(_call, attn, q, k, v, cos, sin)
-    body.write_kv(k_buf, v_buf, positions, k, v)
+    if rows is None:
+        body.write_kv(k_buf, v_buf, positions, k, v)
+    else:
+        body.write_rows(k_buf, v_buf, rows, positions, k, v)
     return body.fold(attn, q), gate
 
 
@@ -306,8 +310,9 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
     runs (`attention`), else SDPA over the rows gathered (the model's batched forward's)."""
     layers = list(model.model.layers)
     head_dim = next(la.self_attn.d for la in layers if hasattr(la, "self_attn"))
-    if rows is not None and (seen is None or rope is not None or model.cfg.hybrid):
-        raise ValueError("a batched step gives its mask and no RoPE of its own (dense only)")
+    if rows is not None and (seen is None or rope is not None or tree is not None):
+        raise ValueError("a batched step gives its rows' causal mask and no RoPE or tree of "
+                         "its own")
     # a batched step's mask is its rows' causal one (stock/batch_graphs.py's row_steps),
     # which the kernel reads from each request's positions itself
     kernel = ((rows is not None or seen is None or tree is not None)
@@ -333,10 +338,10 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
     with dynamo_limits():
         _mark_dynamic_buffers(model)
         if model.cfg.hybrid:
-            if seen is not None:
+            if seen is not None and rows is None:
                 raise ValueError("a hybrid target's GDN layers take no tree (stock/model.py)")
             x = _hybrid_layers(layers, x, cos, sin, positions, cache, buffers, attend,
-                               fused, hidden_layers, hidden)
+                               fused, hidden_layers, hidden, rows)
             if not logits:
                 return Output(None, hidden)
             return Output(run_region("head", x, model.model.norm, model.lm_head), hidden)
@@ -363,12 +368,13 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
 
 
 def _hybrid_layers(layers, x, cos, sin, positions, cache, buffers, attend, fused,
-                   hidden_layers, hidden):
+                   hidden_layers, hidden, rows=None):
     """A hybrid target's layers (called by forward, under dynamo_limits): per GDN layer its
     two regions around the eager recurrence (conv and delta rule: kernels/gdn, stock/gdn.py's
-    recur, staging the commit; a static step's start is trusted, as in the eager forward),
-    per gated attention layer region A, attention, region B with the gate. Regions are not
-    joined across layers here (four kinds of neighbours)."""
+    recur, staging the commit; a static step's start is trusted, as in the eager forward;
+    a batched step's rows read and stage their own states), per gated attention layer
+    region A, attention, region B with the gate. Regions are not joined across layers here
+    (four kinds of neighbours)."""
     for i, layer in enumerate(layers):
         ln, mlp = layer.post_attention_layernorm, layer.mlp
         gate_up = fused_gate_up(mlp) if fused else None
@@ -376,17 +382,17 @@ def _hybrid_layers(layers, x, cos, sin, positions, cache, buffers, attend, fused
             gdn = layer.linear_attn
             mixed, z, beta, g = run_region("gdn_in", x, layer.input_layernorm, gdn,
                                            fused_gdn_in(gdn) if fused else None)
-            out = gdn_body.recur(gdn, mixed, beta, g, cache, None)
+            out = gdn_body.recur(gdn, mixed, beta, g, cache, None, rows)
             x = run_region("gdn_out_mlp", x, out, z, gdn, ln, mlp, gate_up)
         else:
             attn = layer.self_attn
             qkv = fused_qkv(attn) if fused else None
             if attn.gated:
                 qg, gate = run_region("gated_attn_in", x, layer.input_layernorm, attn, cos,
-                                      sin, positions, *buffers(layer), qkv)
+                                      sin, positions, *buffers(layer), qkv, rows)
             else:
                 qg, gate = run_region("attn_in", x, layer.input_layernorm, attn, cos, sin,
-                                      positions, *buffers(layer), qkv), None
+                                      positions, *buffers(layer), qkv, rows), None
             out = attend(qg, *buffers(layer))
             x = run_region("attn_out_mlp", x, out, attn, ln, mlp, gate_up, gate)
         if i in hidden_layers:

@@ -184,14 +184,31 @@ def test_the_static_step_commits_what_the_dynamic_step_does(tiny):
         assert not sta.cache.state[layer][sta.runner.spare].any()   # nothing commits it
 
 
-def test_compiled_regions_on_a_hybrid_batch_are_a_one_line_error(tiny):
-    from stock.batch_graphs import BatchGraphError, BatchRunner
+def test_the_static_step_through_compiled_regions_gives_single_request_outputs(tiny,
+                                                                              monkeypatch):
+    """With option compile (CUDA only: forced here) a hybrid batch's static step runs
+    stock/compiled.py's regions with batched rows: the GDN layers' regions around each row's
+    own recurrence, gated attention's region A writing each request's K/V into its own row,
+    fused projections; dynamo traces them with its "eager" backend on the CPU."""
+    import stock.batch as batch_mod
+    from stock import compiled as C
 
-    model, _, _ = tiny
-    cache = model.new_cache(64, batch=3)
-    with pytest.raises(BatchGraphError, match="no batched rows on a hybrid target") as err:
-        BatchRunner(model, cache, 2, capture=False, compile=True)
-    assert "\n" not in str(err.value)
+    _, prompts, want = tiny
+    model = Transformer.random(TINY, seed=4, std=0.08)   # the fixture's weights, fused here
+    C.reset()
+    monkeypatch.setattr(C, "BACKEND", "eager")
+    monkeypatch.setattr(batch_mod, "compile_enabled", lambda options, device: True)
+    try:
+        with one_thread():
+            calls = []
+            reqs = _serve(model, prompts, static=True, capture=False, _runner_calls=calls,
+                          drafter_factory=lambda: DraftModelDrafter(model, 256, num_layers=3))
+        assert calls and max(calls) > 1
+        assert C.graphs_compiled() > 0 and not C.fallbacks()
+        for i, (req, ref) in enumerate(zip(reqs, want)):
+            assert req.tokens == ref[:NEW - (i % 3)], i
+    finally:
+        C.reset()
 
 
 def test_a_forward_whose_states_were_not_committed_stops_the_next_one(tiny):
