@@ -241,10 +241,12 @@ def analyze_cmd(n_requests, max_new, drafter, model, device, opts, opts_file, as
         f"tree, budget {rep.tau_best_budget}"
     click.echo(f"τ factor        {f['tau']:.2f}x  ({rep.tau_method}; best: {best}, "
                f"τ {rep.tau_curve[rep.tau_best_budget]:.2f})")
+    why = ("the profile ran the static steps eagerly; the timed ones replay CUDA graphs"
+           if rep.profile_path == "eager" else
+           "tokens verified per step not recorded: the kernels' bounds need them")
     for name in ("kernel", "overhead"):
         click.echo(f"{name + ' factor':<15} " + (
-            f"{f[name]:.2f}x" if f[name] is not None else
-            "n/a (the profile ran the static steps eagerly; the timed ones replay CUDA graphs)"))
+            f"{f[name]:.2f}x" if f[name] is not None else f"n/a ({why})"))
     click.echo(f"largest: {rep.suggested} -> {rep.direction}")
 
 
