@@ -131,6 +131,8 @@ def report(measured: dict, model: str, hw: Hardware, request_ids: list[str]) -> 
             lattice_steps.append((np.array(step["ids"], dtype=np.int64).reshape(-1, topk),
                                   np.array(step["logprobs"], dtype=np.float32).reshape(-1, topk),
                                   step["target"]))
+    if steps_t == 0:
+        raise ValueError("no decode steps were run (max_new too small?)")
     per_step = measured["profile"]["per_step_ms"]
     mean_ctx = float(np.mean(contexts))
     # tokens verified per step: known from the recorded (chain) steps only; a system that
