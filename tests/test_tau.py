@@ -191,3 +191,10 @@ def test_analyze_command_prints_the_tree_rows(monkeypatch):
     assert any(ln.startswith("τ factor") and "best: chain" in ln for ln in lines)
     js = CliRunner().invoke(cli, ["analyze", "--model", "embedded", "--json"])
     assert [r["budget"] for r in json.loads(js.output)["tau_rows"]] == [9, 8, 16, 32, 64]
+
+
+def test_a_measurement_without_decode_steps_is_a_one_line_error():
+    measured = synthetic_measurement()
+    measured["runs"][0].update(steps=0, lattices=[], accepted=[])
+    with pytest.raises(ValueError, match="no decode steps were run"):
+        report(measured, "embedded", TABLE["H200"], ["r"])
