@@ -193,15 +193,33 @@ def entry_tree(entry: str, dest: str | os.PathLike, root: Path = ROOT) -> Path:
 
 
 def entry_chain(entry: str, root: Path = ROOT) -> list[str]:
-    """The entry and its dependencies (memory/<id>.toml's deps), dependencies first: the
-    order its patches apply in."""
+    """The entry and its dependencies (memory/<id>.toml's deps), dependencies first, in the
+    order `git specpilot replay` applies them (specpilot/memory/dag.py's topo_order: ties
+    broken by id), so that patches of an entry of several dependencies compose as there."""
+    import heapq
     import tomllib
 
-    meta = tomllib.loads((root / "memory" / f"{entry}.toml").read_text())
+    deps: dict[str, list[str]] = {}
+    todo = [entry]
+    while todo:
+        e = todo.pop()
+        if e not in deps:
+            meta = tomllib.loads((root / "memory" / f"{e}.toml").read_text())
+            deps[e] = list(meta.get("deps", []))
+            todo += deps[e]
+    left = {e: len(set(d)) for e, d in deps.items()}
+    ready = [e for e, n in left.items() if n == 0]
+    heapq.heapify(ready)
     out: list[str] = []
-    for dep in meta.get("deps", []):
-        out += [d for d in entry_chain(dep, root) if d not in out]
-    return out + [entry]
+    while ready:
+        e = heapq.heappop(ready)
+        out.append(e)
+        for child, ds in deps.items():
+            if e in ds:
+                left[child] -= 1
+                if left[child] == 0:
+                    heapq.heappush(ready, child)
+    return out
 
 
 def entry_on_path(argv: list[str]) -> str | None:

