@@ -79,6 +79,46 @@ def test_the_static_step_the_graphs_replay_gives_the_same_outputs(tiny):
     assert spare == 3 and be.runner.spare == spare   # padding requests' scratch row
 
 
+@pytest.mark.parametrize("graph_prefill", [True, False])
+def test_admitted_prompts_prefill_through_the_static_steps(tiny, graph_prefill):
+    """Option graph_prefill on the static path: the admitted prompts go through the
+    runner's steps in chunks of its largest bucket (64; a prompt of 150 tokens in three),
+    all admitted rows of a chunk in one step, as a single request's prefill does; a prompt
+    past graph_prefill_max (here 200) and every prompt with the option off through the
+    dynamic forward. Outputs are the single-request ones either way."""
+    model, prompts, want = tiny
+    gen = torch.Generator().manual_seed(5)
+    long, longer = (torch.randint(1, 512, (n,), generator=gen).tolist() for n in (150, 220))
+    opts = {"draft_len": 4, "graph_prefill": graph_prefill, "graph_prefill_max": 200}
+    with one_thread():
+        single = Engine(model, Options({"draft_len": 4}), 256)
+        refs = [single.generate(x, 12).tokens for x in (long, longer)]
+        be = BatchEngine(model, Options(opts), max_batch=3, max_context=256, static=True,
+                         capture=False, drafter_factory=lambda: NGramDrafter(4, 1, 4))
+        steps, dynamic = [], []
+        step, forward = be.runner.step, be._forward
+        be.runner.step = lambda seqs, *a: (steps.append([len(x) for x in seqs]),
+                                           step(seqs, *a))[1]
+        be._forward = lambda seqs, *a, **k: (dynamic.append([len(x) for x in seqs]),
+                                             forward(seqs, *a, **k))[1]
+        reqs = [be.submit(p, 24) for p in prompts[:6]]
+        be.step()                               # three admitted together, one decode step
+        first = [n for n in steps if max(n) > 5]   # longer than a verify step (draft_len 4)
+        be.run()
+        steps.clear()
+        big = [be.submit(x, 12) for x in (long, longer)]
+        be.run()
+        chunks = [n for n in steps if max(n) > 5]
+    assert [r.tokens for r in reqs] == want[:6] and [r.tokens for r in big] == refs
+    if graph_prefill:
+        assert first == [[5, 17, 9]]            # the three prompts' one chunk, one step
+        assert chunks == [[64], [64], [22]]     # the 150 tokens, in three steps
+        assert dynamic == [[220]]               # past graph_prefill_max: one dynamic chunk
+    else:
+        assert first == [] and chunks == []     # every admission the dynamic forward's:
+        assert dynamic[0] == [5, 17, 9] and dynamic[-1] == [150, 220]   # rows together
+
+
 def test_the_static_step_through_compiled_regions_gives_the_same_outputs(tiny, monkeypatch):
     """With option compile (CUDA only: forced here) the batched step runs stock/compiled.py's
     regions (region A writing each request's K/V into its own row, fused projections) around

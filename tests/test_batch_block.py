@@ -119,7 +119,8 @@ def test_batched_block_speculation_gives_single_request_outputs(toy, toy_trained
         exts = set(be.batch_drafter._ext)
         assert made == len(keys) + len(drafts) + len(exts) and drafts
         assert exts == {(b, t) for b in (1, 2, 3) for t in (1, 2, 4)}
-        assert {t for _, t, _ in keys} == {1, 2, 4}    # draft_len 3: T up to 4
+        # draft_len 3: verify steps of T up to 4; prefill chunks of 8 (graph_prefill)
+        assert {t for _, t, _ in keys} == {1, 2, 4, 8}
         assert {b for b, _, _ in keys} == {1, 2, 3}
     reqs = []
     for i, p in enumerate(prompts):    # arrivals spread: rows freed and reused
