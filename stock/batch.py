@@ -128,11 +128,11 @@ class BatchEngine:
         self._ids = 0
 
     def prepare(self, end: int | None = None) -> int:
-        """Before serving: make (on CUDA: capture) every verification and prefill slot and
-        every batch drafter slot a step whose contexts stay below `end` (default and at most
-        max_context) can meet, as Engine.prepare does for one request, so no capture (nor
-        a compile of a new shape) lands inside a served step. Returns how many slots exist
-        (0 off the static path)."""
+        """Before serving: make (on CUDA: capture) every verification slot and every batch
+        drafter slot a step whose contexts stay below `end` (default and at most
+        max_context) can meet, and the slots of graph_prefill's chunks, as Engine.prepare
+        does for one request, so no capture (nor a compile of a new shape) lands inside a
+        served step. Returns how many slots exist (0 off the static path)."""
         if self.runner is None:
             return 0
         end = min(end or self.max_context, self.max_context)
