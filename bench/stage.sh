@@ -96,17 +96,18 @@ sys.exit(not (s and os.path.isfile(os.path.join(list(s.submodule_search_location
 }
 
 stage_union() {   # the 3-way apply's conflicted files, merged keeping both sides' lines,
-    local f ok=0      # where every conflict only added lines on both sides (else: failed)
+    local f ok=0 t      # where every conflict only added lines on both sides (else: failed)
+    t=$(mktemp -d /tmp/stage-union.XXXXXX) || return 1
     for f in $(git diff --name-only --diff-filter=U); do
-        git show ":1:$f" > /tmp/stage.base && git show ":2:$f" > /tmp/stage.ours \
-            && git show ":3:$f" > /tmp/stage.theirs \
-            && git merge-file -p --diff3 /tmp/stage.ours /tmp/stage.base /tmp/stage.theirs \
+        git show ":1:$f" > "$t/base" && git show ":2:$f" > "$t/ours" \
+            && git show ":3:$f" > "$t/theirs" \
+            && git merge-file -p --diff3 "$t/ours" "$t/base" "$t/theirs" \
                 | awk '/^\|\|\|\|\|\|\| /{b = 1; next} /^=======$/{b = 0; next} b{bad = 1}
                        END{exit bad}' \
-            && git merge-file --union /tmp/stage.ours /tmp/stage.base /tmp/stage.theirs \
-            && cp /tmp/stage.ours "$f" && git add "$f" || ok=1
+            && git merge-file --union "$t/ours" "$t/base" "$t/theirs" \
+            && cp "$t/ours" "$f" && git add "$f" || ok=1
     done
-    rm -f /tmp/stage.base /tmp/stage.ours /tmp/stage.theirs
+    rm -rf "$t"
     [ -z "$(git diff --name-only --diff-filter=U)" ] && return $ok
 }
 

@@ -196,8 +196,16 @@ class HybridCache(KVCache):
                 whole.setdefault(counts[i], []).append(i)
         part = [i for i in live if counts[i] < t and not (counts[i] == real[i] > 1)]
         dev = next(iter(self.state.values())).device
-        ix = lambda sel: torch.tensor(sel, device=dev)                       # noqa: E731
-        at = lambda sel: torch.tensor([rows[i] for i in sel], device=dev)   # noqa: E731
+
+        def idx(sel: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+            """Rows `sel` of the step, and their cache rows: made once, used by every layer."""
+            return (torch.tensor(sel, device=dev),
+                    torch.tensor([rows[i] for i in sel], device=dev))
+
+        full_ix, full_at = idx(full)
+        whole_ix = {n: idx(sel) for n, sel in whole.items()}
+        part_ix, part_at = idx(part)
+        live_ix, live_at = idx(live)
         n_part = torch.tensor([counts[i] for i in part], device=dev)
         n_max = int(max((counts[i] for i in part), default=0))
         keep = (torch.arange(n_max, device=dev)[None, :] < n_part[:, None])[..., None]
@@ -207,21 +215,20 @@ class HybridCache(KVCache):
         for layer, (mixed, k, v, g, beta, final) in staged.items():
             state = self.state[layer]
             if full:   # in place: a captured step reads these buffers at every replay
-                state[at(full)] = final[ix(full)]
-            for n, sel in whole.items():
-                i = ix(sel)
-                state[at(sel)] = chunk_rule(k[i, :n], k[i, :n], v[i, :n], g[i, :n],
-                                            beta[i, :n], state[at(sel)])[1]
+                state[full_at] = final[full_ix]
+            for n, (i, at) in whole_ix.items():
+                state[at] = chunk_rule(k[i, :n], k[i, :n], v[i, :n], g[i, :n], beta[i, :n],
+                                       state[at])[1]
             if part:
-                i = ix(part)
+                i = part_ix
                 gm = torch.where(keep, g[i, :n_max], torch.zeros((), dtype=g.dtype, device=dev))
                 bm = torch.where(keep, beta[i, :n_max],
                                  torch.zeros((), dtype=beta.dtype, device=dev))
-                state[at(part)] = recurrent_rule(k[i, :n_max], k[i, :n_max], v[i, :n_max], gm,
-                                                 bm, state[at(part)])[1]
+                state[part_at] = recurrent_rule(k[i, :n_max], k[i, :n_max], v[i, :n_max], gm,
+                                                bm, state[part_at])[1]
             w = self.window[layer]
-            cols = torch.cat([w[at(live)], mixed[ix(live)].transpose(1, 2).to(w.dtype)], dim=-1)
-            w[at(live)] = cols.gather(-1, cols_at.expand(-1, cols.shape[1], -1))
+            cols = torch.cat([w[live_at], mixed[live_ix].transpose(1, 2).to(w.dtype)], dim=-1)
+            w[live_at] = cols.gather(-1, cols_at.expand(-1, cols.shape[1], -1))
 
     @property
     def mark_length(self) -> int:

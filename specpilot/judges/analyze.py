@@ -1,8 +1,10 @@
 """`specpilot analyze`: run dev requests, record lattices and a profile, report the factors.
 
-Two passes over the same requests (`worker_main.measure`, in the system's process): one
-unprofiled (actual step times, lattices, tokens per step, context lengths) and one under the
-profiler (time per kernel category). The factors are computed from those measurements here
+Passes over the same requests (`worker_main.measure`, in the system's process): one timed
+on the controller's path (actual step times, tokens gained per step, context lengths), one
+recorded (lattices, tokens verified per step; the timed one itself where no CUDA graphs run,
+none where the system refuses lattice logs) and one under the profiler (time per kernel
+category). The factors are computed from those measurements here
 (`report`); bounds come from specpilot/judges/costmodel.py with the hardware's peaks
 (specpilot/judges/hardware.py). The τ factor is exact where the measurement carries each
 prompt's teacher-forced lattices (worker_main.teacher_forced, with a drafter): decodes with
