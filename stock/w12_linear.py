@@ -10,9 +10,10 @@ layers take it, stock/linear.py): exact, with no speed gain.
 `view` selects what the fused forward multiplies by: "w12" (exact) or "w8" (the nested
 8-bit view; see kernels/w12/reference.py). `kernel` selects the CUDA kernel: "gemm" (the
 first, kernels/w12/gemm.py), "gemv" (split-K, kernels/w12/gemv.py; the default: the faster
-end to end at every step size measured on the H200, bench/archive/NOTES-2026.md) or "auto" (per weight
-shape and row bucket, both kernels are tuned and timed once, outside any CUDA graph capture,
-and the faster one is kept; a shape first met inside a capture runs "gemm"). Both kernels
+end to end at every step size measured on the H200, bench/archive/NOTES-2026.md), "mma"
+(tensor cores in CUDA C++, kernels/w12/mma.py; not yet timed on a GPU) or "auto" (per
+weight shape and row bucket, "gemm" and "gemv" are tuned and timed once, outside any CUDA
+graph capture, and the faster one is kept; a shape first met inside a capture runs "gemm"). Both kernels
 compute the same products with a different fp32 summation order, so "auto" is not
 deterministic across processes or GPUs: its timed choice can differ, and with it the
 outputs at near-ties (the controller saw one system give two outputs on two GPUs).
@@ -48,7 +49,7 @@ class W12Linear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
         self.dtype = dtype      # the compute dtype of the dense path (the source layer's)
         self.view = "w12"
-        self.kernel = "gemv"    # the CUDA kernel: "gemm" | "gemv" | "auto"
+        self.kernel = "gemv"    # the CUDA kernel: "gemm" | "gemv" | "mma" | "auto"
         self._t = None          # the W12Tensor over the buffers (cached; rebuilt after .to())
         self._dense = dense     # the source weight (keep_dense) or the CPU decode
         if self._dense is None and self.hi.device.type != "cuda":

@@ -26,6 +26,7 @@ SMOKES = [
     pytest.param("engine_tokens.py", id="engine_tokens"),
     pytest.param("step_27b.py", id="step_27b"),
     pytest.param("kernels_vs_cublas.py", id="kernels_vs_cublas"),
+    pytest.param("w12_mma.py", id="w12_mma"),   # the CUDA kernel's emulator
     pytest.param("device_facts.py", id="device_facts"),
     pytest.param("memory_verify.py", id="memory_verify"),
     pytest.param("peers.py", id="peers"),

@@ -1,9 +1,11 @@
 """The W12 CUDA kernels behind one entry point, and as one custom op for torch.compile.
 
 `fused_matmul(kernel)` returns the CUDA matmul of a W12 kernel: "gemm" (kernels/w12/gemm.py),
-"gemv" (split-K, kernels/w12/gemv.py) or "auto" (per weight shape and row bucket, both are
-tuned and timed once, outside any CUDA graph capture, and the faster is kept; a shape first
-met inside a capture runs "gemm"). stock/w12_linear.py's W12Linear calls these.
+"gemv" (split-K, kernels/w12/gemv.py), "mma" (tensor cores in CUDA C++ for M <= 64,
+kernels/w12/mma.py; built with nvcc at first use; shapes it does not cover run "gemv") or
+"auto" (per weight shape and row bucket, "gemm" and "gemv" are tuned and timed once,
+outside any CUDA graph capture, and the faster is kept; a shape first met inside a capture
+runs "gemm"). stock/w12_linear.py's W12Linear calls these.
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ import torch
 
 from kernels.w12.format import W12Tensor
 
-KERNELS = ("gemm", "gemv", "auto")
+KERNELS = ("gemm", "gemv", "mma", "auto")
 _CHOICE: dict[tuple, str] = {}   # (row bucket, N, K, view, dtype, device) -> kernel
 
 
 def fused_matmul(kernel: str):
-    """The CUDA entry point of a W12 kernel: "gemm", "gemv" or "auto" (same signature)."""
+    """The CUDA entry point of a W12 kernel: "gemm", "gemv", "mma" or "auto" (same signature)."""
     if kernel == "auto":
         return auto_matmul
     if kernel == "gemm":
@@ -28,6 +30,10 @@ def fused_matmul(kernel: str):
         from kernels.w12.gemv import w12_gemv  # lazy: Triton, CUDA only
 
         return w12_gemv
+    if kernel == "mma":
+        from kernels.w12.mma import w12_mma  # lazy: nvcc at first call, CUDA only
+
+        return w12_mma
     raise ValueError(f"W12 kernel must be one of {KERNELS}, not {kernel!r}")
 
 

@@ -1,0 +1,151 @@
+"""The CUDA W12 mma kernel (kernels/w12/mma.py) against cuBLAS bf16 and the Triton GEMV, on
+27B-class layer shapes, M = 1..64 (issue 29's kernel table). One H200 run.
+
+0. Copy bandwidth (a 1 GiB device-to-device copy, bytes read + written over time) and the
+   kernel's build (nvcc, seconds; cached after the first).
+1. For each K x N: random normal weights (std 0.02, bf16), encoded on the GPU. For each M:
+   correctness first (W12 against cuBLAS on the same weights, W8 against x @ decode_w8^T:
+   relative error of the norm, and whether the two mma calls were bit-equal), then each
+   kernel tuned (its own tuner, in CUDA graphs) and timed as the engine runs it:
+   `kernels.w12.gemm.graph_us`, 8 calls back to back in a CUDA graph, each after an L2
+   flush, median of 5 replays. cuBLAS is F.linear on the bf16 weight.
+2. One Markdown table: cuBLAS, GEMV W12, mma W12, mma W8 (µs), mma W12 over cuBLAS, W8 over
+   W12, mma W12's bytes/s as % of the copy, the configuration its tuner chose.
+
+    python3 bench/w12_mma.py --out $OUT                     # issue shapes, M = 1..64
+    python3 bench/w12_mma.py --layers --out $OUT            # the 6 layer shapes instead
+    python3 bench/w12_mma.py --no-gemv                      # skip the Triton GEMV column
+    python3 bench/w12_mma.py --smoke     # CPU: the emulator on a tiny shape (no timings)
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from common import log, print_table, write_json  # noqa: E402 - sets sys.path first
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+ISSUE_SHAPES = [(5120, 15360), (17408, 5120), (5120, 34816), (5120, 151936)]  # K x N
+LAYER_SHAPES = [(5120, 8192), (5120, 1024), (8192, 5120), (5120, 25600), (25600, 5120),
+                (5120, 151936)]   # q, k/v, o, gate/up, down, head
+MS = [1, 2, 4, 8, 16, 32, 64]
+
+
+def rel(y: torch.Tensor, r: torch.Tensor) -> float:
+    y, r = y.float(), r.float()
+    return ((y - r).norm() / r.norm().clamp_min(1e-30)).item()
+
+
+def bytes_read(t, m: int, k: int, view: str) -> int:
+    planes = t.hi.numel() + (t.lo.numel() if view == "w12" else 0)
+    return (planes + t.base.numel() + t.row_ptr().numel() * 4
+            + t.exc_idx.numel() * t.exc_idx.element_size() + t.exc_val.numel() * 2 + m * k * 2)
+
+
+def copy_gbs(dev) -> float:
+    from kernels.w12.gemm import graph_us
+
+    src = torch.empty(1 << 30, dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    us = graph_us(lambda: dst.copy_(src), dev, calls=4, flush=False)
+    return 2 * (1 << 30) / (us * 1e-6) / 1e9
+
+
+def shape_rows(k: int, n: int, ms, args, copy: float, dev) -> list[dict]:
+    from kernels.w12 import encode
+    from kernels.w12 import mma
+    from kernels.w12.format import decode_w8
+
+    g = torch.Generator(device=dev).manual_seed(k * 7 + n)
+    w = (torch.randn(n, k, device=dev, generator=g) * 0.02).to(torch.bfloat16)
+    t = encode(w)
+    w8 = decode_w8(t)
+    rows = []
+    for m in ms:
+        x = torch.randn(m, k, device=dev, generator=g).to(torch.bfloat16)
+        ref, ref8 = F.linear(x, w), F.linear(x, w8)
+        row = {"K": k, "N": n, "M": m}
+        if args.smoke:   # the emulator stands in for the kernel: errors only, no times
+            xc, tc = x.cpu(), t.to("cpu")
+            y, y8 = mma.emulate(xc, tc, "w12"), mma.emulate(xc, tc, "w8")
+            row.update(err_w12=rel(y, ref.cpu()), err_w8=rel(y8, ref8.cpu()), equal_runs=None)
+            rows.append(row)
+            continue
+        from kernels.w12.gemm import graph_us
+
+        y = mma.w12_mma(x, t, "w12")   # tunes
+        y8 = mma.w12_mma(x, t, "w8")
+        row.update(err_w12=rel(y, ref), err_w8=rel(y8, ref8),
+                   equal_runs=bool(torch.equal(y, mma.w12_mma(x, t, "w12"))),
+                   config=repr(mma._TUNED.get(mma._key(m, t, "w12"))))
+        row["cublas_us"] = graph_us(lambda: F.linear(x, w), x.device)
+        row["mma_w12_us"] = graph_us(lambda: mma.w12_mma(x, t, "w12"), x.device)
+        row["mma_w8_us"] = graph_us(lambda: mma.w12_mma(x, t, "w8"), x.device)
+        if not args.no_gemv:
+            from kernels.w12.gemv import w12_gemv
+
+            row["gemv_err"] = rel(w12_gemv(x, t, "w12"), ref)   # tunes
+            row["gemv_w12_us"] = graph_us(lambda: w12_gemv(x, t, "w12"), x.device)
+        row["mma_gbs"] = bytes_read(t, m, k, "w12") / (row["mma_w12_us"] * 1e-6) / 1e9
+        row["pct_copy"] = 100 * row["mma_gbs"] / copy if copy else None
+        log(f"{k}x{n} M={m}: cuBLAS {row['cublas_us']:.1f} us, mma {row['mma_w12_us']:.1f} "
+            f"(x{row['cublas_us'] / row['mma_w12_us']:.2f}), w8 {row['mma_w8_us']:.1f}, "
+            f"err {row['err_w12']:.1e} {row['config']}")
+        rows.append(row)
+    return rows
+
+
+def fmt(v, spec: str) -> str:
+    return "" if v is None else format(v, spec)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--layers", action="store_true", help="the 6 layer shapes")
+    ap.add_argument("--ms", default=",".join(map(str, MS)))
+    ap.add_argument("--no-gemv", action="store_true")
+    ap.add_argument("--smoke", action="store_true", help="CPU: the emulator, tiny shapes")
+    args = ap.parse_args()
+    ms = [int(v) for v in args.ms.split(",") if v]
+    dev = torch.device("cpu" if args.smoke else "cuda")
+    result: dict = {"ms": ms}
+    if args.smoke:
+        shapes, ms, copy = [(128, 64)], [1, 17], 0.0
+    else:
+        from kernels.w12 import mma
+
+        shapes = LAYER_SHAPES if args.layers else ISSUE_SHAPES
+        copy = copy_gbs(dev)
+        torch.cuda.empty_cache()
+        t0 = time.perf_counter()
+        path = mma.build("cuda", mma._arch(dev))
+        result.update(copy_gbs=copy, build_s=time.perf_counter() - t0, library=str(path),
+                      device=torch.cuda.get_device_name(dev))
+        log(f"copy {copy:.0f} GB/s; kernel library {path.name} in {result['build_s']:.1f} s")
+    rows = []
+    for k, n in shapes:
+        rows += shape_rows(k, n, ms, args, copy, dev)
+        result["rows"] = rows
+        write_json(args.out, "w12_mma.json", result)
+    cols = ["K x N", "M", "cuBLAS us", "GEMV W12 us", "mma W12 us", "mma W8 us",
+            "mma W12 x cuBLAS", "W8 / W12", "% copy", "err W12", "err W8", "config"]
+    out = []
+    for r in rows:
+        c, mw, m8 = r.get("cublas_us"), r.get("mma_w12_us"), r.get("mma_w8_us")
+        out.append([f"{r['K']}x{r['N']}", r["M"], fmt(c, ".1f"), fmt(r.get("gemv_w12_us"), ".1f"),
+                    fmt(mw, ".1f"), fmt(m8, ".1f"), fmt(c / mw if c and mw else None, ".2f"),
+                    fmt(mw / m8 if mw and m8 else None, ".2f"), fmt(r.get("pct_copy"), ".0f"),
+                    f"{r['err_w12']:.1e}", f"{r['err_w8']:.1e}",
+                    (r.get("config") or "").replace("MmaConfig", "")])
+    title = ("W12 mma kernel (emulated on the CPU: errors only)" if args.smoke else
+             f"W12 mma kernel against cuBLAS bf16 ({result['device']}, copy "
+             f"{copy:.0f} GB/s; CUDA graphs, L2 flushed)")
+    print_table(cols, out, title)
+
+
+if __name__ == "__main__":
+    main()

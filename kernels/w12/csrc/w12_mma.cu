@@ -1,0 +1,253 @@
+// W12 GEMM on tensor cores, y[M, N] = x[M, K] @ W^T for M <= 64 (bf16 x and y, fp32
+// accumulation), W as W12 planes. Built by kernels/w12/mma.py with nvcc (-arch of the GPU,
+// sm_80 or newer) into a shared library called through ctypes: no PyTorch headers.
+//
+// Grid (N / (8 NG) n-tiles, nsplit K splits); a block of wk warps. Every warp of a block
+// works on the same NG n-groups (8 weight rows each) and takes every wk-th 64-wide chunk of
+// its split's K range. Per chunk a lane loads 16 hi bytes and 8 lo bytes of each of its NG
+// rows (two vector loads a row, issued DEPTH - 1 chunks ahead into a register ring),
+// decodes them straight into mma.sync B fragments (w12_mma.cuh says how the permuted k
+// makes that possible), reads x with the same permutation (8-byte loads, L1-cached: every
+// warp of the grid at this K reads the same x), and runs MT x NG mma.m16n8k16 per step.
+// The block's warps add their accumulators in shared memory in a fixed order; one split:
+// the block adds the exceptions of its rows and stores bf16 y; more: it stores its fp32
+// partial and w12_mma_reduce sums the splits in a fixed order (deterministic: no atomics).
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include "w12_mma.cuh"
+
+using namespace w12mma;
+
+struct Args {
+  const uint16_t* x;
+  const uint16_t* zero;  // K zeros: the x row of rows past M
+  const uint8_t* hi;
+  const uint8_t* lo;
+  const uint8_t* base;
+  const int32_t* row_ptr;
+  const void* exc_idx;
+  const uint16_t* exc_val;
+  uint16_t* y;    // [M, N] bf16
+  float* part;    // [nsplit, M, N] fp32 when nsplit > 1
+  int M, N, K;
+  int idx64;
+  int nsplit;
+};
+
+__device__ __forceinline__ void load_raw(Raw& r, const uint8_t* hi, const uint8_t* lo) {
+  // each weight byte is read once per call: no L1 allocation
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(r.h[0]), "=r"(r.h[1]), "=r"(r.h[2]), "=r"(r.h[3])
+      : "l"(hi));
+  asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];"
+      : "=r"(r.l[0]), "=r"(r.l[1])
+      : "l"(lo));
+}
+
+__device__ __forceinline__ void mma_bf16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// At most 128 registers a thread (two blocks of 8 warps, or four of 4, an SM) where the
+// accumulators leave room: latency is hidden by warps in flight as much as by the ring.
+template <int MT, int NG>
+constexpr int min_blocks() { return MT * NG >= 8 ? 1 : 2; }
+
+template <int MT, int NG, int DEPTH, bool W8>
+__global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_kernel(Args a) {
+  extern __shared__ float red[];  // [wk][min(M, MT * 16)][NG * 8]
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, wk = blockDim.x >> 5;
+  const Lane l = lane_of(lane);
+  const int64_t K = a.K;
+  const int nblock = blockIdx.x * (NG * GROUP_N);
+  int c0, c1;
+  split_chunks(blockIdx.y, a.nsplit, a.K / CHUNK_K, &c0, &c1);
+  const int iters = warp_iters(c0, c1, w, wk);
+
+  // per lane: its planes' pointers for the chunk it loads next, its x rows' for the chunk
+  // it computes next; both advance by wk chunks an iteration
+  uint32_t b2[NG];
+  // N % 8 == 0, so a group is all inside N or all outside: one outside (the last block's)
+  // reads row 0 and computes what is never stored, with no predicate in the loop
+  const uint8_t* hp[NG];
+  const uint8_t* lp[NG];
+#pragma unroll
+  for (int j = 0; j < NG; ++j) {
+    const int64_t n = nblock + GROUP_N * j < a.N ? nblock + GROUP_N * j + l.g : 0;
+    b2[j] = base2(a.base[n]);
+    hp[j] = a.hi + hi_offset(n, K, c0 + w, l);
+    lp[j] = a.lo + lo_offset(n, K, c0 + w, l);
+  }
+  const uint16_t* xp[MT][2];
+#pragma unroll
+  for (int t = 0; t < MT; ++t)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      xp[t][h] = x_row(a.x, a.zero, TILE_M * t + l.g + 8 * h, a.M, K) + x_offset(c0 + w, l);
+  const int64_t hstep = (int64_t)wk * CHUNK_K, lstep = hstep / 2, xstep = hstep;
+
+  float acc[MT][NG][4];
+#pragma unroll
+  for (int t = 0; t < MT; ++t)
+#pragma unroll
+    for (int j = 0; j < NG; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[t][j][r] = 0.0f;
+
+  // the ring: DEPTH - 1 chunks loaded ahead of the one computed; it shifts by one slot a
+  // chunk (register moves) so that the loop need not be unrolled DEPTH times
+  Raw ring[DEPTH][NG];
+
+  auto load = [&](Raw (&slot)[NG]) {
+#pragma unroll
+    for (int j = 0; j < NG; ++j) {
+      load_raw(slot[j], hp[j], lp[j]);
+      hp[j] += hstep;
+      lp[j] += lstep;
+    }
+  };
+
+  auto compute = [&](const Raw (&slot)[NG]) {
+    uint32_t xw[MT][2][8];
+#pragma unroll
+    for (int t = 0; t < MT; ++t)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4* p = reinterpret_cast<const uint4*>(xp[t][h]);
+        const uint4 v0 = __ldg(p), v1 = __ldg(p + 1);
+        xw[t][h][0] = v0.x; xw[t][h][1] = v0.y; xw[t][h][2] = v0.z; xw[t][h][3] = v0.w;
+        xw[t][h][4] = v1.x; xw[t][h][5] = v1.y; xw[t][h][6] = v1.z; xw[t][h][7] = v1.w;
+        xp[t][h] += xstep;
+      }
+#pragma unroll
+    for (int s = 0; s < STEPS; ++s) {
+      uint32_t bf[NG][2];
+#pragma unroll
+      for (int j = 0; j < NG; ++j) decode_step(slot[j], s, b2[j], W8, bf[j]);
+#pragma unroll
+      for (int t = 0; t < MT; ++t) {
+        uint32_t af[4];
+        a_step(xw[t][0], xw[t][1], s, af);
+#pragma unroll
+        for (int j = 0; j < NG; ++j) mma_bf16(acc[t][j], af, bf[j]);
+      }
+    }
+  };
+
+#pragma unroll
+  for (int d = 0; d < DEPTH - 1; ++d)
+    if (d < iters) load(ring[d]);
+#pragma unroll 1
+  for (int it = 0; it < iters; ++it) {
+    if (it + DEPTH - 1 < iters) load(ring[DEPTH - 1]);
+    compute(ring[0]);
+#pragma unroll
+    for (int d = 0; d < DEPTH - 1; ++d)
+#pragma unroll
+      for (int j = 0; j < NG; ++j) ring[d][j] = ring[d + 1][j];
+  }
+
+  // the block's warps add up in a fixed order (rows past M are zero and never stored)
+  constexpr int ROWS = MT * TILE_M, COLS = NG * GROUP_N;
+  const int rows = a.M < ROWS ? a.M : ROWS;
+#pragma unroll
+  for (int t = 0; t < MT; ++t)
+#pragma unroll
+    for (int j = 0; j < NG; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int m = out_row(l, t, r);
+        if (m < rows) red[(w * rows + m) * COLS + out_col(l, j, r)] = acc[t][j][r];
+      }
+  __syncthreads();
+  for (int i = threadIdx.x; i < rows * COLS; i += blockDim.x) {
+    const int m = i / COLS, c = i % COLS;
+    const int64_t n = nblock + c;
+    if (n >= a.N) continue;
+    float v = 0.0f;
+    for (int ww = 0; ww < wk; ++ww) v += red[(ww * rows + m) * COLS + c];
+    if (a.nsplit == 1) {
+      v += exception_sum(m, n, K, a.x, a.row_ptr, a.exc_idx, a.idx64, a.exc_val, a.base);
+      a.y[(int64_t)m * a.N + n] = f32_to_bf16(v);
+    } else {
+      a.part[((int64_t)blockIdx.y * a.M + m) * a.N + n] = v;
+    }
+  }
+}
+
+__global__ void w12_mma_reduce(Args a) {
+  const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= (int64_t)a.M * a.N) return;
+  const int64_t m = i / a.N, n = i % a.N;
+  float v = 0.0f;
+  for (int s = 0; s < a.nsplit; ++s) v += a.part[((int64_t)s * a.M + m) * a.N + n];
+  v += exception_sum(m, n, a.K, a.x, a.row_ptr, a.exc_idx, a.idx64, a.exc_val, a.base);
+  a.y[i] = f32_to_bf16(v);
+}
+
+template <int MT, int NG, int DEPTH, bool W8>
+static cudaError_t launch_t(const Args& a, int wk, cudaStream_t stream) {
+  constexpr int ROWS = MT * TILE_M, COLS = NG * GROUP_N;
+  const int rows = a.M < ROWS ? a.M : ROWS;
+  const size_t smem = sizeof(float) * wk * rows * COLS;
+  if (smem > 48 * 1024) return cudaErrorInvalidConfiguration;
+  dim3 grid((a.N + COLS - 1) / COLS, a.nsplit);
+  w12_mma_kernel<MT, NG, DEPTH, W8><<<grid, wk * 32, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <int MT, int NG, int DEPTH>
+static cudaError_t launch_view(const Args& a, int w8, int wk, cudaStream_t stream) {
+  return w8 ? launch_t<MT, NG, DEPTH, true>(a, wk, stream)
+            : launch_t<MT, NG, DEPTH, false>(a, wk, stream);
+}
+
+template <int MT>
+static cudaError_t launch_mt(const Args& a, int w8, int ng, int depth, int wk, cudaStream_t s) {
+  if (ng == 1 && depth == 4) return launch_view<MT, 1, 4>(a, w8, wk, s);
+  if (ng == 2 && depth == 2) return launch_view<MT, 2, 2>(a, w8, wk, s);
+  if (ng == 2 && depth == 4) return launch_view<MT, 2, 4>(a, w8, wk, s);
+  if (ng == 4 && depth == 2) return launch_view<MT, 4, 2>(a, w8, wk, s);
+  return cudaErrorInvalidValue;
+}
+
+// The (ng, depth) pairs compiled; kernels/w12/mma.py's configurations use only these.
+extern "C" int w12_mma_variants(int* out, int cap) {
+  static const int v[] = {1, 4, 2, 2, 2, 4, 4, 2};
+  const int n = sizeof(v) / sizeof(v[0]);
+  for (int i = 0; i < n && i < cap; ++i) out[i] = v[i];
+  return n / 2;
+}
+
+extern "C" const char* w12_mma_error(int e) { return cudaGetErrorString((cudaError_t)e); }
+
+// 0 on success, else a cudaError_t (cudaErrorInvalidValue: a configuration not compiled;
+// cudaErrorInvalidConfiguration: shared memory over 48 KB).
+extern "C" int w12_mma_launch(const void* x, const void* zero, const void* hi, const void* lo, const void* base,
+                              const void* row_ptr, const void* exc_idx, int idx64,
+                              const void* exc_val, void* y, void* part, int M, int N, int K,
+                              int w8, int ng, int depth, int wk, int nsplit, void* stream) {
+  if (M < 1 || M > 4 * TILE_M || K % CHUNK_K || N % GROUP_N || wk < 1 || wk > 8 || nsplit < 1)
+    return cudaErrorInvalidValue;
+  Args a{(const uint16_t*)x, (const uint16_t*)zero, (const uint8_t*)hi, (const uint8_t*)lo, (const uint8_t*)base,
+         (const int32_t*)row_ptr, exc_idx, (const uint16_t*)exc_val, (uint16_t*)y,
+         (float*)part, M, N, K, idx64, nsplit};
+  cudaStream_t s = (cudaStream_t)stream;
+  const int mt = (M + TILE_M - 1) / TILE_M;
+  cudaError_t e;
+  switch (mt) {
+    case 1: e = launch_mt<1>(a, w8, ng, depth, wk, s); break;
+    case 2: e = launch_mt<2>(a, w8, ng, depth, wk, s); break;
+    case 3: e = launch_mt<3>(a, w8, ng, depth, wk, s); break;
+    default: e = launch_mt<4>(a, w8, ng, depth, wk, s); break;
+  }
+  if (e != cudaSuccess || nsplit == 1) return (int)e;
+  const int64_t total = (int64_t)M * N;
+  w12_mma_reduce<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(a);
+  return (int)cudaGetLastError();
+}

@@ -1,0 +1,174 @@
+// CPU emulator of w12_mma.cu: the kernel's grid, warps and lanes run one after another,
+// each lane through w12_mma.cuh's own functions (what it loads, how it decodes, where it
+// stores), and each mma.sync.m16n8k16 through `mma_warp`, written from the PTX ISA's
+// fragment tables for .bf16 (not from the header's mapping), so that a wrong permutation
+// or lane mapping in the header gives wrong products here. It also checks every load
+// against its buffer's size. Built by kernels/w12/mma.py with the host C++ compiler.
+
+#include <stdint.h>
+#include <string.h>
+
+#include <vector>
+
+#include "w12_mma.cuh"
+
+using namespace w12mma;
+
+namespace {
+
+constexpr int MAX_MT = 4, MAX_NG = 4;
+
+// One warp's mma.m16n8k16.row.col.f32.bf16.bf16.f32, D = A B + C, for all 32 lanes.
+// A (16 x 16): lane (g, q) = (lane / 4, lane % 4) holds elements a0..a7 in registers
+// a[0..3], two a register (the lower index in the low 16 bits); element i sits at row
+// g + 8 * ((i / 2) % 2), column 2q + (i % 2) + 8 * (i / 4).
+// B (16 x 8): elements b0..b3 in b[0..1]; element i at row 2q + (i % 2) + 8 * (i / 2),
+// column g. C, D (16 x 8): element i of c[0..3] at row g + 8 * (i / 2), column 2q + i % 2.
+void mma_warp(float (*acc)[4], const uint32_t (*a)[4], const uint32_t (*b)[2]) {
+  float A[16][16], B[16][8];
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, q = lane % 4;
+    for (int i = 0; i < 8; ++i) {
+      const uint32_t half = (a[lane][i / 2] >> (16 * (i % 2))) & 0xFFFFu;
+      A[g + 8 * ((i / 2) % 2)][2 * q + (i % 2) + 8 * (i / 4)] = bf16_to_f32(half);
+    }
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t half = (b[lane][i / 2] >> (16 * (i % 2))) & 0xFFFFu;
+      B[2 * q + (i % 2) + 8 * (i / 2)][g] = bf16_to_f32(half);
+    }
+  }
+  float C[16][8];
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, q = lane % 4;
+    for (int i = 0; i < 4; ++i) C[g + 8 * (i / 2)][2 * q + i % 2] = acc[lane][i];
+  }
+  for (int m = 0; m < 16; ++m)
+    for (int n = 0; n < 8; ++n) {
+      float d = C[m][n];
+      for (int k = 0; k < 16; ++k) d += A[m][k] * B[k][n];
+      C[m][n] = d;
+    }
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, q = lane % 4;
+    for (int i = 0; i < 4; ++i) acc[lane][i] = C[g + 8 * (i / 2)][2 * q + i % 2];
+  }
+}
+
+struct Bounds {
+  int64_t x, hi, lo;  // elements of x (bf16), bytes of hi and lo
+  bool ok = true;
+  bool in(int64_t off, int64_t len, int64_t size) {
+    if (off < 0 || off + len > size) ok = false;
+    return ok;
+  }
+};
+
+}  // namespace
+
+// Same arguments as w12_mma_launch (no stream) plus the buffers' sizes; out_f32: y is
+// float [M, N] (the value before the bf16 rounding), else bf16 bits. Returns 0, -1 for a
+// configuration the kernel refuses, -2 if a lane would read outside a buffer.
+extern "C" int w12_mma_emulate(const void* x_, const void* hi_, const void* lo_,
+                               const void* base_, const void* row_ptr_, const void* exc_idx,
+                               int idx64, const void* exc_val_, void* y_, int out_f32,
+                               int M, int N, int K, int w8, int ng, int depth, int wk,
+                               int nsplit, int64_t x_elems, int64_t hi_bytes, int64_t lo_bytes) {
+  (void)depth;  // the ring changes when a load is issued, not what is loaded
+  if (M < 1 || M > MAX_MT * TILE_M || K % CHUNK_K || N % GROUP_N || wk < 1 || wk > 8 ||
+      nsplit < 1 || ng < 1 || ng > MAX_NG)
+    return -1;
+  const uint16_t* x = (const uint16_t*)x_;
+  const uint8_t* hi = (const uint8_t*)hi_;
+  const uint8_t* lo = (const uint8_t*)lo_;
+  const uint8_t* base = (const uint8_t*)base_;
+  const int32_t* row_ptr = (const int32_t*)row_ptr_;
+  const uint16_t* exc_val = (const uint16_t*)exc_val_;
+  Bounds bounds{x_elems, hi_bytes, lo_bytes};
+
+  const int mt = (M + TILE_M - 1) / TILE_M, cols = ng * GROUP_N;
+  const int rows = M < mt * TILE_M ? M : mt * TILE_M;
+  const int tiles = (N + cols - 1) / cols;
+  std::vector<float> part((size_t)nsplit * M * N, 0.0f);
+  std::vector<float> red((size_t)wk * rows * cols);
+  const std::vector<uint16_t> zero((size_t)K, 0);
+
+  for (int split = 0; split < nsplit; ++split)
+    for (int tile = 0; tile < tiles; ++tile) {
+      const int nblock = tile * cols;
+      int c0, c1;
+      split_chunks(split, nsplit, K / CHUNK_K, &c0, &c1);
+      for (int w = 0; w < wk; ++w) {
+        static float acc[MAX_MT][MAX_NG][32][4];
+        memset(acc, 0, sizeof(acc));
+        const int iters = warp_iters(c0, c1, w, wk);
+        for (int it = 0; it < iters; ++it) {
+          const int64_t chunk = c0 + w + (int64_t)it * wk;
+          Raw raw[32][MAX_NG];
+          uint32_t b2[32][MAX_NG];
+          for (int lane = 0; lane < 32; ++lane) {
+            const Lane l = lane_of(lane);
+            for (int j = 0; j < ng; ++j) {
+              const int64_t n = nblock + GROUP_N * j < N ? nblock + GROUP_N * j + l.g : 0;
+              b2[lane][j] = base2(base[n]);
+              const int64_t ho = hi_offset(n, K, chunk, l), lo_off = lo_offset(n, K, chunk, l);
+              if (!bounds.in(ho, 16, bounds.hi) || !bounds.in(lo_off, 8, bounds.lo)) return -2;
+              memcpy(raw[lane][j].h, hi + ho, 16);
+              memcpy(raw[lane][j].l, lo + lo_off, 8);
+            }
+          }
+          for (int s = 0; s < STEPS; ++s) {
+            uint32_t bf[MAX_NG][32][2];
+            for (int lane = 0; lane < 32; ++lane)
+              for (int j = 0; j < ng; ++j)
+                decode_step(raw[lane][j], s, b2[lane][j], w8 != 0, bf[j][lane]);
+            for (int t = 0; t < mt; ++t) {
+              uint32_t af[32][4];
+              for (int lane = 0; lane < 32; ++lane) {
+                const Lane l = lane_of(lane);
+                uint32_t xw[2][8];
+                for (int h = 0; h < 2; ++h) {
+                  const uint16_t* row = x_row(x, zero.data(), TILE_M * t + l.g + 8 * h, M, K);
+                  const int64_t o = x_offset(chunk, l);
+                  if (row == zero.data() ? !bounds.in(o, 16, K)
+                                         : !bounds.in((row - x) + o, 16, bounds.x))
+                    return -2;
+                  memcpy(xw[h], row + o, 32);
+                }
+                a_step(xw[0], xw[1], s, af[lane]);
+              }
+              for (int j = 0; j < ng; ++j) mma_warp(acc[t][j], af, bf[j]);
+            }
+          }
+        }
+        for (int lane = 0; lane < 32; ++lane) {
+          const Lane l = lane_of(lane);
+          for (int t = 0; t < mt; ++t)
+            for (int j = 0; j < ng; ++j)
+              for (int r = 0; r < 4; ++r) {
+                const int m = out_row(l, t, r);
+                if (m < rows) red[((size_t)w * rows + m) * cols + out_col(l, j, r)] = acc[t][j][lane][r];
+              }
+        }
+      }
+      for (int i = 0; i < rows * cols; ++i) {
+        const int m = i / cols, c = i % cols;
+        const int64_t n = nblock + c;
+        if (n >= N) continue;
+        float v = 0.0f;
+        for (int w = 0; w < wk; ++w) v += red[((size_t)w * rows + m) * cols + c];
+        part[((size_t)split * M + m) * N + n] = v;
+      }
+    }
+
+  for (int64_t i = 0; i < (int64_t)M * N; ++i) {
+    const int64_t m = i / N, n = i % N;
+    float v = 0.0f;
+    for (int s = 0; s < nsplit; ++s) v += part[((size_t)s * M + m) * N + n];
+    v += exception_sum(m, n, K, x, row_ptr, exc_idx, idx64 != 0, exc_val, base);
+    if (out_f32)
+      ((float*)y_)[i] = v;
+    else
+      ((uint16_t*)y_)[i] = f32_to_bf16(v);
+  }
+  return bounds.ok ? 0 : -2;
+}

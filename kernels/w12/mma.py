@@ -1,0 +1,353 @@
+"""The third W12 kernel: tensor-core mma.sync in CUDA C++ for M <= 64 rows (verify and tree
+shapes), y[M, N] = x[M, K] @ W^T with bf16 x and y.
+
+The Triton kernels (kernels/w12/gemm.py, gemv.py) lose to cuBLAS bf16 at M = 2-64 on the
+27B-class shapes: their decoded tiles pass through Triton's layout conversions, and
+Nsight Compute found the tile issue-bound (bench/archive/NOTES-2026.md). This one decodes
+each lane's weights straight into its mma B-fragment registers: inside every 64-wide
+chunk of K the order of k is permuted, for x and W alike, so that one lane's 16 consecutive
+weights of a row (two vector loads of the planes) are its operands for the chunk's four
+mma.m16n8k16 steps (kernels/w12/csrc/w12_mma.cuh). Loads run DEPTH - 1 chunks ahead in a
+register ring; the warps of a block split K and add up in shared memory in a fixed order;
+K splits across blocks store fp32 partials that a second kernel sums in a fixed order and
+finishes with the exceptions (deterministic: no atomics).
+
+Built at first use on CUDA with nvcc for the GPU's own architecture (sm_80 or newer) into
+a shared library loaded with ctypes (no PyTorch headers: seconds, not minutes), cached
+under $SPECPILOT_KERNEL_CACHE (default ~/.cache/specpilot/kernels) by a digest of the
+sources, the architecture and nvcc's version. The CPU never runs it; `emulate` runs the
+kernel's grid, warps and lanes on the CPU through the same header (w12_mma_emu.cpp, built
+with the host C++ compiler), which is how CPU tests check its loads, decode and lane maps.
+
+Covers K % 64 == 0, N % 8 == 0 and bf16 x (`unsupported` says why not); `w12_mma` runs the
+GEMV kernel (kernels/w12/gemv.py) for the rest. Configurations: a few per m-tile count,
+timed once per (tiles, N, K, view) in a CUDA graph like the Triton kernels (gemm.fastest).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from kernels.w12.format import W12Tensor
+
+SOURCES = Path(__file__).with_name("csrc")
+CUDA_SOURCE, HEADER, EMU_SOURCE = "w12_mma.cu", "w12_mma.cuh", "w12_mma_emu.cpp"
+MAX_M = 64
+CHUNK_K, GROUP_N, TILE_M = 64, 8, 16
+WARPS_PER_SM = 16          # "auto" split: aim for this many warps an SM
+PARTIAL_FRACTION = 0.10    # "auto" split: fp32 partial bytes <= this share of weight bytes
+SHARED_LIMIT = 48 * 1024   # the block's reduction tile (no opt-in to more)
+VARIANTS = ((1, 4), (2, 2), (2, 4), (4, 2))  # (ng, depth) compiled in w12_mma.cu
+
+
+class MmaUnavailable(RuntimeError):
+    """The CUDA kernel cannot be built or run here (no nvcc, an older GPU)."""
+
+
+@dataclass(frozen=True)
+class MmaConfig:
+    ng: int                 # n-groups of 8 weight rows a block
+    depth: int              # chunks in a lane's register ring (DEPTH - 1 loaded ahead)
+    wk: int = 4             # warps a block, each on every wk-th chunk of the split
+    split: str | int = "auto"  # K splits across blocks
+
+
+C = MmaConfig
+# Candidates per m-tile count (M <= 16, 32, 48, 64). Not yet timed on a GPU: the list spans
+# the rows a block covers (8-32), the ring depth and the warps a block.
+CONFIGS: dict[int, tuple[MmaConfig, ...]] = {
+    1: (C(2, 4), C(1, 4), C(2, 2), C(4, 2), C(2, 4, 8), C(1, 4, 8)),
+    2: (C(2, 4), C(1, 4), C(2, 2), C(4, 2, 2), C(2, 4, 8)),
+    3: (C(1, 4), C(2, 2), C(2, 4), C(4, 2, 2)),
+    4: (C(1, 4), C(2, 2), C(2, 4), C(4, 2, 2)),
+}
+del C
+_TUNED: dict[tuple, MmaConfig] = {}
+_LIBS: dict[tuple, ctypes.CDLL] = {}
+_ZEROS: dict[int, torch.Tensor] = {}   # per device: the x row of rows past M (K zeros)
+_LOCK = threading.Lock()
+
+
+def tiles(m: int) -> int:
+    if not 1 <= m <= MAX_M:
+        raise ValueError(f"M = {m} is outside 1..{MAX_M}; w12_mma splits larger M itself")
+    return (m + TILE_M - 1) // TILE_M
+
+
+# -- building ---------------------------------------------------------------------------
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SPECPILOT_KERNEL_CACHE")
+                or Path.home() / ".cache" / "specpilot" / "kernels")
+
+
+def nvcc() -> str | None:
+    """nvcc from $CUDA_HOME, PATH or /usr/local/cuda (None if none)."""
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    for cand in ([str(Path(home) / "bin" / "nvcc")] if home else []) + [
+            shutil.which("nvcc") or "", "/usr/local/cuda/bin/nvcc"]:
+        if cand and Path(cand).is_file():
+            return cand
+    return None
+
+
+def _version(tool: str) -> str:
+    try:
+        out = subprocess.run([tool, "--version"], capture_output=True, text=True, timeout=60)
+        return out.stdout.strip().splitlines()[-1] if out.stdout.strip() else tool
+    except (OSError, subprocess.SubprocessError):
+        return tool
+
+
+def _compile(kind: str, arch: str | None, defines: tuple[str, ...]) -> tuple[list[str], str]:
+    """(the compiler command without -o, a digest of everything the binary depends on)."""
+    if kind == "cuda":
+        tool = nvcc()
+        if tool is None:
+            raise MmaUnavailable("kernel 'mma' needs nvcc (CUDA_HOME, PATH or /usr/local/cuda)")
+        cmd = [tool, "-O3", "-std=c++17", f"-arch={arch}", "-shared", "-Xcompiler", "-fPIC",
+               "-lineinfo", str(SOURCES / CUDA_SOURCE)]
+        names = (CUDA_SOURCE, HEADER)
+    elif kind == "emu":
+        tool = shutil.which(os.environ.get("CXX", "c++")) or shutil.which("g++")
+        if tool is None:
+            raise MmaUnavailable("the W12 mma emulator needs a C++ compiler (c++ or g++)")
+        cmd = [tool, "-O2", "-std=c++17", "-shared", "-fPIC", str(SOURCES / EMU_SOURCE)]
+        names = (EMU_SOURCE, HEADER)
+    else:
+        raise ValueError(f"kind must be 'cuda' or 'emu', not {kind!r}")
+    cmd += [f"-D{d}" for d in defines]
+    h = hashlib.sha256()
+    for name in names:
+        h.update((SOURCES / name).read_bytes())
+    h.update(" ".join([_version(tool), *cmd[1:]]).encode())
+    return cmd, h.hexdigest()[:16]
+
+
+def build(kind: str = "cuda", arch: str | None = None, defines: tuple[str, ...] = ()) -> Path:
+    """The shared library of the CUDA kernel (kind "cuda", for `arch` such as "sm_90") or of
+    the CPU emulator ("emu"), compiled once into the cache (a temporary file renamed into
+    place: concurrent builders never see a half-written library)."""
+    cmd, digest = _compile(kind, arch, defines)
+    out = cache_dir() / f"w12_mma_{kind}_{arch or 'host'}_{digest}.so"
+    if out.is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+    os.close(fd)
+    try:
+        proc = subprocess.run(cmd + ["-o", tmp], capture_output=True, text=True)
+        if proc.returncode != 0:
+            last = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+            raise MmaUnavailable(f"building the W12 mma {kind} library failed: "
+                                 + " | ".join(last))
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+_P = ctypes.c_void_p
+_I = ctypes.c_int
+_I64 = ctypes.c_int64
+
+
+def _library(kind: str, arch: str | None = None, defines: tuple[str, ...] = ()) -> ctypes.CDLL:
+    key = (kind, arch, defines)
+    with _LOCK:
+        lib = _LIBS.get(key)
+        if lib is None:
+            lib = ctypes.CDLL(str(build(kind, arch, defines)))
+            if kind == "cuda":
+                lib.w12_mma_launch.argtypes = [_P] * 7 + [_I, _P, _P, _P] + [_I] * 8 + [_P]
+                lib.w12_mma_launch.restype = _I
+                lib.w12_mma_error.argtypes = [_I]
+                lib.w12_mma_error.restype = ctypes.c_char_p
+            else:
+                lib.w12_mma_emulate.argtypes = ([_P] * 6 + [_I, _P, _P] + [_I] * 9
+                                                + [_I64] * 3)
+                lib.w12_mma_emulate.restype = _I
+            _LIBS[key] = lib
+        return lib
+
+
+def _arch(device: torch.device) -> str:
+    major, minor = torch.cuda.get_device_capability(device)
+    if major < 8:
+        raise MmaUnavailable(f"kernel 'mma' needs sm_80 or newer (bf16 mma.sync); "
+                             f"this GPU is sm_{major}{minor}")
+    return f"sm_{major}{minor}"
+
+
+# -- planning and launching -------------------------------------------------------------
+
+def unsupported(x: torch.Tensor, t: W12Tensor) -> str | None:
+    """Why the kernel does not cover this call (None: it does)."""
+    n, k = t.shape
+    if x.dtype != torch.bfloat16:
+        return f"x is {x.dtype}, not bf16"
+    if k % CHUNK_K:
+        return f"K = {k} is not a multiple of {CHUNK_K}"
+    if n % GROUP_N:
+        return f"N = {n} is not a multiple of {GROUP_N}"
+    return None
+
+
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 132
+    from kernels.w12.gemm import _num_sms as sms  # lazy: Triton, CUDA only
+
+    return sms(device)
+
+
+def plan_split(cfg: MmaConfig, m: int, n: int, k: int, sms: int) -> int:
+    """K splits across blocks: enough warps for WARPS_PER_SM on every SM, each warp at
+    least two chunks, fp32 partials (written and read) within PARTIAL_FRACTION of the
+    weight bytes."""
+    chunks = k // CHUNK_K
+    if cfg.split != "auto":
+        return max(1, min(int(cfg.split), chunks))
+    blocks = -(-n // (GROUP_N * cfg.ng))
+    want = -(-sms * WARPS_PER_SM // (blocks * cfg.wk))
+    most = max(1, chunks // (2 * cfg.wk))
+    partial_cap = max(1, int(PARTIAL_FRACTION * 1.5 * n * k / (8 * m * n)))
+    return max(1, min(want, most, partial_cap, 16))
+
+
+def _check_config(cfg: MmaConfig, m: int) -> None:
+    if (cfg.ng, cfg.depth) not in VARIANTS:
+        raise ValueError(f"(ng, depth) = {(cfg.ng, cfg.depth)} is not compiled; one of {VARIANTS}")
+    if not 1 <= cfg.wk <= 8:
+        raise ValueError(f"wk must be 1..8, not {cfg.wk}")
+    if 4 * cfg.wk * min(m, TILE_M * tiles(m)) * GROUP_N * cfg.ng > SHARED_LIMIT:
+        raise ValueError(f"{cfg} needs more than {SHARED_LIMIT} bytes of shared memory at M={m}")
+
+
+def _planes(t: W12Tensor):
+    return (t.hi.contiguous(), t.lo.contiguous(), t.base.contiguous(), t.row_ptr(),
+            t.exc_idx.contiguous(), t.exc_val.contiguous())
+
+
+def _zeros(device: torch.device, k: int) -> torch.Tensor:
+    """At least k bf16 zeros on the device (kept, grown outside CUDA graph captures)."""
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    z = _ZEROS.get(idx)
+    if z is None or z.numel() < k:
+        z = _ZEROS[idx] = torch.zeros(max(k, 1 << 16), dtype=torch.bfloat16, device=device)
+    return z
+
+
+def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, view: str, cfg: MmaConfig) -> None:
+    m, k = x.shape
+    n = t.shape[0]
+    _check_config(cfg, m)
+    split = plan_split(cfg, m, n, k, _num_sms(x.device))
+    part = (torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1
+            else None)
+    hi, lo, base, row_ptr, exc_idx, exc_val = _planes(t)
+    lib = _library("cuda", _arch(x.device))
+    stream = torch.cuda.current_stream(x.device).cuda_stream
+    rc = lib.w12_mma_launch(
+        x.data_ptr(), _zeros(x.device, k).data_ptr(), hi.data_ptr(), lo.data_ptr(), base.data_ptr(), row_ptr.data_ptr(),
+        exc_idx.data_ptr(), int(exc_idx.dtype == torch.int64), exc_val.data_ptr(),
+        y.data_ptr(), 0 if part is None else part.data_ptr(), m, n, k, int(view == "w8"),
+        cfg.ng, cfg.depth, cfg.wk, split, stream)
+    if rc != 0:
+        raise RuntimeError(f"w12_mma launch ({cfg}, M={m}, N={n}, K={k}): "
+                           f"{lib.w12_mma_error(rc).decode()}")
+
+
+def _key(m: int, t: W12Tensor, view: str) -> tuple:
+    return (tiles(m), t.shape[0], t.shape[1], view, t.device.index)
+
+
+def tune(x: torch.Tensor, t: W12Tensor, view: str = "w12", configs=None) -> MmaConfig:
+    """Time each configuration of x's m-tile count once (in a CUDA graph) and remember the
+    fastest for this shape and view."""
+    m = x.shape[0]
+    key = _key(m, t, view)
+    if key in _TUNED:
+        return _TUNED[key]
+    configs = CONFIGS[tiles(m)] if configs is None else configs
+    if x.device.type != "cuda" or len(configs) == 1:
+        return configs[0]
+    from kernels.w12.gemm import fastest  # lazy: Triton, CUDA only
+
+    best = fastest(configs, lambda cfg, y: _launch(x, t, y, view, cfg),
+                   torch.empty(m, t.shape[0], dtype=x.dtype, device=x.device))
+    if best is None:
+        raise RuntimeError(f"no W12 mma configuration ran for {tuple(t.shape)}, M={m}")
+    _TUNED[key] = best
+    return best
+
+
+def w12_mma(x: torch.Tensor, t: W12Tensor, view: str = "w12",
+            config: MmaConfig | None = None) -> torch.Tensor:
+    """y = x @ W^T for bf16 x [..., K] on CUDA; shapes the kernel does not cover
+    (`unsupported`) run the GEMV kernel."""
+    from kernels.w12.gemm import by_row_blocks  # lazy: Triton, CUDA only
+
+    if unsupported(x, t) is not None:
+        from kernels.w12.gemv import w12_gemv
+
+        return w12_gemv(x, t, view)
+
+    def run(xs: torch.Tensor, out: torch.Tensor) -> None:
+        if not xs.is_contiguous():
+            xs = xs.contiguous()
+        cfg = config
+        if cfg is None:
+            cfg = _TUNED.get(_key(xs.shape[0], t, view))
+            if cfg is None:
+                if torch.cuda.is_current_stream_capturing():  # no timing inside a capture
+                    cfg = (_TUNED.get(_key(xs.shape[0], t, "w12"))
+                           or CONFIGS[tiles(xs.shape[0])][0])
+                else:
+                    cfg = tune(xs, t, view)
+        _launch(xs, t, out, view, cfg)
+    return by_row_blocks(x, t, view, run)
+
+
+# -- the CPU emulator -------------------------------------------------------------------
+
+def emulate(x: torch.Tensor, t: W12Tensor, view: str = "w12",
+            config: MmaConfig = MmaConfig(2, 4), split: int = 1, out_f32: bool = False,
+            defines: tuple[str, ...] = ()) -> torch.Tensor:
+    """What the CUDA kernel computes, on the CPU: the kernel's grid, warps and lanes through
+    its own header, each mma from the PTX ISA's fragment tables (w12_mma_emu.cpp). x is
+    bf16 [M <= 64, K] on the CPU; y bf16 [M, N], or its fp32 value before rounding."""
+    if view not in ("w12", "w8"):
+        raise ValueError(f"view must be 'w12' or 'w8', not {view!r}")
+    reason = unsupported(x, t)
+    if reason is not None:
+        raise ValueError(f"the W12 mma kernel does not cover this call: {reason}")
+    x = x.contiguous()
+    m, k = x.shape
+    n = t.shape[0]
+    if k != t.shape[1]:
+        raise ValueError(f"x has {k} features; the W12 weight expects {t.shape[1]}")
+    _check_config(config, m)
+    hi, lo, base, row_ptr, exc_idx, exc_val = (p.cpu() for p in _planes(t))
+    y = torch.empty(m, n, dtype=torch.float32 if out_f32 else torch.bfloat16)
+    rc = _library("emu", None, defines).w12_mma_emulate(
+        x.data_ptr(), hi.data_ptr(), lo.data_ptr(), base.data_ptr(), row_ptr.data_ptr(),
+        exc_idx.data_ptr(), int(exc_idx.dtype == torch.int64), exc_val.data_ptr(),
+        y.data_ptr(), int(out_f32), m, n, k, int(view == "w8"), config.ng, config.depth,
+        config.wk, split, x.numel(), hi.numel(), lo.numel())
+    if rc == -2:
+        raise RuntimeError("w12_mma emulator: a lane read outside its buffer")
+    if rc != 0:
+        raise RuntimeError(f"w12_mma emulator refused {config} at M={m}, N={n}, K={k}")
+    return y

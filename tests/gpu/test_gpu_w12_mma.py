@@ -1,0 +1,92 @@
+"""The CUDA W12 mma kernel on the GPU: every configuration the tuner may pick against the
+reference (bf16 output: within bf16 rounding of the fp32 product), both views, exceptions,
+run-to-run and graph-replay bit equality, and the GEMV fallback for shapes it does not
+cover. Built with nvcc at the first call (skipped where nvcc is missing)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from kernels.w12 import W12Tensor, encode
+from kernels.w12 import mma
+from kernels.w12.format import decode, decode_w8
+
+pytestmark = pytest.mark.skipif(mma.nvcc() is None, reason="no nvcc")
+
+
+def _weights(n: int, k: int, seed: int) -> W12Tensor:
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    w = (torch.randn(n, k, device="cuda", generator=g) * 0.02).to(torch.bfloat16)
+    w.view(-1)[::501] = 0              # exceptions in many rows
+    w.view(-1)[7::4099] = 1e4          # and far outside any row's exponent window
+    return encode(w)
+
+
+def _check(y: torch.Tensor, t: W12Tensor, x: torch.Tensor, view: str) -> None:
+    w = decode(t) if view == "w12" else decode_w8(t)
+    r = x.float() @ w.float().T
+    scale = r.abs().max()
+    assert y.dtype == torch.bfloat16 and y.shape == r.shape
+    err = ((y.float() - r).abs().max() / scale).item()
+    assert err <= 4e-3, err   # half a bf16 ulp of the largest output, plus fp32 order
+
+
+@pytest.mark.parametrize("m", [1, 2, 5, 16, 17, 33, 64])
+@pytest.mark.parametrize("view", ["w12", "w8"])
+def test_every_candidate_against_the_reference(m, view):
+    t = _weights(1032, 1536, seed=m)   # N = 1032: the last block's n-groups leave N
+    x = torch.randn(m, 1536, device="cuda").to(torch.bfloat16)
+    for cfg in mma.CONFIGS[mma.tiles(m)]:
+        y = mma.w12_mma(x, t, view, cfg)
+        _check(y, t, x, view)
+        assert torch.equal(y, mma.w12_mma(x, t, view, cfg))   # no atomics
+
+
+def test_explicit_splits_and_int64_indices():
+    t = _weights(512, 2048, seed=3)
+    t64 = W12Tensor(t.hi, t.lo, t.base, t.exc_idx.long(), t.exc_val, t.shape)
+    x = torch.randn(9, 2048, device="cuda").to(torch.bfloat16)
+    for split in (1, 2, 5, 16):
+        cfg = mma.MmaConfig(2, 4, 4, split=split)
+        _check(mma.w12_mma(x, t, "w12", cfg), t, x, "w12")
+        assert torch.equal(mma.w12_mma(x, t64, "w12", cfg), mma.w12_mma(x, t, "w12", cfg))
+
+
+def test_tuned_call_replays_in_a_cuda_graph():
+    t = _weights(1024, 1024, seed=4)
+    x = torch.randn(16, 1024, device="cuda").to(torch.bfloat16)
+    eager = mma.w12_mma(x, t, "w12")        # tunes outside the capture
+    y = torch.empty_like(eager)
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s), torch.cuda.graph(g):
+        y.copy_(mma.w12_mma(x, t, "w12"))
+    torch.cuda.current_stream().wait_stream(s)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, eager)
+
+
+def test_leading_dims_many_rows_and_the_gemv_fallback():
+    t = _weights(256, 512, seed=5)
+    x = torch.randn(2, 70, 512, device="cuda").to(torch.bfloat16)   # 140 rows: 3 blocks
+    y = mma.w12_mma(x, t, "w12")
+    assert y.shape == (2, 70, 256)
+    _check(y.reshape(140, 256), t, x.reshape(140, 512), "w12")
+    t96 = _weights(64, 96, seed=6)                                   # K % 64 != 0: GEMV
+    x96 = torch.randn(3, 96, device="cuda").to(torch.bfloat16)
+    assert mma.unsupported(x96, t96)
+    _check(mma.w12_mma(x96, t96, "w12"), t96, x96, "w12")
+
+
+def test_the_emulator_agrees_with_the_gpu():
+    """The CPU emulator (the CPU tests' oracle of the lane maps) and the hardware give the
+    same products up to fp32 summation order."""
+    t = _weights(64, 512, seed=7)
+    x = torch.randn(20, 512, device="cuda").to(torch.bfloat16)
+    cfg = mma.MmaConfig(2, 4, 4, split=2)
+    gpu = mma.w12_mma(x, t, "w12", cfg).float().cpu()
+    emu = mma.emulate(x.cpu(), t.to("cpu"), "w12", cfg, split=2).float()
+    assert ((gpu - emu).abs().max() / emu.abs().max()).item() <= 4e-3

@@ -1,0 +1,155 @@
+"""The CUDA W12 mma kernel (kernels/w12/csrc) on a machine with no GPU: its emulator runs
+the kernel's grid, warps and lanes through the kernel's own header and each mma.sync from
+the PTX ISA's fragment tables, against the plain-PyTorch references; and nvcc compiles the
+kernel for sm_90 with no spills on the M <= 32 path (skipped where nvcc is missing)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from kernels.w12 import W12Tensor, decode, decode_w8, encode
+from kernels.w12 import mma
+from kernels.w12.mma import MmaConfig, emulate
+from w12_weights import adversarial, check, gaussian, student_t
+
+if shutil.which("c++") is None and shutil.which("g++") is None:
+    pytest.skip("no host C++ compiler for the emulator", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("SPECPILOT_KERNEL_CACHE", str(tmp_path_factory.getbasetemp() / "kc"))
+
+
+def _x(m: int, k: int, seed: int = 0, scale: float = 1.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(m, k, generator=g) * scale).to(torch.bfloat16)
+
+
+def _ref(x: torch.Tensor, t: W12Tensor, view: str) -> torch.Tensor:
+    w = decode(t) if view == "w12" else decode_w8(t)
+    return x.float() @ w.float().T
+
+
+# every compiled (ng, depth), 1-8 warps a block, 1-3 K splits; N = 48 leaves the last
+# block's n-groups outside N for ng = 4 (rows 48..63), M crosses the m-tiles
+CASES = [(MmaConfig(2, 4), 1), (MmaConfig(1, 4, 3), 2), (MmaConfig(2, 2, 1), 3),
+         (MmaConfig(4, 2, 4), 1), (MmaConfig(1, 4, 8), 2)]
+
+
+@pytest.mark.parametrize("m", [1, 7, 16, 17, 40, 64])
+@pytest.mark.parametrize("view", ["w12", "w8"])
+def test_emulated_kernel_equals_the_reference(m, view):
+    t = encode(gaussian(48, 192, seed=2))
+    x = _x(m, 192, seed=m)
+    ref = _ref(x, t, view)
+    for cfg, split in CASES:
+        check(emulate(x, t, view, cfg, split=split, out_f32=True), ref)
+
+
+def test_w8_view_is_not_w12():
+    t = encode(gaussian(32, 128, seed=3))
+    x = _x(4, 128, seed=1)
+    a = emulate(x, t, "w12", out_f32=True)
+    b = emulate(x, t, "w8", out_f32=True)
+    assert not torch.allclose(a, b, rtol=1e-3, atol=0)
+    check(b, _ref(x, t, "w8"))
+
+
+@pytest.mark.parametrize("idx64", [False, True])
+def test_exceptions_of_every_kind(idx64):
+    """Zeros, subnormals, +-inf, NaN, max normals: exceptions in many rows, some rows made
+    only of them; the int64 index path (N * K >= 2**31 in real layers) on the same data."""
+    t = encode(adversarial(40, 128, seed=1))
+    assert t.num_exceptions > 100
+    if idx64:
+        t = W12Tensor(t.hi, t.lo, t.base, t.exc_idx.long(), t.exc_val, t.shape)
+    x = _x(3, 128, seed=1)
+    for cfg, split in CASES[:3]:
+        check(emulate(x, t, "w12", cfg, split=split, out_f32=True), _ref(x, t, "w12"))
+
+
+def test_empty_splits_and_idle_warps():
+    """More K splits than chunks a split can share, and more warps than chunks: splits and
+    warps with nothing to do must add nothing (K = 192: 3 chunks)."""
+    t = encode(student_t(24, 192, seed=4))
+    x = _x(33, 192, seed=5, scale=4.0)
+    check(emulate(x, t, "w12", MmaConfig(2, 2, 8), split=4, out_f32=True), _ref(x, t, "w12"))
+
+
+def test_bf16_output_rounds_as_torch():
+    t = encode(adversarial(40, 128, seed=2))
+    x = _x(5, 128, seed=3)
+    y16 = emulate(x, t, "w12", MmaConfig(2, 2, 2), split=2)
+    y32 = emulate(x, t, "w12", MmaConfig(2, 2, 2), split=2, out_f32=True)
+    assert y16.dtype == torch.bfloat16
+    nan = torch.isnan(y32)
+    assert nan.any() and torch.isinf(y32).any()  # the special branches are exercised
+    assert torch.equal(torch.isnan(y16), nan)     # (NaN payloads are not compared)
+    assert torch.equal(y16.view(torch.int16)[~nan], y32.to(torch.bfloat16).view(torch.int16)[~nan])
+
+
+def test_a_wrong_lane_map_is_caught():
+    """The header built with two A-fragment registers swapped (W12_MMA_FAULT): the
+    emulator's products must be wrong, or these tests could not see such a bug."""
+    t = encode(gaussian(16, 64, seed=6))
+    x = _x(16, 64, seed=6)
+    y = emulate(x, t, "w12", MmaConfig(2, 4), out_f32=True, defines=("W12_MMA_FAULT",))
+    ref = _ref(x, t, "w12")
+    assert ((y - ref).abs().max() / ref.abs().max()).item() > 0.05
+
+
+def test_what_the_kernel_refuses():
+    t = encode(gaussian(16, 96, seed=0))
+    assert "multiple of 64" in mma.unsupported(_x(2, 96), t)
+    with pytest.raises(ValueError, match="does not cover"):
+        emulate(_x(2, 96), t)
+    t = encode(gaussian(12, 64, seed=0))
+    assert "multiple of 8" in mma.unsupported(_x(2, 64), t)
+    assert "bf16" in mma.unsupported(torch.randn(2, 64), t)
+    t = encode(gaussian(16, 64, seed=0))
+    with pytest.raises(ValueError, match="not compiled"):
+        emulate(_x(2, 64), t, config=MmaConfig(3, 3))
+    with pytest.raises(ValueError, match="outside 1..64"):
+        emulate(_x(65, 64), t)
+
+
+def test_auto_split_fills_the_gpu_and_bounds_partials():
+    cfg = MmaConfig(2, 4, 4)
+    # a narrow layer (k/v: N = 1024) splits K; the head (N = 151936) fills the SMs alone
+    assert mma.plan_split(cfg, 16, 1024, 5120, 132) > 1
+    assert mma.plan_split(cfg, 16, 151936, 5120, 132) == 1
+    # every warp keeps at least two chunks
+    assert mma.plan_split(cfg, 1, 1024, 512, 132) == 1
+    # at M = 64 the fp32 partials stay within 10% of the weight bytes
+    s = mma.plan_split(cfg, 64, 1024, 5120, 132)
+    assert s * 64 * 1024 * 8 <= 0.10 * 1.5 * 1024 * 5120
+    assert mma.plan_split(MmaConfig(2, 4, 4, split=3), 16, 1024, 5120, 132) == 3
+
+
+NVCC_SKIP = pytest.mark.skipif(mma.nvcc() is None, reason="no nvcc")
+
+
+@NVCC_SKIP
+def test_kernel_compiles_for_hopper_without_spills(tmp_path):
+    """Every instantiation assembles for sm_90; those for M <= 32 (the verify and tree
+    shapes that matter most) spill nothing; the PTX holds the bf16 mma."""
+    src = mma.SOURCES / mma.CUDA_SOURCE
+    ptx = tmp_path / "k.ptx"
+    subprocess.run([mma.nvcc(), "-std=c++17", "-arch=sm_90", "-ptx", "-o", str(ptx), str(src)],
+                   check=True, capture_output=True, text=True)
+    assert "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" in ptx.read_text()
+    out = subprocess.run([mma.nvcc(), "-O3", "-std=c++17", "-arch=sm_90", "-cubin",
+                          "-Xptxas", "-v", "-o", str(tmp_path / "k.cubin"), str(src)],
+                         check=True, capture_output=True, text=True)
+    info = out.stderr + out.stdout
+    blocks = re.findall(r"Function properties for (\S+)\n.*?(\d+) bytes spill stores", info)
+    kernels = {name: int(spill) for name, spill in blocks if "w12_mma_kernel" in name}
+    assert len(kernels) == 4 * 4 * 2, sorted(kernels)   # m-tiles x (ng, depth) x views
+    small = {n: s for n, s in kernels.items() if re.search(r"kernelILi[12]E", n)}
+    assert len(small) == 16 and all(s == 0 for s in small.values()), small
