@@ -119,16 +119,20 @@ def test_what_the_kernel_refuses():
         emulate(_x(65, 64), t)
 
 
-def test_auto_split_fills_the_gpu_and_bounds_partials():
+def test_auto_split_fills_the_gpu_and_weighs_partials():
     cfg = MmaConfig(2, 4, 4)
-    # a narrow layer (k/v: N = 1024) splits K; the head (N = 151936) fills the SMs alone
-    assert mma.plan_split(cfg, 16, 1024, 5120, 132) > 1
-    assert mma.plan_split(cfg, 16, 151936, 5120, 132) == 1
-    # every warp keeps at least two chunks
-    assert mma.plan_split(cfg, 1, 1024, 512, 132) == 1
-    # at M = 64 the fp32 partials stay within 10% of the weight bytes
-    s = mma.plan_split(cfg, 64, 1024, 5120, 132)
-    assert s * 64 * 1024 * 8 <= 0.10 * 1.5 * 1024 * 5120
+    resident = 132 * 4
+    # a narrow layer (k/v: N = 1024, 64 blocks) splits K until the grid fills the SMs
+    s = mma.plan_split(cfg, 16, 1024, 5120, 132, per_sm=4)
+    assert 64 * s >= 0.9 * resident
+    # the head (N = 151936) fills them alone; no partials to write
+    assert mma.plan_split(cfg, 16, 151936, 5120, 132, per_sm=4) == 1
+    # every warp keeps at least two chunks (K = 512: 8 chunks, 4 warps)
+    assert mma.plan_split(cfg, 1, 1024, 512, 132, per_sm=4) == 1
+    # partials grow with M: never more splits at M = 64 than at M = 1
+    for n, k in ((1024, 5120), (5120, 5120), (5120, 17408), (8192, 5120)):
+        assert (mma.plan_split(cfg, 64, n, k, 132, per_sm=4)
+                <= mma.plan_split(cfg, 1, n, k, 132, per_sm=4))
     assert mma.plan_split(MmaConfig(2, 4, 4, split=3), 16, 1024, 5120, 132) == 3
 
 

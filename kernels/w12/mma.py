@@ -45,7 +45,7 @@ CUDA_SOURCE, HEADER, EMU_SOURCE = "w12_mma.cu", "w12_mma.cuh", "w12_mma_emu.cpp"
 MAX_M = 64
 CHUNK_K, GROUP_N, TILE_M = 64, 8, 16
 WARPS_PER_SM = 16          # "auto" split: aim for this many warps an SM
-PARTIAL_FRACTION = 0.10    # "auto" split: fp32 partial bytes <= this share of weight bytes
+SPLIT_SLACK = 0.05         # "auto" split: the smallest within this of the best wave cost
 SHARED_LIMIT = 48 * 1024   # the block's reduction tile (no opt-in to more)
 VARIANTS = ((1, 4), (2, 2), (2, 4), (4, 2))  # (ng, depth) compiled in w12_mma.cu
 
@@ -74,7 +74,8 @@ CONFIGS: dict[int, tuple[MmaConfig, ...]] = {
 del C
 _TUNED: dict[tuple, MmaConfig] = {}
 _LIBS: dict[tuple, ctypes.CDLL] = {}
-_ZEROS: dict[int, torch.Tensor] = {}   # per device: the x row of rows past M (K zeros)
+_ZEROS: dict[int, torch.Tensor] = {}
+_OCCUPANCY: dict[tuple, int] = {}   # per device: the x row of rows past M (K zeros)
 _LOCK = threading.Lock()
 
 
@@ -170,10 +171,18 @@ def _library(kind: str, arch: str | None = None, defines: tuple[str, ...] = ()) 
         if lib is None:
             lib = ctypes.CDLL(str(build(kind, arch, defines)))
             if kind == "cuda":
+                lib.w12_mma_variants.argtypes = [ctypes.POINTER(_I), _I]
+                lib.w12_mma_variants.restype = _I
                 lib.w12_mma_launch.argtypes = [_P] * 7 + [_I, _P, _P, _P] + [_I] * 8 + [_P]
                 lib.w12_mma_launch.restype = _I
                 lib.w12_mma_error.argtypes = [_I]
                 lib.w12_mma_error.restype = ctypes.c_char_p
+                lib.w12_mma_occupancy.argtypes = [_I] * 5 + [ctypes.POINTER(_I)]
+                lib.w12_mma_occupancy.restype = _I
+                got = (_I * 16)()
+                pairs = [tuple(got[2 * i:2 * i + 2]) for i in range(lib.w12_mma_variants(got, 16))]
+                if tuple(pairs) != VARIANTS:
+                    raise MmaUnavailable(f"the library compiles {pairs}, mma.py lists {VARIANTS}")
             else:
                 lib.w12_mma_emulate.argtypes = ([_P] * 6 + [_I, _P, _P] + [_I] * 9
                                                 + [_I64] * 3)
@@ -212,18 +221,43 @@ def _num_sms(device: torch.device) -> int:
     return sms(device)
 
 
-def plan_split(cfg: MmaConfig, m: int, n: int, k: int, sms: int) -> int:
-    """K splits across blocks: enough warps for WARPS_PER_SM on every SM, each warp at
-    least two chunks, fp32 partials (written and read) within PARTIAL_FRACTION of the
-    weight bytes."""
+def plan_split(cfg: MmaConfig, m: int, n: int, k: int, sms: int,
+               per_sm: int | None = None) -> int:
+    """K splits across blocks ("auto"), by a bytes model: the weights take as long as their
+    bytes over the share of the GPU's block slots the grid keeps busy (`per_sm` blocks an SM
+    at once, from the occupancy calculator on CUDA: a grid of B * split blocks fills
+    B * split / (resident * waves) of them), plus the fp32 partials written and read
+    again; the smallest split within SPLIT_SLACK of the best, every warp keeping at least
+    two chunks, at most 16."""
     chunks = k // CHUNK_K
     if cfg.split != "auto":
         return max(1, min(int(cfg.split), chunks))
     blocks = -(-n // (GROUP_N * cfg.ng))
-    want = -(-sms * WARPS_PER_SM // (blocks * cfg.wk))
-    most = max(1, chunks // (2 * cfg.wk))
-    partial_cap = max(1, int(PARTIAL_FRACTION * 1.5 * n * k / (8 * m * n)))
-    return max(1, min(want, most, partial_cap, 16))
+    resident = sms * (per_sm or max(1, WARPS_PER_SM // cfg.wk))
+    weights = 1.5 * n * k
+
+    def cost(s: int) -> float:
+        grid = blocks * s
+        fill = grid / (resident * -(-grid // resident))
+        return weights / fill + (8.0 * s * m * n if s > 1 else 0.0)
+    splits = range(1, max(1, min(chunks // (2 * cfg.wk), 16)) + 1)
+    best = min(cost(s) for s in splits)
+    return min(s for s in splits if cost(s) <= best * (1 + SPLIT_SLACK))
+
+
+def occupancy(cfg: MmaConfig, m: int, view: str, device: torch.device) -> int:
+    """Blocks of this configuration an SM holds at once (CUDA occupancy calculator)."""
+    key = (tiles(m), min(m, TILE_M * tiles(m)), cfg.ng, cfg.depth, cfg.wk, view,
+           device.index)
+    if key not in _OCCUPANCY:
+        lib = _library("cuda", _arch(device))
+        out = ctypes.c_int(0)
+        rc = lib.w12_mma_occupancy(m, int(view == "w8"), cfg.ng, cfg.depth, cfg.wk,
+                                   ctypes.byref(out))
+        if rc != 0:
+            raise RuntimeError(f"w12_mma occupancy ({cfg}, M={m}): {lib.w12_mma_error(rc).decode()}")
+        _OCCUPANCY[key] = max(1, out.value)
+    return _OCCUPANCY[key]
 
 
 def _check_config(cfg: MmaConfig, m: int) -> None:
@@ -253,7 +287,7 @@ def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, view: str, cfg: MmaC
     m, k = x.shape
     n = t.shape[0]
     _check_config(cfg, m)
-    split = plan_split(cfg, m, n, k, _num_sms(x.device))
+    split = plan_split(cfg, m, n, k, _num_sms(x.device), occupancy(cfg, m, view, x.device))
     part = (torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1
             else None)
     hi, lo, base, row_ptr, exc_idx, exc_val = _planes(t)
@@ -305,8 +339,8 @@ def w12_mma(x: torch.Tensor, t: W12Tensor, view: str = "w12",
         return w12_gemv(x, t, view)
 
     def run(xs: torch.Tensor, out: torch.Tensor) -> None:
-        if not xs.is_contiguous():
-            xs = xs.contiguous()
+        if not xs.is_contiguous() or xs.data_ptr() % 16:   # 16-byte loads of x rows
+            xs = xs.clone(memory_format=torch.contiguous_format)
         cfg = config
         if cfg is None:
             cfg = _TUNED.get(_key(xs.shape[0], t, view))

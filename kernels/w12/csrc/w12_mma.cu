@@ -190,30 +190,49 @@ __global__ void w12_mma_reduce(Args a) {
   a.y[i] = f32_to_bf16(v);
 }
 
+// Launch, or (occ != nullptr) only report how many blocks of this shape an SM holds.
 template <int MT, int NG, int DEPTH, bool W8>
-static cudaError_t launch_t(const Args& a, int wk, cudaStream_t stream) {
-  constexpr int ROWS = MT * TILE_M, COLS = NG * GROUP_N;
-  const int rows = a.M < ROWS ? a.M : ROWS;
+static cudaError_t launch_t(const Args& a, int wk, cudaStream_t stream, int* occ) {
+  constexpr int COLS = NG * GROUP_N;
+  const int rows = a.M < MT * TILE_M ? a.M : MT * TILE_M;
   const size_t smem = sizeof(float) * wk * rows * COLS;
   if (smem > 48 * 1024) return cudaErrorInvalidConfiguration;
+  if (occ) return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      occ, w12_mma_kernel<MT, NG, DEPTH, W8>, wk * 32, smem);
   dim3 grid((a.N + COLS - 1) / COLS, a.nsplit);
   w12_mma_kernel<MT, NG, DEPTH, W8><<<grid, wk * 32, smem, stream>>>(a);
   return cudaGetLastError();
 }
 
 template <int MT, int NG, int DEPTH>
-static cudaError_t launch_view(const Args& a, int w8, int wk, cudaStream_t stream) {
-  return w8 ? launch_t<MT, NG, DEPTH, true>(a, wk, stream)
-            : launch_t<MT, NG, DEPTH, false>(a, wk, stream);
+static cudaError_t launch_view(const Args& a, int w8, int wk, cudaStream_t s, int* occ) {
+  return w8 ? launch_t<MT, NG, DEPTH, true>(a, wk, s, occ)
+            : launch_t<MT, NG, DEPTH, false>(a, wk, s, occ);
 }
 
 template <int MT>
-static cudaError_t launch_mt(const Args& a, int w8, int ng, int depth, int wk, cudaStream_t s) {
-  if (ng == 1 && depth == 4) return launch_view<MT, 1, 4>(a, w8, wk, s);
-  if (ng == 2 && depth == 2) return launch_view<MT, 2, 2>(a, w8, wk, s);
-  if (ng == 2 && depth == 4) return launch_view<MT, 2, 4>(a, w8, wk, s);
-  if (ng == 4 && depth == 2) return launch_view<MT, 4, 2>(a, w8, wk, s);
+static cudaError_t launch_mt(const Args& a, int w8, int ng, int depth, int wk, cudaStream_t s,
+                             int* occ) {
+  if (ng == 1 && depth == 4) return launch_view<MT, 1, 4>(a, w8, wk, s, occ);
+  if (ng == 2 && depth == 2) return launch_view<MT, 2, 2>(a, w8, wk, s, occ);
+  if (ng == 2 && depth == 4) return launch_view<MT, 2, 4>(a, w8, wk, s, occ);
+  if (ng == 4 && depth == 2) return launch_view<MT, 4, 2>(a, w8, wk, s, occ);
   return cudaErrorInvalidValue;
+}
+
+static cudaError_t dispatch(const Args& a, int w8, int ng, int depth, int wk, cudaStream_t s,
+                            int* occ) {
+  switch ((a.M + TILE_M - 1) / TILE_M) {
+    case 1: return launch_mt<1>(a, w8, ng, depth, wk, s, occ);
+    case 2: return launch_mt<2>(a, w8, ng, depth, wk, s, occ);
+    case 3: return launch_mt<3>(a, w8, ng, depth, wk, s, occ);
+    default: return launch_mt<4>(a, w8, ng, depth, wk, s, occ);
+  }
+}
+
+static bool valid(int M, int N, int K, int wk, int nsplit) {
+  return M >= 1 && M <= 4 * TILE_M && K % CHUNK_K == 0 && N % GROUP_N == 0 && wk >= 1 &&
+         wk <= 8 && nsplit >= 1;
 }
 
 // The (ng, depth) pairs compiled; kernels/w12/mma.py's configurations use only these.
@@ -226,26 +245,28 @@ extern "C" int w12_mma_variants(int* out, int cap) {
 
 extern "C" const char* w12_mma_error(int e) { return cudaGetErrorString((cudaError_t)e); }
 
+// Blocks of one configuration an SM holds at once (registers, shared memory), into *blocks;
+// returns 0 or a cudaError_t.
+extern "C" int w12_mma_occupancy(int M, int w8, int ng, int depth, int wk, int* blocks) {
+  if (!valid(M, GROUP_N, CHUNK_K, wk, 1)) return cudaErrorInvalidValue;
+  Args a{};
+  a.M = M;
+  return (int)dispatch(a, w8, ng, depth, wk, nullptr, blocks);
+}
+
 // 0 on success, else a cudaError_t (cudaErrorInvalidValue: a configuration not compiled;
 // cudaErrorInvalidConfiguration: shared memory over 48 KB).
-extern "C" int w12_mma_launch(const void* x, const void* zero, const void* hi, const void* lo, const void* base,
-                              const void* row_ptr, const void* exc_idx, int idx64,
-                              const void* exc_val, void* y, void* part, int M, int N, int K,
-                              int w8, int ng, int depth, int wk, int nsplit, void* stream) {
-  if (M < 1 || M > 4 * TILE_M || K % CHUNK_K || N % GROUP_N || wk < 1 || wk > 8 || nsplit < 1)
-    return cudaErrorInvalidValue;
-  Args a{(const uint16_t*)x, (const uint16_t*)zero, (const uint8_t*)hi, (const uint8_t*)lo, (const uint8_t*)base,
-         (const int32_t*)row_ptr, exc_idx, (const uint16_t*)exc_val, (uint16_t*)y,
-         (float*)part, M, N, K, idx64, nsplit};
+extern "C" int w12_mma_launch(const void* x, const void* zero, const void* hi, const void* lo,
+                              const void* base, const void* row_ptr, const void* exc_idx,
+                              int idx64, const void* exc_val, void* y, void* part, int M, int N,
+                              int K, int w8, int ng, int depth, int wk, int nsplit,
+                              void* stream) {
+  if (!valid(M, N, K, wk, nsplit)) return cudaErrorInvalidValue;
+  Args a{(const uint16_t*)x, (const uint16_t*)zero, (const uint8_t*)hi, (const uint8_t*)lo,
+         (const uint8_t*)base, (const int32_t*)row_ptr, exc_idx, (const uint16_t*)exc_val,
+         (uint16_t*)y, (float*)part, M, N, K, idx64, nsplit};
   cudaStream_t s = (cudaStream_t)stream;
-  const int mt = (M + TILE_M - 1) / TILE_M;
-  cudaError_t e;
-  switch (mt) {
-    case 1: e = launch_mt<1>(a, w8, ng, depth, wk, s); break;
-    case 2: e = launch_mt<2>(a, w8, ng, depth, wk, s); break;
-    case 3: e = launch_mt<3>(a, w8, ng, depth, wk, s); break;
-    default: e = launch_mt<4>(a, w8, ng, depth, wk, s); break;
-  }
+  const cudaError_t e = dispatch(a, w8, ng, depth, wk, s, nullptr);
   if (e != cudaSuccess || nsplit == 1) return (int)e;
   const int64_t total = (int64_t)M * N;
   w12_mma_reduce<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(a);
