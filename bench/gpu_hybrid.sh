@@ -45,4 +45,4 @@ python3 -c "import fla, fla.ops.gated_delta_rule; print('fla', getattr(fla, '__v
 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_gpu_hybrid.py \
     tests/gpu/test_gpu_batch_hybrid.py --tb=short -s 2>&1 | tee "$OUT/tests_hybrid.txt" | tail -30
 python3 bench/compiled_numerics.py --out "$OUT" 2>&1 | grep -v Warning
-python3 bench/step_hybrid.py --out "$OUT"
+python3 bench/step_hybrid.py --recurrent-max-t 1,64 --out "$OUT"

@@ -18,7 +18,13 @@ Parts:
      projections, conv, delta rule, gated norm)
      replayed from a graph of its own, times the GDN layer count: their share of the step.
 
+  5. with --recurrent-max-t 1,64: the steps again (compiled layers where timed, else eager)
+     with fla's fused recurrent kernel for verify steps of up to 64 tokens
+     (kernels/gdn/ops.py RECURRENT_MAX_T) instead of its chunked kernel, side by side, and
+     the logits of each T against those with the first value (relative error, argmax).
+
     python bench/step_hybrid.py --out $OUT          # the H200 (bash bench/gpu_hybrid.sh)
+    python bench/step_hybrid.py --recurrent-max-t 1,64 --out $OUT
     python bench/step_hybrid.py --smoke             # CPU: tiny-hybrid, fp32, no graphs
 
 Prints progress, then one table; writes step_hybrid.json to --out (default $OUT).
@@ -34,6 +40,7 @@ from common import GiB, copy_bandwidth, log, print_table, sync, timed, write_jso
 
 import torch  # noqa: E402
 
+import kernels.gdn.ops as gdn_ops  # noqa: E402
 from kernels.gdn import fla_available, recurrent_reference  # noqa: E402
 from kernels.gdn.ops import chunk_rule, recurrent_rule  # noqa: E402
 from stock.config import PRESETS  # noqa: E402
@@ -84,6 +91,9 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
     ap.add_argument("--compile", choices=["both", "off"], default="both",
                     help="CUDA: also time the layers as compiled regions (the engine's default)")
+    ap.add_argument("--recurrent-max-t", default="",
+                    help="values of kernels/gdn/ops.py RECURRENT_MAX_T to time side by side "
+                         "(the first is the baseline), e.g. 1,64")
     ap.add_argument("--smoke", action="store_true", help="CPU: tiny-hybrid, fp32, no graphs")
     args = ap.parse_args()
     dev = "cpu" if args.smoke or not torch.cuda.is_available() else "cuda"
@@ -171,6 +181,60 @@ def main() -> None:
                 rows, f"{args.preset} verify steps at context {args.context} "
                 f"(floor {floor:.3f} ms)")
     write_json(args.out, "step_hybrid.json", result)
+    limits = [int(x) for x in args.recurrent_max_t.split(",") if x]
+    if len(limits) > 1:
+        name = "compiled" if "compiled" in runners else "eager layers"
+        result["recurrent_max_t"] = recurrent_sweep(model, cache, max_context, variants[name],
+                                                    name, limits, ts, step_ids, args, floor,
+                                                    n_gdn, gdn, dev, dtype)
+        write_json(args.out, "step_hybrid.json", result)
+
+
+def recurrent_sweep(model, cache, max_context, kw, name, limits, ts, step_ids, args, floor,
+                    n_gdn, gdn, dev, dtype) -> dict:
+    """Part 5: the same steps with each RECURRENT_MAX_T (new graphs for each: the kernel is
+    chosen when a step is captured), logits against the first value's."""
+    log(f"5. verify steps with fla's fused recurrent kernel up to T tokens: {limits} ({name})")
+    saved, out, base, rows = gdn_ops.RECURRENT_MAX_T, {}, {}, []
+    try:
+        for limit in limits:
+            gdn_ops.RECURRENT_MAX_T = limit
+            graphs = GraphRunner(model, cache, max_context, capture=dev == "cuda", **kw)
+            out[limit] = {}
+            for t in ts:
+                logits = graphs.step(step_ids[t], args.context).logits[:t].float().clone()
+                cache.rollback(args.context)
+                base.setdefault(t, logits)
+                s = graphs.slot(graphs.bucket(t), graphs.kv_bucket(args.context + t))
+                graphs.load(s, step_ids[t], args.context)
+                step = timed(lambda: graphs.launch(s), args.iters, dev)
+                hx = torch.randn(1, t, model.cfg.hidden_size, device=dev, dtype=dtype)
+                layer = timed(_graphed(lambda: mix(gdn, hx, cache, None), dev), args.iters, dev)
+                cache.rollback(args.context)
+                ref = base[t]
+                out[limit][t] = {"step": step, "gdn_layer": layer,
+                                 "rel_err_vs_first": float((logits - ref).abs().max()
+                                                           / ref.abs().max()),
+                                 "argmax_vs_first": float((logits.argmax(-1) == ref.argmax(-1))
+                                                          .float().mean())}
+            sync(dev)
+            ar = out[limit][ts[0]]["step"]["median_ms"]
+            for t in ts:
+                r = out[limit][t]
+                rows.append([limit, t, f"{r['step']['median_ms']:.3f}",
+                             f"{r['step']['median_ms'] / floor:.2f}",
+                             f"{r['step']['median_ms'] / ar:.3f}",
+                             f"{out[limits[0]][t]['step']['median_ms'] / r['step']['median_ms']:.3f}",
+                             f"{r['gdn_layer']['median_ms']:.3f}",
+                             f"{n_gdn * r['gdn_layer']['median_ms'] / r['step']['median_ms']:.0%}",
+                             f"{r['rel_err_vs_first']:.1e}", f"{r['argmax_vs_first']:.2f}"])
+    finally:
+        gdn_ops.RECURRENT_MAX_T = saved
+    print_table(["recurrent up to T", "T", "step ms", "x floor", "x AR step",
+                 f"speed x (up to {limits[0]})", "1 GDN layer ms", "GDN share",
+                 "logits rel err", "argmax agree"], rows,
+                f"{name} steps: fla's fused recurrent kernel for verify steps (RECURRENT_MAX_T)")
+    return out
 
 
 def _graphed(fn, dev):

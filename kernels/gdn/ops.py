@@ -21,8 +21,20 @@ def _use_fla(x: torch.Tensor) -> bool:
     return x.is_cuda and fla_available()
 
 
-def chunk_rule(q, k, v, g, beta, state=None):
-    """Prefill and verify steps (T tokens at once)."""
+# With fla, T tokens at once up to this many run fla's fused recurrent kernel (one launch,
+# the tokens in order, the state in registers) instead of its chunked one (about nine
+# launches: cumsum, l2norms, kkt, triangular solve, WY, states, outputs). 1: only AR steps.
+# A verify step of T tokens then rounds as T AR steps do. Which is faster at T = 8-64 on the
+# H200 is measured by `bench/step_hybrid.py --recurrent-max-t 1,64`; not yet run.
+RECURRENT_MAX_T = 1
+
+
+def chunk_rule(q, k, v, g, beta, state=None, recurrent_max_t: int | None = None):
+    """Prefill and verify steps (T tokens at once); with fla, T <= recurrent_max_t
+    (default RECURRENT_MAX_T, read at each call) runs `recurrent_rule`."""
+    limit = RECURRENT_MAX_T if recurrent_max_t is None else recurrent_max_t
+    if _use_fla(v) and v.shape[1] <= limit:
+        return recurrent_rule(q, k, v, g, beta, state)
     if _use_fla(v):
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # lazy: optional package
 

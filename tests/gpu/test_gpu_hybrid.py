@@ -42,6 +42,18 @@ def test_fla_matches_the_reference_on_random_inputs(t):
     assert o.isfinite().all()
 
 
+@pytest.mark.skipif(not fla_available(), reason="flash-linear-attention is not installed")
+def test_verify_steps_up_to_recurrent_max_t_run_the_recurrent_kernel():
+    """chunk_rule below its limit is fla's fused recurrent kernel, bit for bit; above it the
+    chunked kernel (which rounds differently)."""
+    args = _inputs(16, torch.bfloat16, seed=3)
+    rec_o, rec_s = recurrent_rule(*args)
+    o, s = chunk_rule(*args, recurrent_max_t=16)
+    assert torch.equal(o, rec_o) and torch.equal(s, rec_s)
+    o, _ = chunk_rule(*args, recurrent_max_t=8)
+    assert not torch.equal(o, rec_o)
+
+
 def test_captured_hybrid_steps_give_the_eager_static_steps_tokens():
     """Replayed graphs run the eager static step's kernels: the same tokens, AR and
     speculative. Speculative against AR is reported, not demanded: the verify step runs
