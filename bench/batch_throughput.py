@@ -1,7 +1,10 @@
 """Batched decoding throughput: the BatchEngine at several concurrencies, AR and drafters.
 
 At each concurrency C the engine holds at most C requests (max_batch C) and 2C requests
-are submitted at once, so C stay in flight until the queue drains (a closed loop). Per
+(--waves 2) are submitted at once, so C stay in flight until the queue drains (a closed
+loop). Every row is warmed first, then timed --repeats times (3), the rows interleaved so
+that drift hits all alike; the table gives the median tok/s with its min-max, and ratios
+of medians. Per
 (mode, C): output tokens/s over the whole run (prefill included), the median decode step
 (steps that admitted nothing, all C rows active), decode tokens/s (C × τ over that step:
 what the batch makes once prefill is out of the way), tokens gained per step per request
@@ -160,6 +163,18 @@ def timed_phases(engine: BatchEngine) -> tuple[dict, Callable[[], None]]:
     return cur, undo
 
 
+def summarise(runs: list[dict]) -> dict:
+    """One row from interleaved timed runs of the same requests: median tok/s and its range,
+    the median of the runs' median steps, τ and TTFT of the median run; whether every run
+    gave the same outputs (greedy: they must)."""
+    by_speed = sorted(runs, key=lambda r: r["tok_s"])
+    mid = by_speed[len(by_speed) // 2]
+    return {**mid, "tok_s": statistics.median(r["tok_s"] for r in runs),
+            "tok_s_min": by_speed[0]["tok_s"], "tok_s_max": by_speed[-1]["tok_s"],
+            "step_ms": statistics.median(r["step_ms"] for r in runs),
+            "runs": len(runs), "stable": all(r["outputs"] == runs[0]["outputs"] for r in runs)}
+
+
 def single_engine(eng, reqs, mode) -> dict:
     """The same requests one after another on stock's single-request Engine (compiled
     layers and CUDA graphs where the options say so): the baseline a batch must beat."""
@@ -191,6 +206,10 @@ def main() -> None:
                     help="run with this memory entry applied (its options then name modes: "
                          "block:admit_chunk=64+node_budget=96)")
     ap.add_argument("--smoke", action="store_true", help="CPU: random:tiny-qwen3, small")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="timed runs of every row, interleaved; the table gives medians")
+    ap.add_argument("--waves", type=int, default=2,
+                    help="requests per run: waves x C (at most C in flight)")
     ap.add_argument("--phases", action="store_true",
                     help="after each timed run, a run synchronised around each phase of a "
                          "step (draft, verify, the drafter's context update): a second table")
@@ -198,15 +217,17 @@ def main() -> None:
     if args.smoke:
         args.target, args.conc, args.prompt, args.max_new = "random:tiny-qwen3", "1,2", 12, 8
         args.modes = "ar,ngram" if not ENTRY else "ar,ngram,ngram:admit_chunk=8+node_budget=4"
+        args.repeats = min(args.repeats, 2)
     args.device = smoke_device(args)
     args.conc = [int(c) for c in args.conc.split(",")]
     modes = args.modes.split(",")
     opts = Options()
     model, reqs, stops = load(args)
     ctx = max(len(p) for p, _ in reqs) + args.max_new + 8
-    log(f"{args.target} on {args.device}: {len(reqs)} requests, context {ctx}, modes {modes}")
+    log(f"{args.target} on {args.device}: {len(reqs)} requests, context {ctx}, modes {modes}, "
+        f"{args.repeats} timed runs each")
     single = Engine(model, opts, ctx, set(stops))
-    res, rows, split = {}, [], []
+    res, rows, split, engines = {}, [], [], {}
     for mode in modes:
         name, mode_opts = parse_mode(mode)
         if not mode_opts:   # the single-request baseline of a drafter at stock's options
@@ -215,20 +236,28 @@ def main() -> None:
         base = Engine(model, Options(mode_opts), ctx, set(stops)) if mode_opts else single
         for c in args.conc:
             eng = batch_engine(base, None if name == "ar" else name, c)
-            work = reqs[: 2 * c]
-            run(eng, work)                       # warm: graphs captured, code compiled
-            r = run(eng, work)
-            res[f"{mode}@{c}"] = r
-            log(f"{mode} C={c}: {r['tok_s']:.1f} tok/s, step {r['step_ms']:.2f} ms")
-            if args.phases:   # once more, synchronised around each phase (after the timing)
-                cur, undo = timed_phases(eng)
-                try:
-                    r["phases_ms"] = run(eng, work, cur).get("phases_ms", {})
-                finally:
-                    undo()
-                split.append([mode, c, f"{r['step_ms']:.2f}"]
-                             + [f"{r['phases_ms'].get(k, float('nan')):.2f}" for k in PHASES]
-                             + [f"{r['phases_ms'].get('step', 0) - sum(r['phases_ms'].get(k, 0) for k in PHASES[:3]):.2f}"])
+            run(eng, reqs[: args.waves * c])        # warm: graphs captured, code compiled
+            engines[f"{mode}@{c}"] = (eng, reqs[: args.waves * c])
+    # the timed runs interleaved (every row once, then again): drift hits all rows alike
+    timed: dict[str, list[dict]] = {key: [] for key in engines}
+    for rep in range(args.repeats):
+        for key, (eng, work) in engines.items():
+            timed[key].append(run(eng, work))
+        log(f"timed run {rep + 1}/{args.repeats}: " + ", ".join(
+            f"{k} {v[-1]['tok_s']:.0f}" for k, v in timed.items()))
+    for key, runs in timed.items():
+        res[key] = r = summarise(runs)
+        mode, c = key.split("@")
+        if args.phases:   # once more, synchronised around each phase (after the timing)
+            eng, work = engines[key]
+            cur, undo = timed_phases(eng)
+            try:
+                r["phases_ms"] = run(eng, work, cur).get("phases_ms", {})
+            finally:
+                undo()
+            split.append([mode, c, f"{r['step_ms']:.2f}"]
+                         + [f"{r['phases_ms'].get(k, float('nan')):.2f}" for k in PHASES]
+                         + [f"{r['phases_ms'].get('step', 0) - sum(r['phases_ms'].get(k, 0) for k in PHASES[:3]):.2f}"])
     ref = {}
     if "ar" in modes and 1 in args.conc:   # the single-request outputs: AR, C = 1, in order
         base = BatchEngine(model, opts, max_batch=1, max_context=ctx, stop_ids=stops)
@@ -240,18 +269,23 @@ def main() -> None:
         same = sum(o == ref[i] for i, o in enumerate(r["outputs"])) if ref else None
         r["decode_tok_s"] = 1e3 * c * r["tau"] / r["step_ms"] if r["decode_steps"] else 0.0
         plain = parse_mode(mode)[0]
-        rows.append([mode, c, f"{r['tok_s']:.1f}", f"{r['decode_tok_s']:.1f}",
+        spread = (f"{r['tok_s_min']:.0f}-{r['tok_s_max']:.0f}" if r.get("runs", 1) > 1 else "")
+        rows.append([mode, c, f"{r['tok_s']:.1f}", spread, f"{r['decode_tok_s']:.1f}",
                      f"{r['tok_s'] / one['tok_s']:.2f}" if one else "",
                      f"{r['tok_s'] / res[f'ar@{c}']['tok_s']:.2f}" if f"ar@{c}" in res else "",
                      f"{r['tok_s'] / res[f'{plain}@{c}']['tok_s']:.2f}"
                      if plain != mode and f"{plain}@{c}" in res else "",
                      f"{r['step_ms']:.2f}", r["decode_steps"], f"{r['tau']:.2f}",
-                     f"{r['ttft_p50_ms']:.0f}", f"{same}/{len(r['outputs'])}" if ref else "-"])
+                     f"{r['ttft_p50_ms']:.0f}",
+                     (f"{same}/{len(r['outputs'])}" if ref else "-")
+                     + ("" if r.get("stable", True) else " (runs differ)")])
         r.pop("outputs")
-    print_table(["mode", "C", "tok/s", "decode tok/s", "× C=1", "× AR", "× its drafter",
-                 "decode step ms", "steps timed", "τ", "TTFT p50 ms", "= single AR"], rows,
-                f"{args.target}, {args.device}, {args.max_new} new tokens, 2C requests per run"
-                + (f", entry {ENTRY} applied" if ENTRY else ""))
+    print_table(["mode", "C", "tok/s (median)", "min-max", "decode tok/s", "× C=1", "× AR",
+                 "× its drafter", "decode step ms", "steps timed", "τ", "TTFT p50 ms",
+                 "= single AR"], rows,
+                f"{args.target}, {args.device}, {args.max_new} new tokens, {args.waves}C "
+                f"requests per run, median of {args.repeats} interleaved timed runs (ratios of "
+                "medians)" + (f", entry {ENTRY} applied" if ENTRY else ""))
     if split:
         print_table(["mode", "C", "decode step ms (timed run)", "draft ms", "verify ms",
                      "extend ms", "step ms (synchronised)", "host rest ms"], split,
