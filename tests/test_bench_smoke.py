@@ -27,6 +27,7 @@ SMOKES = [
     pytest.param("step_27b.py", id="step_27b"),
     pytest.param("kernels_vs_cublas.py", id="kernels_vs_cublas"),
     pytest.param("w12_mma.py", id="w12_mma"),   # the CUDA kernel's emulator
+    pytest.param("drafter_tau.py", id="drafter_tau"),   # the embedded model, shipped weights
     pytest.param("device_facts.py", id="device_facts"),
     pytest.param("memory_verify.py", id="memory_verify"),
     pytest.param("peers.py", id="peers"),

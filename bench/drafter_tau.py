@@ -1,0 +1,126 @@
+"""Block-drafter weights side by side: τ per category on the dev requests and on held-out
+requests, with every speculative output checked against AR (issue 24's table).
+
+Held-out requests come from the sealed generator's templates (specpilot/requests/sealed.py)
+drawn with a public seed (--heldout-seed): drafter training excludes those templates and
+the dev prompts (training/prompts.py), so their τ is what the weights do on prompts of kinds
+they never saw. (The sealed set itself is drawn with a secret seed kept outside the
+repository; this set shares its templates, not its draws.)
+
+For each request: the AR output once, then one speculative decode per weights folder (block
+drafter, draft_len = block_size - 1: "block 16"), τ = tokens gained per verification step,
+bonus included. τ is hardware-independent; on the CPU (fp32) every speculative output must
+equal AR's token for token, and the table counts those that do.
+
+    python bench/drafter_tau.py --weights shipped,/path/to/new --per-category 4 --max-new 128
+    python bench/drafter_tau.py --sets heldout --per-category 8       # the shipped weights
+    python bench/drafter_tau.py --smoke        # CPU: shipped twice, 1 request a category
+
+Prints one table; writes drafter_tau.json to --out (default $OUT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from pathlib import Path
+
+from common import log, print_table, smoke_device, write_json  # noqa: E402 - sets sys.path first
+
+from specpilot.requests import CATEGORIES, load_dev, select  # noqa: E402
+from specpilot.requests.sealed import generate_sealed  # noqa: E402
+from stock.drafters.block_weights import DEFAULT_DIR, read_manifest  # noqa: E402
+from stock.engine import Engine  # noqa: E402
+from stock.options import Options  # noqa: E402
+from stock.system import load_system, make_drafter  # noqa: E402
+
+HELDOUT_SEED = 20261204
+
+
+def request_set(name: str, per_category: int, seed: int):
+    if name == "dev":
+        return select(load_dev(), None, per_category)
+    if name == "heldout":
+        drawn = generate_sealed(seed, per_category * len(CATEGORIES))
+        return [r for c in CATEGORIES for r in drawn if r.category == c][:per_category * 5]
+    raise SystemExit(f"drafter_tau: unknown request set {name!r} (dev, heldout)")
+
+
+def weights_label(folder: str) -> tuple[str, Path]:
+    path = DEFAULT_DIR if folder in ("", "shipped") else Path(folder)
+    if not (path / "manifest.json").is_file():
+        raise SystemExit(f"drafter_tau: {path}: no manifest.json (a block-drafter folder?)")
+    man = read_manifest(path)
+    runs = len(getattr(man, "history", None) or []) + 1
+    label = "shipped" if path == DEFAULT_DIR else path.name
+    return f"{label} (steps {man.training.get('steps')}, runs {runs})", path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--weights", default="shipped",
+                    help="block-drafter folders, comma-separated ('shipped': the shipped one)")
+    ap.add_argument("--sets", default="dev,heldout")
+    ap.add_argument("--per-category", type=int, default=4)
+    ap.add_argument("--max-new", type=int, default=128)
+    ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--heldout-seed", type=int, default=HELDOUT_SEED)
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--out", default=os.environ.get("OUT", ""))
+    ap.add_argument("--smoke", action="store_true", help="CPU: shipped twice, 1 a category")
+    args = ap.parse_args()
+    if args.smoke:
+        args.weights, args.per_category, args.max_new = "shipped,shipped", 1, 12
+    args.device = smoke_device(args)
+    folders = [w.strip() for w in args.weights.split(",") if w.strip() != ""] or ["shipped"]
+    labels = [weights_label(f) for f in folders]
+    system = load_system("embedded", Options(), device=args.device, max_context=4096)
+    tok, model = system.tokenizer, system.engine.model
+    opts = {"block_size": args.block_size, "draft_len": args.block_size - 1}
+    engines = [Engine(model, Options({**opts, "block_weights": str(p)}), 4096,
+                      set(system.engine.stop_ids)) for _, p in labels]
+    drafters = [make_drafter("block", e) for e in engines]
+    ar = system.engine
+    result: dict = {"weights": [lab for lab, _ in labels], "sets": {}, "device": args.device}
+    rows, t0 = [], time.perf_counter()
+    for set_name in [s for s in args.sets.split(",") if s]:
+        reqs = request_set(set_name, args.per_category, args.heldout_seed)
+        per: dict[str, list] = {}   # category -> per weights: [tokens gained], steps
+        same = [0] * len(labels)
+        for i, r in enumerate(reqs):
+            prompt = tok.chat(r.prompt)
+            max_new = min(args.max_new, r.max_new_tokens)
+            want = ar.generate(prompt, max_new).tokens
+            cat = per.setdefault(r.category, [[] for _ in labels])
+            taus = []
+            for j, (eng, d) in enumerate(zip(engines, drafters)):
+                res = eng.generate(prompt, max_new, d)
+                cat[j].extend(res.accepted)
+                same[j] += res.tokens == want
+                taus.append(statistics.mean(res.accepted) if res.accepted else float("nan"))
+            log(f"{set_name} {i + 1}/{len(reqs)} {r.id}: τ "
+                + ", ".join(f"{t:.2f}" for t in taus) + f" ({time.perf_counter() - t0:.0f} s)")
+        cats = [c for c in CATEGORIES if c in per]
+        out = {}
+        for c in cats + ["all"]:
+            gained = ([sum((per[k][j] for k in cats), []) for j in range(len(labels))]
+                      if c == "all" else per[c])
+            taus = [statistics.mean(g) if g else float("nan") for g in gained]
+            out[c] = taus
+            rows.append([set_name, c, sum(1 for x in reqs if c in ("all", x.category))]
+                        + [f"{t:.2f}" for t in taus]
+                        + ([f"{taus[-1] / taus[0]:.3f}"] if len(taus) > 1 else [])
+                        + ([", ".join(f"{s}/{len(reqs)}" for s in same)] if c == "all" else [""]))
+        result["sets"][set_name] = {"tau": out, "identical_to_ar": same, "requests": len(reqs)}
+        write_json(args.out, "drafter_tau.json", result)
+    cols = (["set", "category", "requests"] + [f"τ {lab}" for lab, _ in labels]
+            + (["last / first"] if len(labels) > 1 else []) + ["= AR"])
+    print_table(cols, rows, f"block drafter τ (block {args.block_size}, draft_len "
+                f"{args.block_size - 1}), {args.device}, {args.max_new} new tokens at most; "
+                f"held-out: sealed templates, seed {args.heldout_seed}")
+
+
+if __name__ == "__main__":
+    main()
