@@ -366,8 +366,8 @@ def test_a_confined_candidate_sees_only_its_checkout_and_scratch(project, tmp_pa
 
 @needs_bwrap
 def test_a_candidate_feeds_only_its_own_trees_compiles(project, tmp_path, monkeypatch):
-    """Workers of one system tree share its compilers' cache (/judge/compile: torch.compile's
-    and Triton's), so a GPU worker's compiles become cache reads after the first; a file a
+    """Workers of one system tree share its compilers' cache (/judge/compile: torch.compile's,
+    Triton's and the W12 mma kernel's nvcc builds), so a GPU worker's compiles become cache reads after the first; a file a
     candidate plants there reaches the next worker of its own tree and no worker of another
     tree (a rival candidate, or stock), whose cache is its own tree's."""
     monkeypatch.delenv(confine.OPT_OUT, raising=False)
@@ -375,6 +375,7 @@ def test_a_candidate_feeds_only_its_own_trees_compiles(project, tmp_path, monkey
         from pathlib import Path
         cache = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
         attempt("where", lambda: str(cache))
+        attempt("kernels", lambda: os.environ["SPECPILOT_KERNEL_CACHE"])
         attempt("seen", lambda: sorted(p.name for p in cache.glob("*")))
         attempt("plant", lambda: (cache.mkdir(parents=True, exist_ok=True),
                                   (cache / P["name"]).write_text("x"))[1])
@@ -387,6 +388,7 @@ def test_a_candidate_feeds_only_its_own_trees_compiles(project, tmp_path, monkey
             pass
     first, second, other = (found(log) for log in logs)
     assert first["where"] == ["ok", str(confine.COMPILE / "inductor")]
+    assert first["kernels"] == ["ok", str(confine.COMPILE / "kernels")]   # nvcc's builds too
     assert first["seen"] == ["ok", []] and first["plant"] == ["ok", 1]
     assert second["seen"] == ["ok", ["poisoned-entry"]]   # its own tree: shared
     assert other["seen"] == ["ok", []]                     # another tree: never seen

@@ -5,7 +5,7 @@ worker needs, read-only (the Python installation, the system's libraries and a f
 of /etc, the worker program at /judge/worker_main.py, the candidate's clean checkout at
 /judge/checkout, the model files), a private tmpfs /tmp, a private writable scratch at
 /judge/scratch (HOME) and, writable, the compilers' caches of its checkout's tree at
-/judge/compile (torch.compile's and Triton's: every worker of one system tree compiles into
+/judge/compile (torch.compile's, Triton's and nvcc's builds of kernels/: every worker of one system tree compiles into
 and reads from the same folder, and no worker of another tree sees it, so a candidate can
 only ever feed its own compiles). Every namespace is new: no network, its
 own PID and IPC namespace (two workers cannot see or signal each other). The environment
@@ -156,6 +156,7 @@ def command(argv: list[str], program: Path, checkout: Path, scratch: Path,
                  XDG_CACHE_HOME=str(SCRATCH / "cache"),
                  TRITON_CACHE_DIR=str(caches / "triton"),
                  TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"),
+                 SPECPILOT_KERNEL_CACHE=str(caches / "kernels"),   # kernels/w12/mma.py's builds
                  PYTHONPATH=str(CHECKOUT), PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
     inner.update(env or {})
     for name, value in sorted(inner.items()):
