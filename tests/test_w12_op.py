@@ -52,3 +52,31 @@ def test_compiled_caller_keeps_the_op_whole():
     compiled = torch.compile(f, fullgraph=True, backend="aot_eager")
     assert torch.equal(compiled(x), f(x))
     check(f(x), torch.relu(w12_matmul_ref(x * 2.0, t, "w8")) + 1.0)
+
+
+def test_gemv_then_mma_dispatches_by_rows():
+    """"gemv+mma": the GEMV for one row, the mma kernel for more; fp32 x (the interpreter's
+    dtype) is a call the mma kernel does not cover, so it runs the GEMV there too."""
+    from kernels.w12 import mma, ops
+
+    t = encode(student_t(16, 64, seed=7))
+    calls = []
+    real = ops.fused_matmul
+
+    def spy(kernel):
+        calls.append(kernel)
+        return real(kernel)
+
+    x1 = torch.randn(1, 64, generator=torch.Generator().manual_seed(1))
+    x4 = torch.randn(4, 64, generator=torch.Generator().manual_seed(2))
+    assert mma.unsupported(x4, t)     # fp32
+    try:
+        ops.fused_matmul = spy
+        y1, y4 = ops.gemv_then_mma(x1, t), ops.gemv_then_mma(x4, t)
+    finally:
+        ops.fused_matmul = real
+    assert calls == ["gemv", "mma"]
+    check(y1, w12_matmul_ref(x1, t))
+    check(y4, w12_matmul_ref(x4, t))
+    with pytest.raises(ValueError, match="one of"):
+        fused_matmul("mma+gemv")

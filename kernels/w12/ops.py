@@ -2,7 +2,8 @@
 
 `fused_matmul(kernel)` returns the CUDA matmul of a W12 kernel: "gemm" (kernels/w12/gemm.py),
 "gemv" (split-K, kernels/w12/gemv.py), "mma" (tensor cores in CUDA C++ for M <= 64,
-kernels/w12/mma.py; built with nvcc at first use; shapes it does not cover run "gemv") or
+kernels/w12/mma.py; built with nvcc at first use; shapes it does not cover run "gemv"),
+"gemv+mma" (the GEMV for one row, where it beats cuBLAS, "mma" for more) or
 "auto" (per weight shape and row bucket, "gemm" and "gemv" are tuned and timed once,
 outside any CUDA graph capture, and the faster is kept; a shape first met inside a capture
 runs "gemm"). stock/w12_linear.py's W12Linear calls these.
@@ -14,12 +15,12 @@ import torch
 
 from kernels.w12.format import W12Tensor
 
-KERNELS = ("gemm", "gemv", "mma", "auto")
+KERNELS = ("gemm", "gemv", "mma", "gemv+mma", "auto")
 _CHOICE: dict[tuple, str] = {}   # (row bucket, N, K, view, dtype, device) -> kernel
 
 
 def fused_matmul(kernel: str):
-    """The CUDA entry point of a W12 kernel: "gemm", "gemv", "mma" or "auto" (same signature)."""
+    """The CUDA entry point of a W12 kernel: one of KERNELS (same signature)."""
     if kernel == "auto":
         return auto_matmul
     if kernel == "gemm":
@@ -34,6 +35,8 @@ def fused_matmul(kernel: str):
         from kernels.w12.mma import w12_mma  # lazy: nvcc at first call, CUDA only
 
         return w12_mma
+    if kernel == "gemv+mma":
+        return gemv_then_mma
     raise ValueError(f"W12 kernel must be one of {KERNELS}, not {kernel!r}")
 
 
@@ -53,6 +56,12 @@ def w12_matmul_op(x: torch.Tensor, hi: torch.Tensor, lo: torch.Tensor, base: tor
 @w12_matmul_op.register_fake
 def _(x, hi, lo, base, exc_idx, exc_val, row_ptr, in_features, view, kernel):
     return x.new_empty((*x.shape[:-1], base.shape[0]))
+
+
+def gemv_then_mma(x: torch.Tensor, t: W12Tensor, view: str = "w12") -> torch.Tensor:
+    """One row (a decode step): the GEMV; more (verify and tree steps): the mma kernel."""
+    rows = x.numel() // max(1, x.shape[-1])
+    return fused_matmul("gemv" if rows == 1 else "mma")(x, t, view)
 
 
 def auto_matmul(x: torch.Tensor, t: W12Tensor, view: str = "w12") -> torch.Tensor:
