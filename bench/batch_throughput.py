@@ -255,9 +255,10 @@ def main() -> None:
                 r["phases_ms"] = run(eng, work, cur).get("phases_ms", {})
             finally:
                 undo()
+            ph = r["phases_ms"]
+            rest = ph.get("step", 0) - sum(ph.get(k, 0) for k in PHASES[:3])
             split.append([mode, c, f"{r['step_ms']:.2f}"]
-                         + [f"{r['phases_ms'].get(k, float('nan')):.2f}" for k in PHASES]
-                         + [f"{r['phases_ms'].get('step', 0) - sum(r['phases_ms'].get(k, 0) for k in PHASES[:3]):.2f}"])
+                         + [f"{ph.get(k, float('nan')):.2f}" for k in PHASES] + [f"{rest:.2f}"])
     ref = {}
     if "ar" in modes and 1 in args.conc:   # the single-request outputs: AR, C = 1, in order
         base = BatchEngine(model, opts, max_batch=1, max_context=ctx, stop_ids=stops)

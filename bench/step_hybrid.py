@@ -221,10 +221,11 @@ def recurrent_sweep(model, cache, max_context, kw, name, limits, ts, step_ids, a
             ar = out[limit][ts[0]]["step"]["median_ms"]
             for t in ts:
                 r = out[limit][t]
+                first = out[limits[0]][t]["step"]["median_ms"]
                 rows.append([limit, t, f"{r['step']['median_ms']:.3f}",
                              f"{r['step']['median_ms'] / floor:.2f}",
                              f"{r['step']['median_ms'] / ar:.3f}",
-                             f"{out[limits[0]][t]['step']['median_ms'] / r['step']['median_ms']:.3f}",
+                             f"{first / r['step']['median_ms']:.3f}",
                              f"{r['gdn_layer']['median_ms']:.3f}",
                              f"{n_gdn * r['gdn_layer']['median_ms'] / r['step']['median_ms']:.0%}",
                              f"{r['rel_err_vs_first']:.1e}", f"{r['argmax_vs_first']:.2f}"])

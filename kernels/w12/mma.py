@@ -259,7 +259,8 @@ def occupancy(cfg: MmaConfig, m: int, view: str, device: torch.device) -> int:
         rc = lib.w12_mma_occupancy(m, int(view == "w8"), cfg.ng, cfg.depth, cfg.wk,
                                    ctypes.byref(out))
         if rc != 0:
-            raise RuntimeError(f"w12_mma occupancy ({cfg}, M={m}): {lib.w12_mma_error(rc).decode()}")
+            raise RuntimeError(f"w12_mma occupancy ({cfg}, M={m}): "
+                               f"{lib.w12_mma_error(rc).decode()}")
         _OCCUPANCY[key] = max(1, out.value)
     return _OCCUPANCY[key]
 
@@ -279,11 +280,15 @@ def _planes(t: W12Tensor):
 
 
 def _zeros(device: torch.device, k: int) -> torch.Tensor:
-    """At least k bf16 zeros on the device (kept, grown outside CUDA graph captures)."""
+    """At least k bf16 zeros on the device, kept for later calls. Inside a CUDA graph
+    capture a missing or short buffer is made for this graph alone: its zeroing is itself
+    captured (it runs at each replay, before the GEMM), so it must not serve eager calls."""
     idx = device.index if device.index is not None else torch.cuda.current_device()
     z = _ZEROS.get(idx)
     if z is None or z.numel() < k:
-        z = _ZEROS[idx] = torch.zeros(max(k, 1 << 16), dtype=torch.bfloat16, device=device)
+        z = torch.zeros(max(k, 1 << 16), dtype=torch.bfloat16, device=device)
+        if not torch.cuda.is_current_stream_capturing():
+            _ZEROS[idx] = z
     return z
 
 
@@ -297,9 +302,11 @@ def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, view: str, cfg: MmaC
     hi, lo, base, row_ptr, exc_idx, exc_val = _planes(t)
     lib = _library("cuda", _arch(x.device))
     stream = torch.cuda.current_stream(x.device).cuda_stream
+    zero = _zeros(x.device, k)
     rc = lib.w12_mma_launch(
-        x.data_ptr(), _zeros(x.device, k).data_ptr(), hi.data_ptr(), lo.data_ptr(), base.data_ptr(), row_ptr.data_ptr(),
-        exc_idx.data_ptr(), int(exc_idx.dtype == torch.int64), exc_val.data_ptr(),
+        x.data_ptr(), zero.data_ptr(), hi.data_ptr(), lo.data_ptr(), base.data_ptr(),
+        row_ptr.data_ptr(), exc_idx.data_ptr(), int(exc_idx.dtype == torch.int64),
+        exc_val.data_ptr(),
         y.data_ptr(), 0 if part is None else part.data_ptr(), m, n, k, int(view == "w8"),
         cfg.ng, cfg.depth, cfg.wk, split, stream)
     if rc != 0:
