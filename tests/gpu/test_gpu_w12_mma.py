@@ -24,12 +24,15 @@ def _weights(n: int, k: int, seed: int) -> W12Tensor:
 
 
 def _check(y: torch.Tensor, t: W12Tensor, x: torch.Tensor, view: str) -> None:
-    w = decode(t) if view == "w12" else decode_w8(t)
-    r = x.float() @ w.float().T
-    scale = r.abs().max()
+    """Each output within bf16 rounding of the fp32 product (half an ulp is at most 2^-8 of
+    its value; allowed 2^-7) plus fp32 summation-order noise (1e-4 of the sum of |x_k w_k|).
+    The CPU emulator's outputs for these weights use up to 0.97 of the rounding term alone."""
+    w = (decode(t) if view == "w12" else decode_w8(t)).float()
+    r = x.float() @ w.T
+    mag = x.float().abs() @ w.abs().T
     assert y.dtype == torch.bfloat16 and y.shape == r.shape
-    err = ((y.float() - r).abs().max() / scale).item()
-    assert err <= 4e-3, err   # half a bf16 ulp of the largest output, plus fp32 order
+    bad = (y.float() - r).abs() > r.abs() / 128 + 1e-4 * mag
+    assert not bad.any(), f"{int(bad.sum())} outputs off, first at {bad.nonzero()[0].tolist()}"
 
 
 @pytest.mark.parametrize("m", [1, 2, 5, 16, 17, 33, 64])
