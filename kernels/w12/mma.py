@@ -345,7 +345,7 @@ def w12_mma(x: torch.Tensor, t: W12Tensor, view: str = "w12",
     from kernels.w12.gemm import by_row_blocks  # lazy: Triton, CUDA only
 
     if unsupported(x, t) is not None:
-        from kernels.w12.gemv import w12_gemv
+        from kernels.w12.gemv import w12_gemv  # lazy: Triton, CUDA only
 
         return w12_gemv(x, t, view)
 
