@@ -9,7 +9,8 @@
 #                                     # against eager), bench/compiled_numerics.py, then
 #                                     # bench/step_hybrid.py on hybrid-27b (random weights)
 #   bash bench/gpu_hybrid.sh tree     # entries tree-verify + tree-verify-gdn applied in a
-#                                     # copy: tests/test_gdn_tree_kernel.py on CUDA, then
+#                                     # copy: tests/test_gdn_tree_kernel.py on CUDA and
+#                                     # tests/gpu/test_gpu_tree_gdn.py (captured tree slots), then
 #                                     # bench/gdn_tree.py (WY kernel, per-path, chain; steps)
 #   bash bench/gpu_hybrid.sh --smoke  # CPU: step_hybrid.py and gdn_tree.py on tiny-hybrid
 #
@@ -35,8 +36,8 @@ fi
 stage wheels || exit 1
 if [ "${1:-}" = "tree" ]; then
     tree_copy
-    python3 -m pytest -q -p no:cacheprovider tests/test_gdn_tree_kernel.py --tb=short 2>&1 \
-        | tee "$OUT/tests_tree.txt" | tail -20
+    python3 -m pytest -q -p no:cacheprovider tests/test_gdn_tree_kernel.py \
+        tests/gpu/test_gpu_tree_gdn.py --tb=short 2>&1 | tee "$OUT/tests_tree.txt" | tail -20
     exec python3 bench/gdn_tree.py --out "$OUT"
 fi
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader

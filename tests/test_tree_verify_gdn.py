@@ -112,3 +112,130 @@ def test_tree_output_equals_ar_on_the_tiny_hybrid(budget):
         for prompt, ref in zip(_prompts(), want):
             assert eng.generate(prompt, 24, drafter).tokens == ref
     assert paths and any(p != list(range(len(p))) for p in paths)   # off-chain paths taken
+
+
+def _perturbed(seed=4):
+    """The target with small noise: a draft model that is mostly right, so trees branch."""
+    other = Transformer.random(TINY, seed=seed, std=0.08)
+    gen = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(0.02 * torch.randn(p.shape, generator=gen))
+    return other
+
+
+@pytest.mark.parametrize("budget", [8, 32])
+def test_static_tree_steps_give_the_dynamic_tree_steps_tokens(budget):
+    """The static path's tree slot on a hybrid target (GraphRunner, eager as on the CPU; on
+    CUDA the same step is captured): its GDN layers read the padded tree's plan made on the
+    device (kernels/gdn's device_plan) and its staging is put in the accepted path's order
+    inside the step. Same tokens and accepted counts as the dynamic tree step, AR's tokens."""
+    model = Transformer.random(TINY, seed=4, std=0.08)
+    ar = Engine(model, Options({"draft_len": 6}), 256)
+    want = [ar.generate(p, 24).tokens for p in _prompts()]
+    opts = {"draft_len": 6, "tree_budget": budget}
+    dynamic = Engine(model, Options(opts), 256, static=False)
+    static = Engine(model, Options(opts), 256, static=True, capture=False)
+    assert static.runner is not None and dynamic.runner is None
+    other = _perturbed()
+    for drafter in (NGramDrafter(4, 1, 4), DraftModelDrafter(other, 256)):
+        for prompt, ref in zip(_prompts(), want):
+            a = dynamic.generate(prompt, 24, drafter)
+            b = static.generate(prompt, 24, drafter)
+            assert b.tokens == a.tokens == ref
+            assert b.accepted == a.accepted
+    assert any(s.tree for s in static.runner.slots.values())   # the tree slots ran
+
+
+def test_a_static_tree_step_stages_the_accepted_path_in_order():
+    """One tree step through the runner's tree slot, then the commit of its accepted path:
+    the GDN states and conv windows equal those of the dynamic step's path (select_path)
+    committed, and of the path run alone as a chain; logits at every real node as the
+    dynamic step's (a tree of 12 nodes in a slot of 16: padding nodes hang off the root)."""
+    from stock.graphs import GraphRunner
+    from stock.tree import DraftTree
+
+    model = Transformer.random(TINY, seed=3, std=0.08)
+    gen = torch.Generator().manual_seed(4)
+    context = torch.randint(1, 512, (1, 9), generator=gen)
+    tokens = torch.randint(1, 512, (len(PARENTS),), generator=gen).tolist()
+    depths = [len(p) - 1 for p in root_paths(PARENTS)]
+
+    def fresh():
+        cache = model.new_cache(128)
+        model(context, cache, 0)
+        cache.commit(9)
+        return cache
+
+    # the branch 0 -> 2 -> 5 -> 8 spells the target's greedy continuation of the root, so
+    # the accepted path leaves the chain's order (nodes 1, 3, 4 sit between)
+    greedy, ar = [tokens[0]], fresh()
+    for _ in range(3):
+        greedy.append(int(model(torch.tensor([greedy[-1:]]), ar, ar.length).logits[0, -1]
+                          .argmax()))
+        ar.commit(ar.length + 1)
+    for node, token in zip((2, 5, 8), greedy[1:]):
+        tokens[node] = token
+    tree = DraftTree(tokens, PARENTS, depths, [0.0] * len(PARENTS))
+
+    cache = fresh()
+    runner = GraphRunner(model, cache, 64, capture=False)
+    out = runner.tree_step(tree, 9)
+    n = int(out.packed[0])
+    t = len(PARENTS)
+    dyn = fresh()
+    seen = visibility(ancestors(torch.tensor([0] + PARENTS[1:])), 9, 9 + t)
+    ref = model(torch.tensor([tokens]), dyn, 9, positions=9 + torch.arange(t), kv_len=9 + t,
+                mask=seen, rope=9 + torch.tensor(depths),
+                tree_parents=torch.tensor(PARENTS)).logits[0]
+    assert torch.allclose(out.logits[:t], ref, atol=1e-5, rtol=0)
+    path = [0]   # the greedy walk: the child whose token is the target's choice, in order
+    target = ref.argmax(-1).tolist()
+    while True:
+        nxt = [i for i in range(t) if PARENTS[i] == path[-1] and tokens[i] == target[path[-1]]]
+        if not nxt:
+            break
+        path.append(nxt[0])
+    assert n == len(path) - 1 and path == [0, 2, 5, 8]
+    dyn.select_path(path)
+    dyn.commit(9 + len(path))
+    cache.commit(9 + len(path))
+    chain = fresh()
+    model(torch.tensor([[tokens[j] for j in path]]), chain, 9)
+    chain.commit(9 + len(path))
+    for layer in cache.gdn_layers:
+        for other in (dyn, chain):
+            assert torch.allclose(cache.state[layer], other.state[layer], atol=1e-5, rtol=0)
+            assert torch.allclose(cache.window[layer], other.window[layer], atol=1e-5, rtol=0)
+
+
+def test_compiled_hybrid_tree_step_equals_the_eager_one(monkeypatch):
+    """The tree slot through stock/compiled.py's hybrid layers (dynamo's eager backend on
+    the CPU; inductor on the GPU): the GDN layers between the regions read the tree's plan;
+    the same logits and packed result as the uncompiled static step."""
+    from stock import compiled as C
+    from stock.graphs import GraphRunner
+    from stock.tree import DraftTree
+
+    C.reset()
+    monkeypatch.setattr(C, "BACKEND", "eager")
+    try:
+        model = Transformer.random(TINY, seed=3, std=0.08)
+        gen = torch.Generator().manual_seed(6)
+        context = torch.randint(1, 512, (1, 9), generator=gen)
+        tokens = torch.randint(1, 512, (len(PARENTS),), generator=gen).tolist()
+        tree = DraftTree(tokens, PARENTS, [len(p) - 1 for p in root_paths(PARENTS)],
+                         [0.0] * len(PARENTS))
+        outs = []
+        for compile in (True, False):
+            cache = model.new_cache(128)
+            model(context, cache, 0)
+            cache.commit(9)
+            out = GraphRunner(model, cache, 64, capture=False, compile=compile).tree_step(tree, 9)
+            outs.append((out.logits[:len(PARENTS)].clone(), out.packed.clone()))
+        (a, pa), (b, pb) = outs
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+        assert torch.equal(pa, pb)
+        assert not C.fallbacks()
+    finally:
+        C.reset()
