@@ -375,7 +375,7 @@ def test_a_candidate_feeds_only_its_own_trees_compiles(project, tmp_path, monkey
         from pathlib import Path
         cache = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
         attempt("where", lambda: str(cache))
-        attempt("kernels", lambda: os.environ["SPECPILOT_KERNEL_CACHE"])
+        attempt("kernels", lambda: os.environ["KERNELS_CACHE_DIR"])
         attempt("seen", lambda: sorted(p.name for p in cache.glob("*")))
         attempt("plant", lambda: (cache.mkdir(parents=True, exist_ok=True),
                                   (cache / P["name"]).write_text("x"))[1])

@@ -23,7 +23,7 @@ if shutil.which("c++") is None and shutil.which("g++") is None:
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("SPECPILOT_KERNEL_CACHE", str(tmp_path_factory.getbasetemp() / "kc"))
+    monkeypatch.setenv("KERNELS_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "kc"))
 
 
 def _x(m: int, k: int, seed: int = 0, scale: float = 1.0) -> torch.Tensor:

@@ -88,10 +88,10 @@ def tiles(m: int) -> int:
 # -- building ---------------------------------------------------------------------------
 
 def cache_dir() -> Path:
-    """$SPECPILOT_KERNEL_CACHE (the judges set it to the checkout tree's compile cache), else
-    $XDG_CACHE_HOME/specpilot/kernels, else ~/.cache/specpilot/kernels."""
-    if os.environ.get("SPECPILOT_KERNEL_CACHE"):
-        return Path(os.environ["SPECPILOT_KERNEL_CACHE"])
+    """$KERNELS_CACHE_DIR (the judges set it, as TRITON_CACHE_DIR, to the checkout tree's
+    compile cache), else $XDG_CACHE_HOME/specpilot/kernels, else ~/.cache/specpilot/kernels."""
+    if os.environ.get("KERNELS_CACHE_DIR"):
+        return Path(os.environ["KERNELS_CACHE_DIR"])
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "specpilot" / "kernels"
 

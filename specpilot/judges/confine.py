@@ -156,7 +156,7 @@ def command(argv: list[str], program: Path, checkout: Path, scratch: Path,
                  XDG_CACHE_HOME=str(SCRATCH / "cache"),
                  TRITON_CACHE_DIR=str(caches / "triton"),
                  TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"),
-                 SPECPILOT_KERNEL_CACHE=str(caches / "kernels"),   # kernels/w12/mma.py's builds
+                 KERNELS_CACHE_DIR=str(caches / "kernels"),   # kernels/w12/mma.py's nvcc builds
                  PYTHONPATH=str(CHECKOUT), PYTHONDONTWRITEBYTECODE="1", PYTHONNOUSERSITE="1")
     inner.update(env or {})
     for name, value in sorted(inner.items()):
