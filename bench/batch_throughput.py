@@ -69,7 +69,7 @@ def load(args):
         dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
         net = Transformer.random(PRESETS[args.target[7:]], dev, dtype, seed=0)
         gen = torch.Generator().manual_seed(1)
-        n = 2 * max(args.conc)
+        n = args.waves * max(args.conc)
         reqs = [(torch.randint(1, net.cfg.vocab_size, (args.prompt,), generator=gen).tolist(),
                  args.max_new) for _ in range(n)]
         return net, reqs, frozenset()
@@ -80,7 +80,7 @@ def load(args):
     tok = system.tokenizer
     dev_reqs = select(load_dev(), None, None)
     reqs = [(tok.chat(r.prompt), min(args.max_new, r.max_new_tokens)) for r in dev_reqs]
-    n = 2 * max(args.conc)
+    n = args.waves * max(args.conc)
     reqs = [reqs[i % len(reqs)] for i in range(n)]
     return system.engine.model, reqs, frozenset(system.engine.stop_ids)
 
@@ -262,7 +262,7 @@ def main() -> None:
     ref = {}
     if "ar" in modes and 1 in args.conc:   # the single-request outputs: AR, C = 1, in order
         base = BatchEngine(model, opts, max_batch=1, max_context=ctx, stop_ids=stops)
-        ref = {i: o for i, o in enumerate(run(base, reqs[: 2 * max(args.conc)])["outputs"])}
+        ref = {i: o for i, o in enumerate(run(base, reqs[: args.waves * max(args.conc)])["outputs"])}
     for key, r in res.items():
         mode, c = key.split("@")
         c = int(c)
