@@ -262,7 +262,8 @@ def main() -> None:
     ref = {}
     if "ar" in modes and 1 in args.conc:   # the single-request outputs: AR, C = 1, in order
         base = BatchEngine(model, opts, max_batch=1, max_context=ctx, stop_ids=stops)
-        ref = {i: o for i, o in enumerate(run(base, reqs[: args.waves * max(args.conc)])["outputs"])}
+        outs = run(base, reqs[: args.waves * max(args.conc)])["outputs"]
+        ref = dict(enumerate(outs))
     for key, r in res.items():
         mode, c = key.split("@")
         c = int(c)
