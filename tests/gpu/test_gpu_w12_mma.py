@@ -97,3 +97,22 @@ def test_the_emulator_agrees_with_the_gpu():
     w = decode(t).float()
     r, mag = x.float() @ w.T, x.float().abs() @ w.abs().T
     assert ((gpu.float() - emu.cuda().float()).abs() <= r.abs() / 64 + 2e-4 * mag).all()
+
+
+def test_w12linear_runs_mma_eagerly_and_under_torch_compile():
+    """The engine's way in: W12Linear with kernel "mma" (and "gemv+mma"), eager and through
+    the custom op torch.compile keeps whole (stock's compiled regions)."""
+    from torch import nn
+
+    from stock.w12_linear import W12Linear
+
+    lin = nn.Linear(1024, 768, bias=False, device="cuda", dtype=torch.bfloat16)
+    mod = W12Linear.from_linear(lin)
+    x = torch.randn(12, 1024, device="cuda").to(torch.bfloat16)
+    t = mod.w12
+    for kernel in ("mma", "gemv+mma"):
+        mod.kernel = kernel
+        _check(mod(x), t, x, "w12")
+        _check(mod(x[:1]), t, x[:1], "w12")
+        compiled = torch.compile(lambda a: mod(a), fullgraph=True)
+        _check(compiled(x), t, x, "w12")
