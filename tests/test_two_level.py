@@ -233,3 +233,50 @@ def test_the_exact_tree_takes_the_candidate_chain_whole_as_its_trunk():
     assert tree.parents[1:1 + len(candidate)] == list(range(len(candidate)))
     assert not tree.is_chain and len(tree) == 12    # the rest branches off the trunk's end
     assert min(tree.depths[1 + len(candidate):]) > len(candidate)
+
+
+# -- the static path: the first pass in graph slots of its own ------------------------------
+
+@pytest.mark.parametrize("trees", [False, True])
+@pytest.mark.parametrize("drafter", ["ngram", "block"])
+def test_the_static_path_runs_the_first_pass_in_its_own_slots(tiny, drafter, trees):
+    """On the static path (eager here; on CUDA its slots are captured with the 8-bit view
+    on and replayed) the first pass runs in a graph runner of its own over the same cache:
+    the same tokens and accepted counts as the dynamic first pass, AR's tokens."""
+    if trees and "tree_budget" not in REGISTRY:
+        pytest.skip("tree_budget comes with tree-verify")
+    model, prompts, want = tiny
+    extra = {"tree_budget": 12} if trees else {}
+    dynamic = _engine(model, True, **extra)
+    static = Engine(model, Options({"weights": "w12", "draft_len": K, "two_level": True,
+                                    **extra}), 256, static=True, capture=False)
+    assert static.runner is not None and dynamic.runner is None
+    for p, ref in zip(prompts, want):
+        a = dynamic.generate(p, 24, make_drafter(drafter, model))
+        b = static.generate(p, 24, make_drafter(drafter, model))
+        assert b.tokens == a.tokens == ref
+        assert b.accepted == a.accepted
+    first = static._first_runner
+    assert first is not None and any(s.tree == trees for s in first.slots.values())
+    assert w12_modules(model)[0].view == "w12"
+
+
+def test_the_first_pass_slot_multiplies_by_the_8_bit_view(tiny):
+    """first_pass through a runner's chain slot gives the dynamic first pass's candidate and
+    hidden states; the same slot run without the 8-bit view gives other hidden states (the
+    view is what the slot multiplies by, not the exact planes)."""
+    from stock.graphs import GraphRunner
+
+    model, prompts, _ = tiny
+    prompt, chain = prompts[1], [5, 6, 7]
+    cache = model.new_cache(256 + 64)
+    out = model(torch.tensor([prompt]), cache, 0)
+    cache.commit(len(prompt))
+    pending = int(out.logits[0, -1].argmax())
+    runner = GraphRunner(model, cache, 256, capture=False)
+    got, hid = two_level.first_pass(model, cache, pending, chain, len(prompt), (1,), runner)
+    want, want_hid = two_level.first_pass(model, cache, pending, chain, len(prompt), (1,))
+    assert got == want and cache.length == len(prompt)
+    torch.testing.assert_close(hid[1], want_hid[1], atol=1e-5, rtol=1e-5)
+    exact = runner.step([pending] + chain, len(prompt), (1,)).hidden[1][:, :hid[1].shape[1]]
+    assert not torch.allclose(exact, hid[1], atol=1e-4)
