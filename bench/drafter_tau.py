@@ -44,7 +44,7 @@ def request_set(name: str, per_category: int, seed: int):
         return select(load_dev(), None, per_category)
     if name == "heldout":
         drawn = generate_sealed(seed, per_category * len(CATEGORIES))
-        return [r for c in CATEGORIES for r in drawn if r.category == c][:per_category * 5]
+        return [r for c in CATEGORIES for r in drawn if r.category == c]   # balanced: n each
     raise SystemExit(f"drafter_tau: unknown request set {name!r} (dev, heldout)")
 
 
@@ -87,7 +87,7 @@ def main() -> None:
     rows, t0 = [], time.perf_counter()
     for set_name in [s for s in args.sets.split(",") if s]:
         reqs = request_set(set_name, args.per_category, args.heldout_seed)
-        per: dict[str, list] = {}   # category -> per weights: [tokens gained], steps
+        per: dict[str, list] = {}   # category -> per weights folder: tokens gained a step
         same = [0] * len(labels)
         for i, r in enumerate(reqs):
             prompt = tok.chat(r.prompt)
