@@ -15,6 +15,7 @@
     python3 bench/w12_mma.py --out $OUT                     # issue shapes, M = 1..64
     python3 bench/w12_mma.py --layers --out $OUT            # the 6 layer shapes instead
     python3 bench/w12_mma.py --no-gemv                      # skip the Triton GEMV column
+    (--budget-s, default 420: no new shape starts after that many seconds)
     python3 bench/w12_mma.py --smoke     # CPU: the emulator on a tiny shape (no timings)
 """
 
@@ -108,6 +109,8 @@ def main() -> None:
     ap.add_argument("--layers", action="store_true", help="the 6 layer shapes")
     ap.add_argument("--ms", default=",".join(map(str, MS)))
     ap.add_argument("--no-gemv", action="store_true")
+    ap.add_argument("--budget-s", type=float, default=420.0,
+                    help="stop starting new shapes after this many seconds (a device call's limit)")
     ap.add_argument("--smoke", action="store_true", help="CPU: the emulator, tiny shapes")
     args = ap.parse_args()
     ms = [int(v) for v in args.ms.split(",") if v]
@@ -126,8 +129,11 @@ def main() -> None:
         result.update(copy_gbs=copy, build_s=time.perf_counter() - t0, library=str(path),
                       device=torch.cuda.get_device_name(dev))
         log(f"copy {copy:.0f} GB/s; kernel library {path.name} in {result['build_s']:.1f} s")
-    rows = []
+    rows, t_start = [], time.perf_counter()
     for k, n in shapes:
+        if time.perf_counter() - t_start > args.budget_s:
+            log(f"budget of {args.budget_s:.0f} s spent: {k}x{n} and later shapes not run")
+            break
         rows += shape_rows(k, n, ms, args, copy, dev)
         result["rows"] = rows
         write_json(args.out, "w12_mma.json", result)
