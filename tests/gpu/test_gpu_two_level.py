@@ -1,7 +1,9 @@
 """Memory entry two-level on CUDA: the first pass in CUDA-graph slots of its own (captured
 with the 8-bit view on) gives the eager static path's tokens and accepted counts, bit for
-bit, over chains and trees, and leaves every W12 linear on its exact planes. Runs where the
-entry is applied (ENTRIES="w12-weights tree-verify two-level" bash bench/gpu_tree.sh tests)."""
+bit, over chains and trees, and leaves every W12 linear on its exact planes. Runs where
+the entry is applied, e.g. on the device: `source bench/stage.sh && stage_repo /tmp/repo
+tl=two-level && cd /tmp/repo && git checkout -q tl && python3 -m pytest -q
+tests/gpu/test_gpu_two_level.py`."""
 
 from __future__ import annotations
 
