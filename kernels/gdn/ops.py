@@ -32,10 +32,10 @@ RECURRENT_MAX_T = 1
 def chunk_rule(q, k, v, g, beta, state=None, recurrent_max_t: int | None = None):
     """Prefill and verify steps (T tokens at once); with fla, T <= recurrent_max_t
     (default RECURRENT_MAX_T, read at each call) runs `recurrent_rule`."""
-    limit = RECURRENT_MAX_T if recurrent_max_t is None else recurrent_max_t
-    if _use_fla(v) and v.shape[1] <= limit:
-        return recurrent_rule(q, k, v, g, beta, state)
     if _use_fla(v):
+        limit = RECURRENT_MAX_T if recurrent_max_t is None else recurrent_max_t
+        if v.shape[1] <= limit:
+            return recurrent_rule(q, k, v, g, beta, state)
         from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # lazy: optional package
 
         # q, k: Hk heads, v: Hv (fla's grouped value heads, Hv a multiple of Hk)

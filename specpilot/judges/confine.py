@@ -5,9 +5,9 @@ worker needs, read-only (the Python installation, the system's libraries and a f
 of /etc, the worker program at /judge/worker_main.py, the candidate's clean checkout at
 /judge/checkout, the model files), a private tmpfs /tmp, a private writable scratch at
 /judge/scratch (HOME) and, writable, the compilers' caches of its checkout's tree at
-/judge/compile (torch.compile's, Triton's and nvcc's builds of kernels/: every worker of one system tree compiles into
-and reads from the same folder, and no worker of another tree sees it, so a candidate can
-only ever feed its own compiles). Every namespace is new: no network, its
+/judge/compile (torch.compile's, Triton's and nvcc's builds of kernels/: every worker of
+one system tree compiles into and reads from the same folder, and no worker of another
+tree sees it, so a candidate can only ever feed its own compiles). Every namespace is new: no network, its
 own PID and IPC namespace (two workers cannot see or signal each other). The environment
 is cleared and rebuilt from an allow-list: no API keys, no SPECPILOT_* variables. Nothing
 of the project tree, the judges' caches (σ, references), the sealed set, other checkouts
