@@ -177,8 +177,12 @@ def smoke_device(args) -> str:
 
 def entry_tree(entry: str, dest: str | os.PathLike, root: Path = ROOT) -> Path:
     """`dest`/ with copies of the system paths (stock/, kernels/) and memory/<entry>.patch
-    applied to them: put it first on PYTHONPATH (the repository second) to run an entry's
-    code from this checkout without a git worktree."""
+    applied to them, its dependencies' patches first: put it first on PYTHONPATH (the
+    repository second) to run an entry's code from this checkout without a git worktree.
+    An entry of several dependencies (two-level) holds a patch made on a tree where its
+    siblings were already applied: where a plain `git apply` fails, dest/ becomes a git
+    repository and the chain is applied as bench/stage.sh's stage_repo applies it (3-way,
+    then a union of conflicts where both sides only added lines)."""
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     for part in ("stock", "kernels"):
@@ -186,9 +190,29 @@ def entry_tree(entry: str, dest: str | os.PathLike, root: Path = ROOT) -> Path:
                         ignore=shutil.ignore_patterns("__pycache__"))
     # outside any repository (GIT_CEILING_DIRECTORIES), git apply patches dest's files
     env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(dest.parent)}
-    for name in entry_chain(entry, root):   # its dependencies first, then the entry
-        subprocess.run(["git", "apply", str(root / "memory" / f"{name}.patch")], cwd=dest,
-                       check=True, env=env)
+    chain = entry_chain(entry, root)     # its dependencies first, then the entry
+    patches = [str(root / "memory" / f"{name}.patch") for name in chain]
+    plain = subprocess.run(["git", "apply", "--check", *patches], cwd=dest, env=env,
+                           capture_output=True)
+    if plain.returncode == 0:
+        subprocess.run(["git", "apply", *patches], cwd=dest, check=True, env=env)
+        return dest
+    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@localhost"]
+    for cmd in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "stock"]):
+        subprocess.run(git + cmd, cwd=dest, check=True, env=env, capture_output=True)
+    stage = root / "bench" / "stage.sh"
+    for name, patch in zip(chain, patches):
+        done = subprocess.run(
+            ["bash", "-c", f'source "{stage}" && {{ git apply "$1" 2>/dev/null || '
+             'git apply --3way "$1" 2>/dev/null || stage_union; }', "_", patch],
+            cwd=dest, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"entry_tree: memory/{name}.patch (for {entry}) did not apply"
+                               f" onto this tree's stock/ and kernels/: {done.stdout.strip()}")
+        subprocess.run(git + ["add", "-A"], cwd=dest, check=True, env=env)
+        subprocess.run(git + ["commit", "-qm", name, "--allow-empty"], cwd=dest, check=True,
+                       env=env)
+    shutil.rmtree(dest / ".git")
     return dest
 
 

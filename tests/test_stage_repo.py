@@ -65,3 +65,28 @@ def test_two_additions_at_one_place_keep_both_and_another_conflict_fails(tmp_pat
     assert both.split() == ["merged", "a", "b", "X", "Y", "c"]
     other = _conflict(tmp_path / "edit", "a\\nB1\\nc\\n", "a\\nB2\\nc\\n")
     assert other.split()[0] == "refused" and "<<<<<<<" in other
+
+
+def test_entry_tree_builds_an_entry_of_two_dependencies(tmp_path):
+    """bench/common.entry_tree (behind the bench scripts' --entry) gives two-level's stock/
+    the blob its replayed dependencies leave, as stage_repo does, with no .git left."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from common import entry_tree
+
+    tree = entry_tree("two-level", tmp_path / "tree")
+    assert not (tree / ".git").exists()
+    text = (tree / "stock" / "options.py").read_text()
+    assert "<<<<<<<" not in text
+    blob = subprocess.run(["git", "hash-object", str(tree / "stock" / "options.py")],
+                          capture_output=True, text=True).stdout.strip()
+    patch = (ROOT / "memory" / "two-level.patch").read_text()
+    after = re.search(r"diff --git a/stock/options.py.*?\nindex \w+\.\.(\w+)", patch, re.S)[1]
+    assert blob.startswith(after)
+    # a single entry still takes the plain path and gives the patch's postimage too
+    one = entry_tree("w12-weights", tmp_path / "one")
+    assert not (one / ".git").exists() and not (one / "stock" / "two_level.py").exists()
+    w12 = (ROOT / "memory" / "w12-weights.patch").read_text()
+    after = re.search(r"diff --git a/stock/options.py.*?\nindex \w+\.\.(\w+)", w12, re.S)[1]
+    blob = subprocess.run(["git", "hash-object", str(one / "stock" / "options.py")],
+                          capture_output=True, text=True).stdout.strip()
+    assert blob.startswith(after)
