@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # before kernels.gdn.tree_kernel builds it
+import pytest
+import torch
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+# CPU only, before kernels.gdn.tree_kernel builds it: on a GPU machine the variable would
+# also put every later test of the same process (fla's kernels in the captured tree steps)
+# into the interpreter, as it did on the H200 on 2026-12-05
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 tree_kernel = pytest.importorskip("kernels.gdn.tree_kernel",
                                   reason="the WY tree kernel comes with tree-verify-gdn")
@@ -111,8 +115,9 @@ def test_the_kernel_compiles_for_hopper_with_tensor_core_products():
     for nodes, res in got.items():
         assert res["cubin"], nodes
         assert res["mma"] > 0, f"{nodes} nodes: no tensor-core MMA in the PTX ({res})"
-    # spills (ptxas -v, bytes of spill stores a thread), where Triton carries a ptxas: none
-    # at 16 nodes; at 64 the inverse's [64, 64] matrices still spill, less than the untiled
-    # kernel's 4070 (it held q and k [64, 128] whole; 540 at 16 nodes)
+    # spills (ptxas -v, bytes of spill stores a thread), where Triton carries a ptxas: at
+    # most a few words at 16 nodes (0 with this CPU's Triton, 8 with the H200 image's); at 64
+    # the inverse's [64, 64] matrices still spill, less than the untiled kernel's 4070 (it
+    # held q and k [64, 128] whole; 540 at 16 nodes)
     if got["16"]["spill"] is not None:
-        assert got["16"]["spill"] == 0 and got["64"]["spill"] < 3500, got
+        assert got["16"]["spill"] <= 32 and got["64"]["spill"] < 3500, got

@@ -23,10 +23,11 @@ def _use_fla(x: torch.Tensor) -> bool:
 
 # With fla, T tokens at once up to this many run fla's fused recurrent kernel (one launch,
 # the tokens in order, the state in registers) instead of its chunked one (about nine
-# launches: cumsum, l2norms, kkt, triangular solve, WY, states, outputs). 1: only AR steps.
-# A verify step of T tokens then rounds as T AR steps do. Which is faster at T = 8-64 on the
-# H200 is measured by `bench/step_hybrid.py --recurrent-max-t 1,64`; not yet run.
-RECURRENT_MAX_T = 1
+# launches: cumsum, l2norms, kkt, triangular solve, WY, states, outputs); a verify step of
+# T tokens then rounds as T AR steps do. 16: on the H200, hybrid-27b's compiled verify
+# steps with it against the chunked kernel (`bench/step_hybrid.py --recurrent-max-t 1,64`,
+# 2026-12-05): T = 8 1.047x faster, 16 1.023x, 32 0.979x, 64 0.914x (slower).
+RECURRENT_MAX_T = 16
 
 
 def chunk_rule(q, k, v, g, beta, state=None, recurrent_max_t: int | None = None):
