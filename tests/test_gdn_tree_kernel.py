@@ -116,8 +116,7 @@ def test_the_kernel_compiles_for_hopper_with_tensor_core_products():
         assert res["cubin"], nodes
         assert res["mma"] > 0, f"{nodes} nodes: no tensor-core MMA in the PTX ({res})"
     # spills (ptxas -v, bytes of spill stores a thread), where Triton carries a ptxas: at
-    # most a few words at 16 nodes (0 with this CPU's Triton, 8 with the H200 image's); at 64
-    # the inverse's [64, 64] matrices still spill, less than the untiled kernel's 4070 (it
-    # held q and k [64, 128] whole; 540 at 16 nodes)
-    if got["16"]["spill"] is not None:
-        assert got["16"]["spill"] <= 32 and got["64"]["spill"] < 3500, got
+    # most a few words at 16 nodes (0 with this CPU's Triton 3.9; 8 with the H200 image's
+    # 3.6 before the two passes); at 64 a few hundred (336 here), where the kernel of one
+    # pass and unrolled loops spilled 2624 (2528 on the H200) and took 8x its 32-node time
+        assert got["16"]["spill"] <= 32 and got["64"]["spill"] < 1000, got
