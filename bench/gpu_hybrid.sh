@@ -12,7 +12,10 @@
 #                                     # copy: tests/test_gdn_tree_kernel.py on CUDA and
 #                                     # tests/gpu/test_gpu_tree_gdn.py (captured tree slots), then
 #                                     # bench/gdn_tree.py (WY kernel, per-path, chain; steps)
-#   bash bench/gpu_hybrid.sh --smoke  # CPU: step_hybrid.py and gdn_tree.py on tiny-hybrid
+#   bash bench/gpu_hybrid.sh probe    # the same copy: bench/gdn_tree_probe.py (the WY kernel's
+#                                     # launch variants, one process each: a fault stays there)
+#   bash bench/gpu_hybrid.sh --smoke  # CPU: step_hybrid.py, gdn_tree.py and gdn_tree_probe.py
+#                                     # on tiny-hybrid
 #
 # Tables on stdout; JSON and the tests' log in $OUT.
 set -u
@@ -31,9 +34,14 @@ tree_copy() {   # a copy of this tree with the entries tree-verify and tree-veri
 if [ "${1:-}" = "--smoke" ]; then   # both scripts on tiny-hybrid, the second in the entry tree
     python3 bench/step_hybrid.py --smoke --out "${OUT}" || exit 1
     tree_copy
-    exec python3 bench/gdn_tree.py --smoke --out "${OUT}"
+    python3 bench/gdn_tree.py --smoke --out "${OUT}" || exit 1
+    exec python3 bench/gdn_tree_probe.py --smoke --out "${OUT}"
 fi
 stage wheels || exit 1
+if [ "${1:-}" = "probe" ]; then
+    tree_copy
+    exec python3 bench/gdn_tree_probe.py --out "$OUT"
+fi
 if [ "${1:-}" = "tree" ]; then
     tree_copy
     python3 -m pytest -q -p no:cacheprovider tests/test_gdn_tree_kernel.py \

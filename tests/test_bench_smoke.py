@@ -34,7 +34,7 @@ SMOKES = [
     pytest.param("judges_false_adoption.py", id="judges_false_adoption"),
     pytest.param("gpu_numerics.sh", id="gpu_numerics"),
     pytest.param("gpu_tree.sh", id="gpu_tree"),   # the tree-verify entry applied, step_27b
-    pytest.param("gpu_hybrid.sh", id="gpu_hybrid"),   # step_hybrid.py, gdn_tree.py: tiny-hybrid
+    pytest.param("gpu_hybrid.sh", id="gpu_hybrid"),   # step_hybrid, gdn_tree(_probe): tiny-hybrid
     pytest.param("batch_throughput.py", id="batch_throughput"),
     pytest.param("readme_commands.py", id="readme_commands"),   # a fresh clone, a venv
     pytest.param("concurrent_runs.py", id="concurrent_runs"),
@@ -75,8 +75,8 @@ def test_every_suite_script_has_a_smoke():
     listed = {p.values[0] for p in SMOKES}
     helpers = {"common.py", "stage.sh"}
     covered = {"gpu_numerics.py",   # its smoke runs inside gpu_numerics.sh --smoke
-               "step_hybrid.py",    # these two inside gpu_hybrid.sh --smoke
-               "gdn_tree.py"}
+               "step_hybrid.py",    # these three inside gpu_hybrid.sh --smoke
+               "gdn_tree.py", "gdn_tree_probe.py"}
     present = {p.name for p in BENCH.iterdir() if p.suffix in (".py", ".sh")}
     assert present - helpers - covered == listed
     for name in listed | covered:
