@@ -36,10 +36,13 @@ def _ref(x: torch.Tensor, t: W12Tensor, view: str) -> torch.Tensor:
     return x.float() @ w.float().T
 
 
-# every compiled (ng, depth), 1-8 warps a block, 1-3 K splits; N = 48 leaves the last
-# block's n-groups outside N for ng = 4 (rows 48..63), M crosses the m-tiles
+# every compiled (ng, depth), 1-8 warps a block, 1-3 K splits, x shared or not; N = 48
+# leaves the last block's n-groups outside N for ng = 4 (rows 48..63) and, x shared, whole
+# warps (ng 4 x 5 warps: 160 columns a block), M crosses the m-tiles
 CASES = [(MmaConfig(2, 4), 1), (MmaConfig(1, 4, 3), 2), (MmaConfig(2, 2, 1), 3),
-         (MmaConfig(4, 2, 4), 1), (MmaConfig(1, 4, 8), 2)]
+         (MmaConfig(4, 2, 4), 1), (MmaConfig(1, 4, 8), 2),
+         (MmaConfig(2, 4, 4, share_x=True), 1), (MmaConfig(4, 2, 5, share_x=True), 2),
+         (MmaConfig(1, 4, 8, share_x=True), 3)]
 
 
 @pytest.mark.parametrize("m", [1, 7, 16, 17, 40, 64])
@@ -80,6 +83,8 @@ def test_empty_splits_and_idle_warps():
     t = encode(student_t(24, 192, seed=4))
     x = _x(33, 192, seed=5, scale=4.0)
     check(emulate(x, t, "w12", MmaConfig(2, 2, 8), split=4, out_f32=True), _ref(x, t, "w12"))
+    check(emulate(x, t, "w12", MmaConfig(2, 2, 8, share_x=True), split=4, out_f32=True),
+          _ref(x, t, "w12"))
 
 
 def test_bf16_output_rounds_as_torch():
@@ -104,6 +109,19 @@ def test_a_wrong_lane_map_is_caught():
     assert ((y - ref).abs().max() / ref.abs().max()).item() > 0.05
 
 
+def test_a_wrong_staged_x_offset_is_caught():
+    """The header built with staged x rows read at the wrong stride (W12_MMA_XS_FAULT): the
+    kernel of shared x must give wrong products in the emulator, the other kernel not."""
+    t = encode(gaussian(16, 128, seed=6))
+    x = _x(20, 128, seed=6)
+    ref = _ref(x, t, "w12")
+    cfg = MmaConfig(2, 4, 4, share_x=True)
+    y = emulate(x, t, "w12", cfg, out_f32=True, defines=("W12_MMA_XS_FAULT",))
+    assert not torch.isfinite(y).all() or ((y - ref).abs().max() / ref.abs().max()).item() > 0.05
+    check(emulate(x, t, "w12", MmaConfig(2, 4, 2), out_f32=True,
+                  defines=("W12_MMA_XS_FAULT",)), ref)
+
+
 def test_what_the_kernel_refuses():
     t = encode(gaussian(16, 96, seed=0))
     assert "multiple of 64" in mma.unsupported(_x(2, 96), t)
@@ -117,6 +135,8 @@ def test_what_the_kernel_refuses():
         emulate(_x(2, 64), t, config=MmaConfig(3, 3))
     with pytest.raises(ValueError, match="outside 1..64"):
         emulate(_x(65, 64), t)
+    with pytest.raises(ValueError, match="wk must be 4..8"):   # x shared: warps split N
+        emulate(_x(2, 64), t, config=MmaConfig(2, 4, 2, share_x=True))
 
 
 def test_auto_split_fills_the_gpu_and_weighs_partials():
@@ -153,7 +173,8 @@ def test_kernel_compiles_for_hopper_without_spills(tmp_path):
                          check=True, capture_output=True, text=True)
     info = out.stderr + out.stdout
     blocks = re.findall(r"Function properties for (\S+)\n.*?(\d+) bytes spill stores", info)
-    kernels = {name: int(spill) for name, spill in blocks if "w12_mma_kernel" in name}
-    assert len(kernels) == 4 * 4 * 2, sorted(kernels)   # m-tiles x (ng, depth) x views
-    small = {n: s for n, s in kernels.items() if re.search(r"kernelILi[12]E", n)}
-    assert len(small) == 16 and all(s == 0 for s in small.values()), small
+    for kind in ("w12_mma_kernel", "w12_mma_xs_kernel"):   # x shared or not
+        kernels = {name: int(spill) for name, spill in blocks if kind in name}
+        assert len(kernels) == 4 * 4 * 2, sorted(kernels)   # m-tiles x (ng, depth) x views
+        small = {n: s for n, s in kernels.items() if re.search(r"kernelILi[12]E", n)}
+        assert len(small) == 16 and all(s == 0 for s in small.values()), small

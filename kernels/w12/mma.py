@@ -8,9 +8,11 @@ each lane's weights straight into its mma B-fragment registers: inside every 64-
 chunk of K the order of k is permuted, for x and W alike, so that one lane's 16 consecutive
 weights of a row (two vector loads of the planes) are its operands for the chunk's four
 mma.m16n8k16 steps (kernels/w12/csrc/w12_mma.cuh). Loads run DEPTH - 1 chunks ahead in a
-register ring; the warps of a block split K and add up in shared memory in a fixed order;
-K splits across blocks store fp32 partials that a second kernel sums in a fixed order and
-finishes with the exceptions (deterministic: no atomics).
+register ring; the warps of a block split K and add up in shared memory in a fixed order
+(or, `share_x`, split N and read x from one copy of each chunk staged in shared memory:
+at M = 32-64 the first layout's per-warp x reads cost more than the weights, 0.44-0.84x
+cuBLAS on the H200); K splits across blocks store fp32 partials that a second kernel sums
+in a fixed order and finishes with the exceptions (deterministic: no atomics).
 
 Built at first use on CUDA with nvcc for the GPU's own architecture (sm_80 or newer) into
 a shared library loaded with ctypes (no PyTorch headers: seconds, not minutes), cached
@@ -60,23 +62,29 @@ class MmaConfig:
     depth: int              # chunks in a lane's register ring (DEPTH - 1 loaded ahead)
     wk: int = 4             # warps a block, each on every wk-th chunk of the split
     split: str | int = "auto"  # K splits across blocks
+    share_x: bool = False   # 4-8 warps split N (each every chunk), x staged in shared memory
 
 
 C = MmaConfig
-# Candidates per m-tile count (M <= 16, 32, 48, 64). Not yet timed on a GPU: the list spans
-# the rows a block covers (8-32), the ring depth and the warps a block.
+# Candidates per m-tile count (M <= 16, 32, 48, 64): the rows a block covers, the ring
+# depth, the warps a block, and x shared. On the H200 (2026-12-05, before share_x) the tuner
+# took (2, 2, 4) at M <= 32 and (4, 2, 2) at 64 on every 27B-class shape.
 CONFIGS: dict[int, tuple[MmaConfig, ...]] = {
-    1: (C(2, 4), C(1, 4), C(2, 2), C(4, 2), C(2, 4, 8), C(1, 4, 8)),
-    2: (C(2, 4), C(1, 4), C(2, 2), C(4, 2, 2), C(2, 4, 8)),
-    3: (C(1, 4), C(2, 2), C(2, 4), C(4, 2, 2)),
-    4: (C(1, 4), C(2, 2), C(2, 4), C(4, 2, 2)),
+    1: (C(2, 4), C(1, 4), C(2, 2), C(4, 2), C(2, 4, 8), C(1, 4, 8),
+        C(2, 2, 4, share_x=True), C(1, 4, 8, share_x=True), C(2, 4, 4, share_x=True)),
+    2: (C(2, 4), C(1, 4), C(2, 2), C(4, 2, 2), C(2, 4, 8),
+        C(2, 2, 4, share_x=True), C(1, 4, 8, share_x=True), C(4, 2, 4, share_x=True)),
+    3: (C(1, 4), C(2, 2), C(2, 4), C(4, 2, 2),
+        C(2, 2, 4, share_x=True), C(4, 2, 4, share_x=True), C(2, 2, 8, share_x=True)),
+    4: (C(1, 4), C(2, 2), C(2, 4), C(4, 2, 2),
+        C(2, 2, 4, share_x=True), C(4, 2, 4, share_x=True), C(2, 2, 8, share_x=True)),
 }
 del C
 _TUNED: dict[tuple, MmaConfig] = {}
 _LIBS: dict[tuple, ctypes.CDLL] = {}
-_ZEROS: dict[int, torch.Tensor] = {}
+_ZEROS: dict[int, torch.Tensor] = {}   # per device: the x row of rows past M (K zeros)
 _OCCUPANCY: dict[tuple, int] = {}
-_PLANS: dict[tuple, tuple] = {}   # (config, M, N, K, view, device) -> (K splits, library)   # per device: the x row of rows past M (K zeros)
+_PLANS: dict[tuple, tuple] = {}   # (config, M, N, K, view, device) -> (K splits, library)
 _LOCK = threading.Lock()
 
 
@@ -178,18 +186,18 @@ def _library(kind: str, arch: str | None = None, defines: tuple[str, ...] = ()) 
             if kind == "cuda":
                 lib.w12_mma_variants.argtypes = [ctypes.POINTER(_I), _I]
                 lib.w12_mma_variants.restype = _I
-                lib.w12_mma_launch.argtypes = [_P] * 7 + [_I, _P, _P, _P] + [_I] * 8 + [_P]
+                lib.w12_mma_launch.argtypes = [_P] * 7 + [_I, _P, _P, _P] + [_I] * 9 + [_P]
                 lib.w12_mma_launch.restype = _I
                 lib.w12_mma_error.argtypes = [_I]
                 lib.w12_mma_error.restype = ctypes.c_char_p
-                lib.w12_mma_occupancy.argtypes = [_I] * 5 + [ctypes.POINTER(_I)]
+                lib.w12_mma_occupancy.argtypes = [_I] * 6 + [ctypes.POINTER(_I)]
                 lib.w12_mma_occupancy.restype = _I
                 got = (_I * 16)()
                 pairs = [tuple(got[2 * i:2 * i + 2]) for i in range(lib.w12_mma_variants(got, 16))]
                 if tuple(pairs) != VARIANTS:
                     raise MmaUnavailable(f"the library compiles {pairs}, mma.py lists {VARIANTS}")
             else:
-                lib.w12_mma_emulate.argtypes = ([_P] * 6 + [_I, _P, _P] + [_I] * 9
+                lib.w12_mma_emulate.argtypes = ([_P] * 6 + [_I, _P, _P] + [_I] * 10
                                                 + [_I64] * 3)
                 lib.w12_mma_emulate.restype = _I
             _LIBS[key] = lib
@@ -237,7 +245,7 @@ def plan_split(cfg: MmaConfig, m: int, n: int, k: int, sms: int,
     chunks = k // CHUNK_K
     if cfg.split != "auto":
         return max(1, min(int(cfg.split), chunks))
-    blocks = -(-n // (GROUP_N * cfg.ng))
+    blocks = -(-n // (GROUP_N * cfg.ng * (cfg.wk if cfg.share_x else 1)))
     resident = sms * (per_sm or max(1, WARPS_PER_SM // cfg.wk))
     weights = 1.5 * n * k
 
@@ -245,20 +253,20 @@ def plan_split(cfg: MmaConfig, m: int, n: int, k: int, sms: int,
         grid = blocks * s
         fill = grid / (resident * -(-grid // resident))
         return weights / fill + (8.0 * s * m * n if s > 1 else 0.0)
-    splits = range(1, max(1, min(chunks // (2 * cfg.wk), 16)) + 1)
+    splits = range(1, max(1, min(chunks // (2 * (1 if cfg.share_x else cfg.wk)), 16)) + 1)
     best = min(cost(s) for s in splits)
     return min(s for s in splits if cost(s) <= best * (1 + SPLIT_SLACK))
 
 
 def occupancy(cfg: MmaConfig, m: int, view: str, device: torch.device) -> int:
     """Blocks of this configuration an SM holds at once (CUDA occupancy calculator)."""
-    key = (tiles(m), min(m, TILE_M * tiles(m)), cfg.ng, cfg.depth, cfg.wk, view,
+    key = (tiles(m), min(m, TILE_M * tiles(m)), cfg.ng, cfg.depth, cfg.wk, cfg.share_x, view,
            device.index)
     if key not in _OCCUPANCY:
         lib = _library("cuda", _arch(device))
         out = ctypes.c_int(0)
         rc = lib.w12_mma_occupancy(m, int(view == "w8"), cfg.ng, cfg.depth, cfg.wk,
-                                   ctypes.byref(out))
+                                   int(cfg.share_x), ctypes.byref(out))
         if rc != 0:
             raise RuntimeError(f"w12_mma occupancy ({cfg}, M={m}): "
                                f"{lib.w12_mma_error(rc).decode()}")
@@ -269,9 +277,9 @@ def occupancy(cfg: MmaConfig, m: int, view: str, device: torch.device) -> int:
 def _check_config(cfg: MmaConfig, m: int) -> None:
     if (cfg.ng, cfg.depth) not in VARIANTS:
         raise ValueError(f"(ng, depth) = {(cfg.ng, cfg.depth)} is not compiled; one of {VARIANTS}")
-    if not 1 <= cfg.wk <= 8:
-        raise ValueError(f"wk must be 1..8, not {cfg.wk}")
-    if 4 * cfg.wk * min(m, TILE_M * tiles(m)) * GROUP_N * cfg.ng > SHARED_LIMIT:
+    if not (4 if cfg.share_x else 1) <= cfg.wk <= 8:
+        raise ValueError(f"wk must be {4 if cfg.share_x else 1}..8, not {cfg.wk}")
+    if not cfg.share_x and 4 * cfg.wk * min(m, TILE_M * tiles(m)) * GROUP_N * cfg.ng > SHARED_LIMIT:
         raise ValueError(f"{cfg} needs more than {SHARED_LIMIT} bytes of shared memory at M={m}")
 
 
@@ -313,7 +321,7 @@ def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, view: str, cfg: MmaC
         row_ptr.data_ptr(), exc_idx.data_ptr(), int(exc_idx.dtype == torch.int64),
         exc_val.data_ptr(),
         y.data_ptr(), 0 if part is None else part.data_ptr(), m, n, k, int(view == "w8"),
-        cfg.ng, cfg.depth, cfg.wk, split, stream)
+        cfg.ng, cfg.depth, cfg.wk, int(cfg.share_x), split, stream)
     if rc != 0:
         raise RuntimeError(f"w12_mma launch ({cfg}, M={m}, N={n}, K={k}): "
                            f"{lib.w12_mma_error(rc).decode()}")
@@ -395,7 +403,7 @@ def emulate(x: torch.Tensor, t: W12Tensor, view: str = "w12",
         x.data_ptr(), hi.data_ptr(), lo.data_ptr(), base.data_ptr(), row_ptr.data_ptr(),
         exc_idx.data_ptr(), int(exc_idx.dtype == torch.int64), exc_val.data_ptr(),
         y.data_ptr(), int(out_f32), m, n, k, int(view == "w8"), config.ng, config.depth,
-        config.wk, split, x.numel(), hi.numel(), lo.numel())
+        config.wk, int(config.share_x), split, x.numel(), hi.numel(), lo.numel())
     if rc == -2:
         raise RuntimeError("w12_mma emulator: a lane read outside its buffer")
     if rc != 0:

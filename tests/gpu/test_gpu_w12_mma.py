@@ -89,14 +89,14 @@ def test_the_emulator_agrees_with_the_gpu():
     same products up to bf16 rounding and fp32 summation order."""
     t = _weights(64, 512, seed=7)
     x = torch.randn(20, 512, device="cuda").to(torch.bfloat16)
-    cfg = mma.MmaConfig(2, 4, 4, split=2)
-    gpu = mma.w12_mma(x, t, "w12", cfg)
-    emu = mma.emulate(x.cpu(), t.to("cpu"), "w12", cfg, split=2)
-    _check(gpu, t, x, "w12")
-    _check(emu.cuda(), t, x, "w12")
-    w = decode(t).float()
-    r, mag = x.float() @ w.T, x.float().abs() @ w.abs().T
-    assert ((gpu.float() - emu.cuda().float()).abs() <= r.abs() / 64 + 2e-4 * mag).all()
+    for cfg in (mma.MmaConfig(2, 4, 4, split=2), mma.MmaConfig(2, 2, 4, 2, share_x=True)):
+        gpu = mma.w12_mma(x, t, "w12", cfg)
+        emu = mma.emulate(x.cpu(), t.to("cpu"), "w12", cfg, split=2)
+        _check(gpu, t, x, "w12")
+        _check(emu.cuda(), t, x, "w12")
+        w = decode(t).float()
+        r, mag = x.float() @ w.T, x.float().abs() @ w.abs().T
+        assert ((gpu.float() - emu.cuda().float()).abs() <= r.abs() / 64 + 2e-4 * mag).all()
 
 
 def test_w12linear_runs_mma_eagerly_and_under_torch_compile():

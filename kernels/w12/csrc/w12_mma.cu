@@ -12,6 +12,8 @@
 // The block's warps add their accumulators in shared memory in a fixed order; one split:
 // the block adds the exceptions of its rows and stores bf16 y; more: it stores its fp32
 // partial and w12_mma_reduce sums the splits in a fixed order (deterministic: no atomics).
+// w12_mma_xs_kernel (xs = 1) is the same GEMM with the warps splitting N and x staged in
+// shared memory once a block and chunk (see there).
 
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -180,6 +182,142 @@ __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_kernel(Args
   }
 }
 
+// The same GEMM with x shared: the warps of a block split N (each its own NG n-groups, on
+// every chunk of the split) instead of K, so that one copy of a chunk's x rows in shared
+// memory serves them all: x crosses L2 once a block and chunk, not once a warp. (With warps
+// splitting K, every warp reads its own chunks' x: at M = 64 those reads were several times
+// the weight bytes, 0.44-0.55x cuBLAS on the H200.) No reduction across warps. Two
+// buffers: the next chunk's x is loaded into registers before the current chunk's mma and
+// stored into the other buffer after them; one barrier a chunk. Needs wk >= 4 (the staging
+// registers are sized for 128 threads: with 2 warps, M <= 32 spilled).
+template <int MT, int NG, int DEPTH, bool W8>
+__global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_xs_kernel(Args a) {
+  extern __shared__ uint4 xs_raw[];  // [2][MT * 16][XS_ROW] bf16
+  uint16_t* const xs = reinterpret_cast<uint16_t*>(xs_raw);
+  constexpr int ROWS = MT * TILE_M, BUF = ROWS * XS_ROW, UNITS = ROWS * (CHUNK_K / 8);
+  constexpr int UPT = (UNITS + 127) / 128;  // units a thread stages (blocks of >= 4 warps)
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, wk = blockDim.x >> 5;
+  const Lane l = lane_of(lane);
+  const int64_t K = a.K;
+  const int nwarp = blockIdx.x * (wk * NG * GROUP_N) + w * (NG * GROUP_N);
+  int c0, c1;
+  split_chunks(blockIdx.y, a.nsplit, a.K / CHUNK_K, &c0, &c1);
+  const int iters = c1 - c0;  // the same for every warp of the block: barriers are safe
+
+  uint32_t b2[NG];
+  const uint8_t* hp[NG];
+  const uint8_t* lp[NG];
+#pragma unroll
+  for (int j = 0; j < NG; ++j) {
+    const int64_t n = nwarp + GROUP_N * j < a.N ? nwarp + GROUP_N * j + l.g : 0;
+    b2[j] = base2(a.base[n]);
+    hp[j] = a.hi + hi_offset(n, K, c0, l);
+    lp[j] = a.lo + lo_offset(n, K, c0, l);
+  }
+
+  uint4 pend[UPT];
+  auto fetch = [&](int chunk) {  // this thread's units of a chunk's x rows, into registers
+#pragma unroll
+    for (int i = 0; i < UPT; ++i) {
+      const int u = threadIdx.x + i * blockDim.x;
+      if (u < UNITS)
+        pend[i] = __ldg(reinterpret_cast<const uint4*>(
+            x_row(a.x, a.zero, xs_unit_row(u), a.M, K) + (int64_t)chunk * CHUNK_K +
+            xs_unit_col(u)));
+    }
+  };
+  auto stage = [&](int buf) {  // ... and into shared buffer buf
+#pragma unroll
+    for (int i = 0; i < UPT; ++i) {
+      const int u = threadIdx.x + i * blockDim.x;
+      if (u < UNITS)
+        *reinterpret_cast<uint4*>(xs + buf * BUF + xs_unit_row(u) * XS_ROW + xs_unit_col(u)) =
+            pend[i];
+    }
+  };
+
+  float acc[MT][NG][4];
+#pragma unroll
+  for (int t = 0; t < MT; ++t)
+#pragma unroll
+    for (int j = 0; j < NG; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[t][j][r] = 0.0f;
+
+  Raw ring[DEPTH][NG];
+  auto load = [&](Raw (&slot)[NG]) {
+#pragma unroll
+    for (int j = 0; j < NG; ++j) {
+      load_raw(slot[j], hp[j], lp[j]);
+      hp[j] += CHUNK_K;
+      lp[j] += CHUNK_K / 2;
+    }
+  };
+  auto compute = [&](const Raw (&slot)[NG], int buf) {
+    uint32_t xw[MT][2][8];
+#pragma unroll
+    for (int t = 0; t < MT; ++t)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4* p =
+            reinterpret_cast<const uint4*>(xs + buf * BUF + xs_offset(TILE_M * t + l.g + 8 * h, l));
+        const uint4 v0 = p[0], v1 = p[1];
+        xw[t][h][0] = v0.x; xw[t][h][1] = v0.y; xw[t][h][2] = v0.z; xw[t][h][3] = v0.w;
+        xw[t][h][4] = v1.x; xw[t][h][5] = v1.y; xw[t][h][6] = v1.z; xw[t][h][7] = v1.w;
+      }
+#pragma unroll
+    for (int s = 0; s < STEPS; ++s) {
+      uint32_t bf[NG][2];
+#pragma unroll
+      for (int j = 0; j < NG; ++j) decode_step(slot[j], s, b2[j], W8, bf[j]);
+#pragma unroll
+      for (int t = 0; t < MT; ++t) {
+        uint32_t af[4];
+        a_step(xw[t][0], xw[t][1], s, af);
+#pragma unroll
+        for (int j = 0; j < NG; ++j) mma_bf16(acc[t][j], af, bf[j]);
+      }
+    }
+  };
+
+  if (iters > 0) {
+    fetch(c0);
+    stage(0);
+  }
+#pragma unroll
+  for (int d = 0; d < DEPTH - 1; ++d)
+    if (d < iters) load(ring[d]);
+#pragma unroll 1
+  for (int it = 0; it < iters; ++it) {
+    if (it + DEPTH - 1 < iters) load(ring[DEPTH - 1]);
+    __syncthreads();  // buffer it & 1 staged; nobody still reads buffer (it + 1) & 1
+    if (it + 1 < iters) fetch(c0 + it + 1);
+    compute(ring[0], it & 1);
+    if (it + 1 < iters) stage((it + 1) & 1);
+#pragma unroll
+    for (int d = 0; d < DEPTH - 1; ++d)
+#pragma unroll
+      for (int j = 0; j < NG; ++j) ring[d][j] = ring[d + 1][j];
+  }
+
+#pragma unroll
+  for (int t = 0; t < MT; ++t)
+#pragma unroll
+    for (int j = 0; j < NG; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int m = out_row(l, t, r);
+        const int64_t n = nwarp + out_col(l, j, r);
+        if (m >= a.M || n >= a.N) continue;
+        if (a.nsplit == 1)
+          a.y[(int64_t)m * a.N + n] = f32_to_bf16(
+              acc[t][j][r] + exception_sum(m, n, K, a.x, a.row_ptr, a.exc_idx, a.idx64,
+                                           a.exc_val, a.base));
+        else
+          a.part[((int64_t)blockIdx.y * a.M + m) * a.N + n] = acc[t][j][r];
+      }
+}
+
 __global__ void w12_mma_reduce(Args a) {
   const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= (int64_t)a.M * a.N) return;
@@ -192,7 +330,16 @@ __global__ void w12_mma_reduce(Args a) {
 
 // Launch, or (occ != nullptr) only report how many blocks of this shape an SM holds.
 template <int MT, int NG, int DEPTH, bool W8>
-static cudaError_t launch_t(const Args& a, int wk, cudaStream_t stream, int* occ) {
+static cudaError_t launch_t(const Args& a, int wk, int xs, cudaStream_t stream, int* occ) {
+  if (xs) {
+    const size_t smem = sizeof(uint16_t) * 2 * MT * TILE_M * XS_ROW;
+    if (occ) return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+        occ, w12_mma_xs_kernel<MT, NG, DEPTH, W8>, wk * 32, smem);
+    const int cols = wk * NG * GROUP_N;
+    dim3 grid((a.N + cols - 1) / cols, a.nsplit);
+    w12_mma_xs_kernel<MT, NG, DEPTH, W8><<<grid, wk * 32, smem, stream>>>(a);
+    return cudaGetLastError();
+  }
   constexpr int COLS = NG * GROUP_N;
   const int rows = a.M < MT * TILE_M ? a.M : MT * TILE_M;
   const size_t smem = sizeof(float) * wk * rows * COLS;
@@ -205,34 +352,34 @@ static cudaError_t launch_t(const Args& a, int wk, cudaStream_t stream, int* occ
 }
 
 template <int MT, int NG, int DEPTH>
-static cudaError_t launch_view(const Args& a, int w8, int wk, cudaStream_t s, int* occ) {
-  return w8 ? launch_t<MT, NG, DEPTH, true>(a, wk, s, occ)
-            : launch_t<MT, NG, DEPTH, false>(a, wk, s, occ);
+static cudaError_t launch_view(const Args& a, int w8, int wk, int xs, cudaStream_t s, int* occ) {
+  return w8 ? launch_t<MT, NG, DEPTH, true>(a, wk, xs, s, occ)
+            : launch_t<MT, NG, DEPTH, false>(a, wk, xs, s, occ);
 }
 
 template <int MT>
-static cudaError_t launch_mt(const Args& a, int w8, int ng, int depth, int wk, cudaStream_t s,
-                             int* occ) {
-  if (ng == 1 && depth == 4) return launch_view<MT, 1, 4>(a, w8, wk, s, occ);
-  if (ng == 2 && depth == 2) return launch_view<MT, 2, 2>(a, w8, wk, s, occ);
-  if (ng == 2 && depth == 4) return launch_view<MT, 2, 4>(a, w8, wk, s, occ);
-  if (ng == 4 && depth == 2) return launch_view<MT, 4, 2>(a, w8, wk, s, occ);
+static cudaError_t launch_mt(const Args& a, int w8, int ng, int depth, int wk, int xs,
+                             cudaStream_t s, int* occ) {
+  if (ng == 1 && depth == 4) return launch_view<MT, 1, 4>(a, w8, wk, xs, s, occ);
+  if (ng == 2 && depth == 2) return launch_view<MT, 2, 2>(a, w8, wk, xs, s, occ);
+  if (ng == 2 && depth == 4) return launch_view<MT, 2, 4>(a, w8, wk, xs, s, occ);
+  if (ng == 4 && depth == 2) return launch_view<MT, 4, 2>(a, w8, wk, xs, s, occ);
   return cudaErrorInvalidValue;
 }
 
-static cudaError_t dispatch(const Args& a, int w8, int ng, int depth, int wk, cudaStream_t s,
-                            int* occ) {
+static cudaError_t dispatch(const Args& a, int w8, int ng, int depth, int wk, int xs,
+                            cudaStream_t s, int* occ) {
   switch ((a.M + TILE_M - 1) / TILE_M) {
-    case 1: return launch_mt<1>(a, w8, ng, depth, wk, s, occ);
-    case 2: return launch_mt<2>(a, w8, ng, depth, wk, s, occ);
-    case 3: return launch_mt<3>(a, w8, ng, depth, wk, s, occ);
-    default: return launch_mt<4>(a, w8, ng, depth, wk, s, occ);
+    case 1: return launch_mt<1>(a, w8, ng, depth, wk, xs, s, occ);
+    case 2: return launch_mt<2>(a, w8, ng, depth, wk, xs, s, occ);
+    case 3: return launch_mt<3>(a, w8, ng, depth, wk, xs, s, occ);
+    default: return launch_mt<4>(a, w8, ng, depth, wk, xs, s, occ);
   }
 }
 
-static bool valid(int M, int N, int K, int wk, int nsplit) {
-  return M >= 1 && M <= 4 * TILE_M && K % CHUNK_K == 0 && N % GROUP_N == 0 && wk >= 1 &&
-         wk <= 8 && nsplit >= 1;
+static bool valid(int M, int N, int K, int wk, int xs, int nsplit) {
+  return M >= 1 && M <= 4 * TILE_M && K % CHUNK_K == 0 && N % GROUP_N == 0 &&
+         wk >= (xs ? 4 : 1) && wk <= 8 && nsplit >= 1;
 }
 
 // The (ng, depth) pairs compiled; kernels/w12/mma.py's configurations use only these.
@@ -247,26 +394,28 @@ extern "C" const char* w12_mma_error(int e) { return cudaGetErrorString((cudaErr
 
 // Blocks of one configuration an SM holds at once (registers, shared memory), into *blocks;
 // returns 0 or a cudaError_t.
-extern "C" int w12_mma_occupancy(int M, int w8, int ng, int depth, int wk, int* blocks) {
-  if (!valid(M, GROUP_N, CHUNK_K, wk, 1)) return cudaErrorInvalidValue;
+extern "C" int w12_mma_occupancy(int M, int w8, int ng, int depth, int wk, int xs,
+                                 int* blocks) {
+  if (!valid(M, GROUP_N, CHUNK_K, wk, xs, 1)) return cudaErrorInvalidValue;
   Args a{};
   a.M = M;
-  return (int)dispatch(a, w8, ng, depth, wk, nullptr, blocks);
+  return (int)dispatch(a, w8, ng, depth, wk, xs, nullptr, blocks);
 }
 
 // 0 on success, else a cudaError_t (cudaErrorInvalidValue: a configuration not compiled;
-// cudaErrorInvalidConfiguration: shared memory over 48 KB).
+// cudaErrorInvalidConfiguration: shared memory over 48 KB). xs: the kernel of shared x
+// (w12_mma_xs_kernel, wk >= 4).
 extern "C" int w12_mma_launch(const void* x, const void* zero, const void* hi, const void* lo,
                               const void* base, const void* row_ptr, const void* exc_idx,
                               int idx64, const void* exc_val, void* y, void* part, int M, int N,
-                              int K, int w8, int ng, int depth, int wk, int nsplit,
+                              int K, int w8, int ng, int depth, int wk, int xs, int nsplit,
                               void* stream) {
-  if (!valid(M, N, K, wk, nsplit)) return cudaErrorInvalidValue;
+  if (!valid(M, N, K, wk, xs, nsplit)) return cudaErrorInvalidValue;
   Args a{(const uint16_t*)x, (const uint16_t*)zero, (const uint8_t*)hi, (const uint8_t*)lo,
          (const uint8_t*)base, (const int32_t*)row_ptr, exc_idx, (const uint16_t*)exc_val,
          (uint16_t*)y, (float*)part, M, N, K, idx64, nsplit};
   cudaStream_t s = (cudaStream_t)stream;
-  const cudaError_t e = dispatch(a, w8, ng, depth, wk, s, nullptr);
+  const cudaError_t e = dispatch(a, w8, ng, depth, wk, xs, s, nullptr);
   if (e != cudaSuccess || nsplit == 1) return (int)e;
   const int64_t total = (int64_t)M * N;
   w12_mma_reduce<<<(unsigned)((total + 255) / 256), 256, 0, s>>>(a);

@@ -53,6 +53,22 @@ W12_HD const uint16_t* x_row(const uint16_t* x, const uint16_t* zero, int64_t m,
   return m < M ? x + m * K : zero;
 }
 
+// x staged in shared memory (the kernel of shared x): a chunk's rows, XS_ROW bf16 apart
+// (64 values and 8 of padding: a lane's two 16-byte reads of rows g = 0..7 at 144-byte
+// strides fall in distinct banks in each quarter-warp phase), copied in 16-byte units,
+// unit u holding row u / 8, values 8 (u % 8) .. 8 (u % 8) + 7 of the chunk.
+constexpr int XS_ROW = CHUNK_K + 8;
+W12_HD int xs_unit_row(int u) { return u >> 3; }
+W12_HD int xs_unit_col(int u) { return 8 * (u & 7); }
+// A lane's first staged x value of staged row r (its 16 physical k, as x_offset).
+W12_HD int xs_offset(int r, Lane l) {
+#ifdef W12_MMA_XS_FAULT  // tests only: rows read without the padding the staging leaves
+  return r * CHUNK_K + 16 * l.q;
+#else
+  return r * XS_ROW + 16 * l.q;
+#endif
+}
+
 // The raw planes of one lane, one n-group, one chunk: hi bytes 16q .. 16q + 15 as 4 words
 // (word s: weights 4s .. 4s + 3), lo bytes 8q .. 8q + 7 as 2 words (byte p: the nibbles of
 // weights 2p and 2p + 1).

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "w12_mma.cuh"
@@ -72,10 +73,11 @@ extern "C" int w12_mma_emulate(const void* x_, const void* hi_, const void* lo_,
                                const void* base_, const void* row_ptr_, const void* exc_idx,
                                int idx64, const void* exc_val_, void* y_, int out_f32,
                                int M, int N, int K, int w8, int ng, int depth, int wk,
-                               int nsplit, int64_t x_elems, int64_t hi_bytes, int64_t lo_bytes) {
+                               int xs, int nsplit, int64_t x_elems, int64_t hi_bytes,
+                               int64_t lo_bytes) {
   (void)depth;  // the ring changes when a load is issued, not what is loaded
-  if (M < 1 || M > MAX_MT * TILE_M || K % CHUNK_K || N % GROUP_N || wk < 1 || wk > 8 ||
-      nsplit < 1 || ng < 1 || ng > MAX_NG)
+  if (M < 1 || M > MAX_MT * TILE_M || K % CHUNK_K || N % GROUP_N || wk < (xs ? 4 : 1) ||
+      wk > 8 || nsplit < 1 || ng < 1 || ng > MAX_NG)
     return -1;
   const uint16_t* x = (const uint16_t*)x_;
   const uint8_t* hi = (const uint8_t*)hi_;
@@ -85,30 +87,43 @@ extern "C" int w12_mma_emulate(const void* x_, const void* hi_, const void* lo_,
   const uint16_t* exc_val = (const uint16_t*)exc_val_;
   Bounds bounds{x_elems, hi_bytes, lo_bytes};
 
-  const int mt = (M + TILE_M - 1) / TILE_M, cols = ng * GROUP_N;
+  // xs: the kernel of shared x (w12_mma_xs_kernel): a block's warps split its columns and
+  // each takes every chunk of the split, reading x from the block's staged copy of the chunk
+  const int mt = (M + TILE_M - 1) / TILE_M, cols = (xs ? wk : 1) * ng * GROUP_N;
   const int rows = M < mt * TILE_M ? M : mt * TILE_M;
   const int tiles = (N + cols - 1) / cols;
   std::vector<float> part((size_t)nsplit * M * N, 0.0f);
   std::vector<float> red((size_t)wk * rows * cols);
   const std::vector<uint16_t> zero((size_t)K, 0);
+  std::vector<uint16_t> staged((size_t)mt * TILE_M * XS_ROW, 0xFFFFu);
 
   for (int split = 0; split < nsplit; ++split)
     for (int tile = 0; tile < tiles; ++tile) {
       const int nblock = tile * cols;
       int c0, c1;
       split_chunks(split, nsplit, K / CHUNK_K, &c0, &c1);
+      std::fill(red.begin(), red.end(), 0.0f);
       for (int w = 0; w < wk; ++w) {
         static float acc[MAX_MT][MAX_NG][32][4];
         memset(acc, 0, sizeof(acc));
-        const int iters = warp_iters(c0, c1, w, wk);
+        const int64_t nwarp = nblock + (xs ? (int64_t)w * ng * GROUP_N : 0);
+        const int iters = xs ? c1 - c0 : warp_iters(c0, c1, w, wk);
         for (int it = 0; it < iters; ++it) {
-          const int64_t chunk = c0 + w + (int64_t)it * wk;
+          const int64_t chunk = xs ? c0 + it : c0 + w + (int64_t)it * wk;
+          if (xs)   // the block's staging of this chunk, unit by unit as the kernel's threads
+            for (int u = 0; u < mt * TILE_M * (CHUNK_K / 8); ++u) {
+              const uint16_t* row = x_row(x, zero.data(), xs_unit_row(u), M, K);
+              const int64_t o = chunk * CHUNK_K + xs_unit_col(u);
+              if (row == zero.data() ? !bounds.in(o, 8, K) : !bounds.in((row - x) + o, 8, bounds.x))
+                return -2;
+              memcpy(&staged[(size_t)xs_unit_row(u) * XS_ROW + xs_unit_col(u)], row + o, 16);
+            }
           Raw raw[32][MAX_NG];
           uint32_t b2[32][MAX_NG];
           for (int lane = 0; lane < 32; ++lane) {
             const Lane l = lane_of(lane);
             for (int j = 0; j < ng; ++j) {
-              const int64_t n = nblock + GROUP_N * j < N ? nblock + GROUP_N * j + l.g : 0;
+              const int64_t n = nwarp + GROUP_N * j < N ? nwarp + GROUP_N * j + l.g : 0;
               b2[lane][j] = base2(base[n]);
               const int64_t ho = hi_offset(n, K, chunk, l), lo_off = lo_offset(n, K, chunk, l);
               if (!bounds.in(ho, 16, bounds.hi) || !bounds.in(lo_off, 8, bounds.lo)) return -2;
@@ -127,6 +142,12 @@ extern "C" int w12_mma_emulate(const void* x_, const void* hi_, const void* lo_,
                 const Lane l = lane_of(lane);
                 uint32_t xw[2][8];
                 for (int h = 0; h < 2; ++h) {
+                  if (xs) {   // from the staged copy (its padding is never read: 0xFFFF there)
+                    const int o = xs_offset(TILE_M * t + l.g + 8 * h, l);
+                    if (!bounds.in(o, 16, (int64_t)staged.size())) return -2;
+                    memcpy(xw[h], &staged[o], 32);
+                    continue;
+                  }
                   const uint16_t* row = x_row(x, zero.data(), TILE_M * t + l.g + 8 * h, M, K);
                   const int64_t o = x_offset(chunk, l);
                   if (row == zero.data() ? !bounds.in(o, 16, K)
@@ -146,7 +167,10 @@ extern "C" int w12_mma_emulate(const void* x_, const void* hi_, const void* lo_,
             for (int j = 0; j < ng; ++j)
               for (int r = 0; r < 4; ++r) {
                 const int m = out_row(l, t, r);
-                if (m < rows) red[((size_t)w * rows + m) * cols + out_col(l, j, r)] = acc[t][j][lane][r];
+                if (m >= rows) continue;
+                // xs: every warp its own columns (the others' stay 0 in its row of red)
+                const int c = (int)(nwarp - nblock) + out_col(l, j, r);
+                red[((size_t)w * rows + m) * cols + c] = acc[t][j][lane][r];
               }
         }
       }
