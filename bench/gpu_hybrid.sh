@@ -8,10 +8,11 @@
 #                                     # tests/gpu/test_gpu_batch_hybrid.py (batched rows, graphs
 #                                     # against eager), bench/compiled_numerics.py, then
 #                                     # bench/step_hybrid.py on hybrid-27b (random weights)
-#   bash bench/gpu_hybrid.sh tree     # entries tree-verify + tree-verify-gdn applied in a
-#                                     # copy: tests/test_gdn_tree_kernel.py on CUDA and
+#   bash bench/gpu_hybrid.sh tree [ARGS]  # entries tree-verify + tree-verify-gdn applied in
+#                                     # a copy: tests/test_gdn_tree_kernel.py on CUDA and
 #                                     # tests/gpu/test_gpu_tree_gdn.py (captured tree slots), then
-#                                     # bench/gdn_tree.py (WY kernel, per-path, chain; steps)
+#                                     # bench/gdn_tree.py ARGS (WY kernel, per-path, chain;
+#                                     # steps), e.g. --parts 3 --step-budgets 64,32,16
 #   bash bench/gpu_hybrid.sh probe    # the same copy: bench/gdn_tree_probe.py (the WY kernel's
 #                                     # launch variants, one process each: a fault stays there)
 #   bash bench/gpu_hybrid.sh --smoke  # CPU: step_hybrid.py, gdn_tree.py and gdn_tree_probe.py
@@ -46,7 +47,7 @@ if [ "${1:-}" = "tree" ]; then
     tree_copy
     python3 -m pytest -q -p no:cacheprovider tests/test_gdn_tree_kernel.py \
         tests/gpu/test_gpu_tree_gdn.py --tb=short 2>&1 | tee "$OUT/tests_tree.txt" | tail -20
-    exec python3 bench/gdn_tree.py --out "$OUT"
+    exec python3 bench/gdn_tree.py --out "$OUT" "${@:2}"
 fi
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 python3 -c "import fla, fla.ops.gated_delta_rule; print('fla', getattr(fla, '__version__', '?'))" \
