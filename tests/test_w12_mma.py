@@ -154,6 +154,13 @@ def test_auto_split_fills_the_gpu_and_weighs_partials():
         assert (mma.plan_split(cfg, 64, n, k, 132, per_sm=4)
                 <= mma.plan_split(cfg, 1, n, k, 132, per_sm=4))
     assert mma.plan_split(MmaConfig(2, 4, 4, split=3), 16, 1024, 5120, 132) == 3
+    # x shared: a block covers its 4 warps' columns (64: 16 blocks at N = 1024), so K splits
+    # more to fill the SMs; each warp sees every chunk of its split (K = 512: 4 splits)
+    xs = MmaConfig(2, 4, 4, share_x=True)
+    s = mma.plan_split(xs, 16, 1024, 5120, 132, per_sm=4)
+    assert 16 * s >= 0.9 * min(resident, 16 * 16) and s > mma.plan_split(cfg, 16, 1024, 5120,
+                                                                         132, per_sm=4)
+    assert mma.plan_split(xs, 1, 1024, 512, 132, per_sm=4) == 4
 
 
 NVCC_SKIP = pytest.mark.skipif(mma.nvcc() is None, reason="no nvcc")
