@@ -78,8 +78,8 @@ out = {}
 for name, np_ in [(n, p) for n in K.KERNELS for p in (16, 64)]:
     cfg = K.launch_config(np_, 128, 128, name)   # what tree_wy launches at the hybrid-27b's dims
     const = dict(DK=128, DV=128, NP=np_, LOG=(np_ - 1).bit_length(), BV=cfg["BV"], BK=cfg["BK"])
-    k = triton.compile(ASTSource(fn=K.KERNELS[name], signature={**sig, **{c: "constexpr" for c in const}},
-                                 constexprs=const),
+    k = triton.compile(ASTSource(fn=K.KERNELS[name], constexprs=const,
+                                 signature={**sig, **{c: "constexpr" for c in const}}),
                        target=GPUTarget("cuda", 90, 32), options={"num_warps": cfg["num_warps"]})
     ptx = k.asm["ptx"]
     spill = None
