@@ -55,6 +55,72 @@ __device__ __forceinline__ void mma_bf16(float d[4], const uint32_t a[4], const 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// A lane's row of each of its NG n-groups from column nbase on: its base2 and its planes'
+// pointers at `chunk`. N % 8 == 0, so a group is all inside N or all outside: one outside
+// (the last block's) reads row 0 and computes what is never stored, with no predicate in
+// the loop.
+template <int NG>
+__device__ __forceinline__ void rows_at(const Args& a, int nbase, int64_t K, int chunk, Lane l,
+                                        uint32_t (&b2)[NG], const uint8_t* (&hp)[NG],
+                                        const uint8_t* (&lp)[NG]) {
+#pragma unroll
+  for (int j = 0; j < NG; ++j) {
+    const int64_t n = nbase + GROUP_N * j < a.N ? nbase + GROUP_N * j + l.g : 0;
+    b2[j] = base2(a.base[n]);
+    hp[j] = a.hi + hi_offset(n, K, chunk, l);
+    lp[j] = a.lo + lo_offset(n, K, chunk, l);
+  }
+}
+
+template <int MT, int NG>
+__device__ __forceinline__ void zero_acc(float (&acc)[MT][NG][4]) {
+#pragma unroll
+  for (int t = 0; t < MT; ++t)
+#pragma unroll
+    for (int j = 0; j < NG; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) acc[t][j][r] = 0.0f;
+}
+
+// One chunk's planes into a ring slot; the lane's pointers move on by (hstep, lstep) bytes.
+template <int NG>
+__device__ __forceinline__ void load_chunk(Raw (&slot)[NG], const uint8_t* (&hp)[NG],
+                                           const uint8_t* (&lp)[NG], int64_t hstep,
+                                           int64_t lstep) {
+#pragma unroll
+  for (int j = 0; j < NG; ++j) {
+    load_raw(slot[j], hp[j], lp[j]);
+    hp[j] += hstep;
+    lp[j] += lstep;
+  }
+}
+
+// A lane's 16 x values of one row (two 16-byte vectors) as 8 bf16x2 words.
+__device__ __forceinline__ void unpack_x(uint32_t (&w)[8], const uint4 v0, const uint4 v1) {
+  w[0] = v0.x; w[1] = v0.y; w[2] = v0.z; w[3] = v0.w;
+  w[4] = v1.x; w[5] = v1.y; w[6] = v1.z; w[7] = v1.w;
+}
+
+// One chunk's four mma steps: each n-group's B fragments decoded once, used by every m-tile.
+template <int MT, int NG, bool W8>
+__device__ __forceinline__ void mma_chunk(float (&acc)[MT][NG][4], const Raw (&slot)[NG],
+                                          const uint32_t (&b2)[NG],
+                                          const uint32_t (&xw)[MT][2][8]) {
+#pragma unroll
+  for (int s = 0; s < STEPS; ++s) {
+    uint32_t bf[NG][2];
+#pragma unroll
+    for (int j = 0; j < NG; ++j) decode_step(slot[j], s, b2[j], W8, bf[j]);
+#pragma unroll
+    for (int t = 0; t < MT; ++t) {
+      uint32_t af[4];
+      a_step(xw[t][0], xw[t][1], s, af);
+#pragma unroll
+      for (int j = 0; j < NG; ++j) mma_bf16(acc[t][j], af, bf[j]);
+    }
+  }
+}
+
 // At most 128 registers a thread (two blocks of 8 warps, or four of 4, an SM) where the
 // accumulators leave room: latency is hidden by warps in flight as much as by the ring.
 template <int MT, int NG>
@@ -74,17 +140,9 @@ __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_kernel(Args
   // per lane: its planes' pointers for the chunk it loads next, its x rows' for the chunk
   // it computes next; both advance by wk chunks an iteration
   uint32_t b2[NG];
-  // N % 8 == 0, so a group is all inside N or all outside: one outside (the last block's)
-  // reads row 0 and computes what is never stored, with no predicate in the loop
   const uint8_t* hp[NG];
   const uint8_t* lp[NG];
-#pragma unroll
-  for (int j = 0; j < NG; ++j) {
-    const int64_t n = nblock + GROUP_N * j < a.N ? nblock + GROUP_N * j + l.g : 0;
-    b2[j] = base2(a.base[n]);
-    hp[j] = a.hi + hi_offset(n, K, c0 + w, l);
-    lp[j] = a.lo + lo_offset(n, K, c0 + w, l);
-  }
+  rows_at<NG>(a, nblock, K, c0 + w, l, b2, hp, lp);
   const uint16_t* xp[MT][2];
 #pragma unroll
   for (int t = 0; t < MT; ++t)
@@ -94,25 +152,13 @@ __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_kernel(Args
   const int64_t hstep = (int64_t)wk * CHUNK_K, lstep = hstep / 2, xstep = hstep;
 
   float acc[MT][NG][4];
-#pragma unroll
-  for (int t = 0; t < MT; ++t)
-#pragma unroll
-    for (int j = 0; j < NG; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[t][j][r] = 0.0f;
+  zero_acc<MT, NG>(acc);
 
   // the ring: DEPTH - 1 chunks loaded ahead of the one computed; it shifts by one slot a
   // chunk (register moves) so that the loop need not be unrolled DEPTH times
   Raw ring[DEPTH][NG];
 
-  auto load = [&](Raw (&slot)[NG]) {
-#pragma unroll
-    for (int j = 0; j < NG; ++j) {
-      load_raw(slot[j], hp[j], lp[j]);
-      hp[j] += hstep;
-      lp[j] += lstep;
-    }
-  };
+  auto load = [&](Raw (&slot)[NG]) { load_chunk<NG>(slot, hp, lp, hstep, lstep); };
 
   auto compute = [&](const Raw (&slot)[NG]) {
     uint32_t xw[MT][2][8];
@@ -121,24 +167,10 @@ __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_kernel(Args
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const uint4* p = reinterpret_cast<const uint4*>(xp[t][h]);
-        const uint4 v0 = __ldg(p), v1 = __ldg(p + 1);
-        xw[t][h][0] = v0.x; xw[t][h][1] = v0.y; xw[t][h][2] = v0.z; xw[t][h][3] = v0.w;
-        xw[t][h][4] = v1.x; xw[t][h][5] = v1.y; xw[t][h][6] = v1.z; xw[t][h][7] = v1.w;
+        unpack_x(xw[t][h], __ldg(p), __ldg(p + 1));
         xp[t][h] += xstep;
       }
-#pragma unroll
-    for (int s = 0; s < STEPS; ++s) {
-      uint32_t bf[NG][2];
-#pragma unroll
-      for (int j = 0; j < NG; ++j) decode_step(slot[j], s, b2[j], W8, bf[j]);
-#pragma unroll
-      for (int t = 0; t < MT; ++t) {
-        uint32_t af[4];
-        a_step(xw[t][0], xw[t][1], s, af);
-#pragma unroll
-        for (int j = 0; j < NG; ++j) mma_bf16(acc[t][j], af, bf[j]);
-      }
-    }
+    mma_chunk<MT, NG, W8>(acc, slot, b2, xw);
   };
 
 #pragma unroll
@@ -207,13 +239,7 @@ __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_xs_kernel(A
   uint32_t b2[NG];
   const uint8_t* hp[NG];
   const uint8_t* lp[NG];
-#pragma unroll
-  for (int j = 0; j < NG; ++j) {
-    const int64_t n = nwarp + GROUP_N * j < a.N ? nwarp + GROUP_N * j + l.g : 0;
-    b2[j] = base2(a.base[n]);
-    hp[j] = a.hi + hi_offset(n, K, c0, l);
-    lp[j] = a.lo + lo_offset(n, K, c0, l);
-  }
+  rows_at<NG>(a, nwarp, K, c0, l, b2, hp, lp);
 
   uint4 pend[UPT];
   auto fetch = [&](int chunk) {  // this thread's units of a chunk's x rows, into registers
@@ -237,22 +263,10 @@ __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_xs_kernel(A
   };
 
   float acc[MT][NG][4];
-#pragma unroll
-  for (int t = 0; t < MT; ++t)
-#pragma unroll
-    for (int j = 0; j < NG; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) acc[t][j][r] = 0.0f;
+  zero_acc<MT, NG>(acc);
 
   Raw ring[DEPTH][NG];
-  auto load = [&](Raw (&slot)[NG]) {
-#pragma unroll
-    for (int j = 0; j < NG; ++j) {
-      load_raw(slot[j], hp[j], lp[j]);
-      hp[j] += CHUNK_K;
-      lp[j] += CHUNK_K / 2;
-    }
-  };
+  auto load = [&](Raw (&slot)[NG]) { load_chunk<NG>(slot, hp, lp, CHUNK_K, CHUNK_K / 2); };
   auto compute = [&](const Raw (&slot)[NG], int buf) {
     uint32_t xw[MT][2][8];
 #pragma unroll
@@ -261,23 +275,9 @@ __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_xs_kernel(A
       for (int h = 0; h < 2; ++h) {
         const uint4* p =
             reinterpret_cast<const uint4*>(xs + buf * BUF + xs_offset(TILE_M * t + l.g + 8 * h, l));
-        const uint4 v0 = p[0], v1 = p[1];
-        xw[t][h][0] = v0.x; xw[t][h][1] = v0.y; xw[t][h][2] = v0.z; xw[t][h][3] = v0.w;
-        xw[t][h][4] = v1.x; xw[t][h][5] = v1.y; xw[t][h][6] = v1.z; xw[t][h][7] = v1.w;
+        unpack_x(xw[t][h], p[0], p[1]);
       }
-#pragma unroll
-    for (int s = 0; s < STEPS; ++s) {
-      uint32_t bf[NG][2];
-#pragma unroll
-      for (int j = 0; j < NG; ++j) decode_step(slot[j], s, b2[j], W8, bf[j]);
-#pragma unroll
-      for (int t = 0; t < MT; ++t) {
-        uint32_t af[4];
-        a_step(xw[t][0], xw[t][1], s, af);
-#pragma unroll
-        for (int j = 0; j < NG; ++j) mma_bf16(acc[t][j], af, bf[j]);
-      }
-    }
+    mma_chunk<MT, NG, W8>(acc, slot, b2, xw);
   };
 
   if (iters > 0) {
