@@ -11,13 +11,14 @@ layers take it, stock/linear.py): exact, with no speed gain.
 8-bit view; see kernels/w12/reference.py). `kernel` selects the CUDA kernel: "gemm" (the
 first, kernels/w12/gemm.py), "gemv" (split-K, kernels/w12/gemv.py; the default: the faster
 end to end at every step size measured on the H200, bench/archive/NOTES-2026.md), "mma"
-(tensor cores in CUDA C++, kernels/w12/mma.py; not yet timed on a GPU), "gemv+mma" (the
-GEMV for one row, mma for more) or "auto" (per
-weight shape and row bucket, "gemm" and "gemv" are tuned and timed once, outside any CUDA
-graph capture, and the faster one is kept; a shape first met inside a capture runs "gemm"). Both kernels
-compute the same products with a different fp32 summation order, so "auto" is not
-deterministic across processes or GPUs: its timed choice can differ, and with it the
-outputs at near-ties (the controller saw one system give two outputs on two GPUs).
+(tensor cores in CUDA C++, kernels/w12/mma.py; its H200 table against cuBLAS is in
+docs/results.md, a step with it is not yet timed), "gemv+mma" (the GEMV for one row, mma
+for more) or "auto" (per weight shape and row bucket, "gemm" and "gemv" are tuned and
+timed once, outside any CUDA graph capture, and the faster one is kept; a shape first met
+inside a capture runs "gemm"). Both kernels compute the same products with a different fp32
+summation order, so "auto" is not deterministic across processes or GPUs: its timed choice
+can differ, and with it the outputs at near-ties (the controller saw one system give two
+outputs on two GPUs).
 """
 
 from __future__ import annotations

@@ -367,9 +367,10 @@ def test_a_confined_candidate_sees_only_its_checkout_and_scratch(project, tmp_pa
 @needs_bwrap
 def test_a_candidate_feeds_only_its_own_trees_compiles(project, tmp_path, monkeypatch):
     """Workers of one system tree share its compilers' cache (/judge/compile: torch.compile's,
-    Triton's and the W12 mma kernel's nvcc builds), so a GPU worker's compiles become cache reads after the first; a file a
-    candidate plants there reaches the next worker of its own tree and no worker of another
-    tree (a rival candidate, or stock), whose cache is its own tree's."""
+    Triton's and the W12 mma kernel's nvcc builds), so a GPU worker's compiles become cache
+    reads after the first; a file a candidate plants there reaches the next worker of its own
+    tree and no worker of another tree (a rival candidate, or stock), whose cache is its own
+    tree's."""
     monkeypatch.delenv(confine.OPT_OUT, raising=False)
     body = """
         from pathlib import Path

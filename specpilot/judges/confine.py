@@ -7,11 +7,12 @@ of /etc, the worker program at /judge/worker_main.py, the candidate's clean chec
 /judge/scratch (HOME) and, writable, the compilers' caches of its checkout's tree at
 /judge/compile (torch.compile's, Triton's and nvcc's builds of kernels/: every worker of
 one system tree compiles into and reads from the same folder, and no worker of another
-tree sees it, so a candidate can only ever feed its own compiles). Every namespace is new: no network, its
-own PID and IPC namespace (two workers cannot see or signal each other). The environment
-is cleared and rebuilt from an allow-list: no API keys, no SPECPILOT_* variables. Nothing
-of the project tree, the judges' caches (σ, references), the sealed set, other checkouts
-or any home folder is mounted; requests reach the worker only through its pipe.
+tree sees it, so a candidate can only ever feed its own compiles). Every namespace is new:
+no network, its own PID and IPC namespace (two workers cannot see or signal each other).
+The environment is cleared and rebuilt from an allow-list: no API keys, no SPECPILOT_*
+variables. Nothing of the project tree, the judges' caches (σ, references), the sealed
+set, other checkouts or any home folder is mounted; requests reach the worker only through
+its pipe.
 
 `policy()` decides: confined by default; where bwrap is missing or broken it refuses
 unless the user opted out (`SPECPILOT_UNCONFINED=1`, or `[judges] confine = false`).
