@@ -9,11 +9,10 @@ layers take it, stock/linear.py): exact, with no speed gain.
 
 `view` selects what the fused forward multiplies by: "w12" (exact) or "w8" (the nested
 8-bit view; see kernels/w12/reference.py). `kernel` selects the CUDA kernel: "gemm" (the
-first, kernels/w12/gemm.py), "gemv" (split-K, kernels/w12/gemv.py; the default: the faster
-end to end at every step size measured on the H200, bench/archive/NOTES-2026.md), "mma"
-(tensor cores in CUDA C++, kernels/w12/mma.py; its H200 table against cuBLAS is in
-docs/results.md, a step with it is not yet timed), "gemv+mma" (the GEMV for one row, mma
-for more) or "auto" (per weight shape and row bucket, "gemm" and "gemv" are tuned and
+first, kernels/w12/gemm.py), "gemv" (split-K, kernels/w12/gemv.py), "mma" (tensor cores
+in CUDA C++, kernels/w12/mma.py, built by nvcc at first use), "gemv+mma" (the default: the
+GEMV for one row, mma for more, the GEMV alone where mma cannot run; the faster end to end
+on the H200, 1.20x the GEMV at 16 verify rows, kernels/w12/ops.py) or "auto" (per weight shape and row bucket, "gemm" and "gemv" are tuned and
 timed once, outside any CUDA graph capture, and the faster one is kept; a shape first met
 inside a capture runs "gemm"). Both kernels compute the same products with a different fp32
 summation order, so "auto" is not deterministic across processes or GPUs: its timed choice
@@ -27,7 +26,7 @@ import torch
 from torch import nn
 
 from kernels.w12.format import W12Tensor, decode, decode_w8, encode
-from kernels.w12.ops import fused_matmul
+from kernels.w12.ops import DEFAULT, fused_matmul
 from stock.fused import groups, install_group, unfuse
 from stock.linear import linear
 
@@ -51,7 +50,7 @@ class W12Linear(nn.Module):
         self.bias = None if bias is None else nn.Parameter(bias.detach(), requires_grad=False)
         self.dtype = dtype      # the compute dtype of the dense path (the source layer's)
         self.view = "w12"
-        self.kernel = "gemv"    # the CUDA kernel: one of kernels/w12/ops.py KERNELS
+        self.kernel = DEFAULT   # the CUDA kernel: one of kernels/w12/ops.py KERNELS
         self._t = None          # the W12Tensor over the buffers (cached; rebuilt after .to())
         self._dense = dense     # the source weight (keep_dense) or the CPU decode
         if self._dense is None and self.hi.device.type != "cuda":

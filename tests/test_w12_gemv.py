@@ -211,7 +211,7 @@ def test_linear_kernel_selection():
         fused_matmul("cublas")
     net = nn.Sequential(W12Linear.from_linear(nn.Linear(32, 16).to(torch.bfloat16)),
                         W12Linear.from_linear(nn.Linear(16, 8).to(torch.bfloat16)))
-    assert all(m.kernel == "gemv" for m in net)      # the default (the faster on the H200)
+    assert all(m.kernel == "gemv+mma" for m in net)  # the default (the faster on the H200)
     assert set_kernel(net, "gemm") == 2 and all(m.kernel == "gemm" for m in net)
     assert set_kernel(net, "auto") == 2 and fused_matmul("auto") is not gemv.w12_gemv
     with pytest.raises(ValueError):

@@ -80,3 +80,29 @@ def test_gemv_then_mma_dispatches_by_rows():
     check(y4, w12_matmul_ref(x4, t))
     with pytest.raises(ValueError, match="one of"):
         fused_matmul("mma+gemv")
+
+
+def test_gemv_then_mma_runs_the_gemv_where_mma_cannot_run_and_says_so_once():
+    """The default kernel where the mma kernel cannot run (here: no CUDA device; on a GPU:
+    below sm_80 or no nvcc): one warning naming why, then the GEMV for every row count,
+    with the GEMV's results; "mma" asked for by name raises instead."""
+    import warnings
+
+    from kernels.w12 import mma, ops
+
+    t = encode(student_t(16, 64, seed=7))
+    x4 = torch.randn(4, 64, generator=torch.Generator().manual_seed(2)).bfloat16()
+    assert mma.unsupported(x4, t) is None        # a call the kernel covers, on the CPU
+    ops._NO_MMA.pop("cpu", None)
+    try:
+        with pytest.warns(RuntimeWarning, match="runs on CUDA devices, not cpu"):
+            y = ops.gemv_then_mma(x4, t)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")       # said once
+            again = ops.gemv_then_mma(x4, t)
+    finally:
+        ops._NO_MMA.pop("cpu", None)
+    assert torch.equal(y, again) and torch.equal(y, fused_matmul("gemv")(x4, t, "w12"))
+    check(y, w12_matmul_ref(x4.float(), t), rtol=1e-2)   # bf16 output
+    with pytest.raises(mma.MmaUnavailable, match="CUDA"):
+        fused_matmul("mma")(x4, t, "w12")

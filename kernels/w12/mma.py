@@ -361,6 +361,9 @@ def w12_mma(x: torch.Tensor, t: W12Tensor, view: str = "w12",
         from kernels.w12.gemv import w12_gemv  # lazy: Triton, CUDA only
 
         return w12_gemv(x, t, view)
+    if x.device.type != "cuda":
+        raise MmaUnavailable(f"kernel 'mma' runs on CUDA devices, not {x.device.type}")
+    _arch(x.device)    # below sm_80: MmaUnavailable; no nvcc: MmaUnavailable at the build
 
     def run(xs: torch.Tensor, out: torch.Tensor) -> None:
         if not xs.is_contiguous() or xs.data_ptr() % 16:   # 16-byte loads of x rows

@@ -3,19 +3,29 @@
 `fused_matmul(kernel)` returns the CUDA matmul of a W12 kernel: "gemm" (kernels/w12/gemm.py),
 "gemv" (split-K, kernels/w12/gemv.py), "mma" (tensor cores in CUDA C++ for M <= 64,
 kernels/w12/mma.py; built with nvcc at first use; shapes it does not cover run "gemv"),
-"gemv+mma" (the GEMV for one row, where it beats cuBLAS, "mma" for more) or
+"gemv+mma" (the GEMV for one row, where it beats cuBLAS, "mma" for more; DEFAULT) or
 "auto" (per weight shape and row bucket, "gemm" and "gemv" are tuned and timed once,
 outside any CUDA graph capture, and the faster is kept; a shape first met inside a capture
 runs "gemm"). stock/w12_linear.py's W12Linear calls these.
+
+"gemv+mma" is W12Linear's default: on the H200 the 27B-class step runs as fast as on the
+GEMV at one row (15.68 against 15.66 ms), faster at 16 verify rows (18.31 against 22.04 ms,
+1.13x the bf16 step) and as fast at 32 and 64 (docs/results.md, 2026-12-05). Where the mma
+kernel cannot run (no CUDA device, a GPU below sm_80, no nvcc to build it) "gemv+mma" says
+so once in a warning and runs the GEMV for every row count; "mma" asked for by name raises.
 """
 
 from __future__ import annotations
+
+import warnings
 
 import torch
 
 from kernels.w12.format import W12Tensor
 
 KERNELS = ("gemm", "gemv", "mma", "gemv+mma", "auto")
+DEFAULT = "gemv+mma"             # W12Linear's kernel (module docstring)
+_NO_MMA: dict[str, str] = {}     # device -> why "gemv+mma" runs the GEMV there
 _CHOICE: dict[tuple, str] = {}   # (row bucket, N, K, view, dtype, device) -> kernel
 
 
@@ -59,9 +69,19 @@ def _(x, hi, lo, base, exc_idx, exc_val, row_ptr, in_features, view, kernel):
 
 
 def gemv_then_mma(x: torch.Tensor, t: W12Tensor, view: str = "w12") -> torch.Tensor:
-    """One row (a decode step): the GEMV; more (verify and tree steps): the mma kernel."""
+    """One row (a decode step): the GEMV; more (verify and tree steps): the mma kernel,
+    or the GEMV where the mma kernel cannot run on x's device (warned once per device)."""
     rows = x.numel() // max(1, x.shape[-1])
-    return fused_matmul("gemv" if rows == 1 else "mma")(x, t, view)
+    if rows > 1 and str(x.device) not in _NO_MMA:
+        from kernels.w12.mma import MmaUnavailable  # lazy: ctypes, nvcc at first call
+
+        try:
+            return fused_matmul("mma")(x, t, view)
+        except MmaUnavailable as e:
+            _NO_MMA[str(x.device)] = str(e)
+            warnings.warn(f"W12 kernel 'gemv+mma' on {x.device}: {e}; every row count runs "
+                          f"the GEMV there", RuntimeWarning, stacklevel=2)
+    return fused_matmul("gemv")(x, t, view)
 
 
 def auto_matmul(x: torch.Tensor, t: W12Tensor, view: str = "w12") -> torch.Tensor:
