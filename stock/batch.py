@@ -144,9 +144,9 @@ class BatchEngine:
             t_run = max(t_max, min(self.prefill_chunk, self.runner.buckets[-1],
                                    self.options["graph_prefill_max"]))
         n = self.runner.capture_upto(end, t_run)
-        if self.batch_drafter is not None:   # its context update meets the verify T buckets
-            top = self.runner._fit(self.runner.buckets, t_max, "a step of")
-            n += self.batch_drafter.capture_upto(
+        if self.batch_drafter is not None:   # its context update meets the runner's T
+            top = self.runner._fit(self.runner.buckets, t_run, "a step of")   # buckets:
+            n += self.batch_drafter.capture_upto(                  # verify, prefill chunks
                 end, tuple(t for t in self.runner.buckets if t <= top))
         return n
 
@@ -253,7 +253,10 @@ class BatchEngine:
             for r, chunk, token in zip(part, chunks, tokens):
                 if s + len(chunk) == len(r.prompt):
                     first[r.row] = token
-            if hidden is not None:
+            if hidden is not None and graphed:   # the step's hidden states, on the device:
+                self.batch_drafter.extend_rows(   # one fixed-shape update (a graph replay)
+                    rows, [s + len(c) for c in chunks], [len(c) for c in chunks], hidden)
+            elif hidden is not None:
                 self.batch_drafter.extend([(r.row, s + len(c), hidden[i, :len(c)])
                                            for i, (r, c) in enumerate(zip(part, chunks))])
         finished = []
