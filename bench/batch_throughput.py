@@ -19,7 +19,12 @@ single-request `Engine` (row `<mode>-engine`, C = 1): what the batch must beat.
 
 Correctness: on every (mode, C) the outputs are compared with the same requests' outputs at
 C = 1 of AR (the single-request path of the batched engine); the table counts how many
-match (fp32: all; bf16: near-ties may differ, counted, not hidden).
+match (fp32: all; bf16: near-ties may differ, counted, not hidden) and, of those that
+differ, how many part from the reference at a near-tie: where stock's margin (top-1 minus
+top-2 logit, forced through the single-request engine) is within twice stock's own noise
+(the same reference forced in steps of 16 and of 1), at least 0.05, as the judges widen
+their near-tie in bf16. Any other divergence is logged with its request, position and
+margin (`--no-margins`: only count).
 
     python3 bench/batch_throughput.py --target random:dense-27b --conc 1,4,16,32   # H200
     python3 bench/batch_throughput.py --target embedded --modes ar,ngram,block --conc 1,4,16,32
@@ -128,6 +133,52 @@ def run(engine: BatchEngine, reqs, phases: dict | None = None) -> dict:
 
 
 PHASES = ("draft", "verify", "extend", "step")
+NEAR_TIE_EPSILON, NOISE_FACTOR = 0.05, 2.0   # the judges' defaults (specpilot/config.py gates)
+
+
+class Margins:
+    """Stock's margins (top-1 minus top-2 logit) along each reference output, forced through
+    the single-request engine twice, in steps of 16 tokens and of 1: the first pass's margin
+    at a divergence says whether it was a near-tie, the two passes' difference is stock's
+    own noise there (the judges' reference pass, specpilot/judges/worker_main.py, measures
+    it the same way). Forced once per request, on demand."""
+
+    def __init__(self, engine: Engine, reqs, ref: dict[int, list[int]]):
+        self.engine, self.reqs, self.ref = engine, reqs, ref
+        self.margin: dict[int, list[float]] = {}
+        self.noise: list[float] = []
+
+    def at(self, i: int, p: int) -> float:
+        if i not in self.margin:
+            prompt, toks = self.reqs[i][0], self.ref[i]
+            a = self.engine.force(prompt, toks, chunk=16)
+            b = self.engine.force(prompt, toks, chunk=1)
+            self.margin[i] = a.margin
+            self.noise += [abs(x - y) if u == v else x + y
+                           for x, y, u, v in zip(a.margin, b.margin, a.argmax, b.argmax)]
+        return self.margin[i][p]
+
+    def epsilon(self) -> float:
+        return max(NEAR_TIE_EPSILON, NOISE_FACTOR * max(self.noise, default=0.0))
+
+
+def divergences(outputs: list[list[int]], ref: dict[int, list[int]], margins: Margins) -> dict:
+    """Of the outputs that differ from the reference: each one's first divergence and the
+    reference's margin there; `near_ties` counts those within epsilon (NOISE_FACTOR times
+    stock's own noise on the requests forced so far, at least NEAR_TIE_EPSILON), `beyond` lists
+    the others (index, position, margin); an output longer than its reference there is
+    beyond by definition (margin None)."""
+    found = []
+    for i, out in enumerate(outputs):
+        want = ref[i]
+        p = next((k for k, (a, b) in enumerate(zip(out, want)) if a != b),
+                 None if len(out) == len(want) else min(len(out), len(want)))
+        if p is not None:
+            found.append((i, p, margins.at(i, p) if p < len(want) else None))
+    eps = margins.epsilon()
+    beyond = [(i, p, m) for i, p, m in found if m is None or m > eps]
+    return {"differ": len(found), "near_ties": len(found) - len(beyond), "epsilon": eps,
+            "beyond": beyond}
 
 
 def timed_phases(engine: BatchEngine) -> tuple[dict, Callable[[], None]]:
@@ -210,6 +261,8 @@ def main() -> None:
                     help="timed runs of every row, interleaved; the table gives medians")
     ap.add_argument("--waves", type=int, default=2,
                     help="requests per run: waves x C (at most C in flight)")
+    ap.add_argument("--no-margins", dest="margins", action="store_false",
+                    help="do not force the references where outputs differ (only count)")
     ap.add_argument("--phases", action="store_true",
                     help="after each timed run, a run synchronised around each phase of a "
                          "step (draft, verify, the drafter's context update): a second table")
@@ -264,11 +317,18 @@ def main() -> None:
         base = BatchEngine(model, opts, max_batch=1, max_context=ctx, stop_ids=stops)
         outs = run(base, reqs[: args.waves * max(args.conc)])["outputs"]
         ref = dict(enumerate(outs))
+    margins = Margins(single, reqs, ref) if args.margins else None
     for key, r in res.items():
         mode, c = key.split("@")
         c = int(c)
         one = res.get(f"{mode.removesuffix('-engine')}@1")
         same = sum(o == ref[i] for i, o in enumerate(r["outputs"])) if ref else None
+        if margins and same < len(r["outputs"]):   # where they part: near-ties, or not?
+            r["divergences"] = d = divergences(r["outputs"], ref, margins)
+            if d["beyond"]:
+                log(f"{key}: {len(d['beyond'])} outputs part from AR beyond a near-tie "
+                    f"(epsilon {d['epsilon']:.3g}): (request, position, margin) "
+                    f"{d['beyond'][:4]}")
         r["decode_tok_s"] = 1e3 * c * r["tau"] / r["step_ms"] if r["decode_steps"] else 0.0
         plain = parse_mode(mode)[0]
         spread = (f"{r['tok_s_min']:.0f}-{r['tok_s_max']:.0f}" if r.get("runs", 1) > 1 else "")
@@ -280,6 +340,8 @@ def main() -> None:
                      f"{r['step_ms']:.2f}", r["decode_steps"], f"{r['tau']:.2f}",
                      f"{r['ttft_p50_ms']:.0f}",
                      (f"{same}/{len(r['outputs'])}" if ref else "-")
+                     + (f" ({r['divergences']['near_ties']} near-ties, "
+                        f"{len(r['divergences']['beyond'])} beyond)" if "divergences" in r else "")
                      + ("" if r.get("stable", True) else " (runs differ)")])
         r.pop("outputs")
     print_table(["mode", "C", "tok/s (median)", "min-max", "decode tok/s", "× C=1", "× AR",

@@ -1,0 +1,56 @@
+"""bench/batch_throughput.py's reading of outputs that differ from the single-request
+reference: where each one parts from it, stock's margin there, and whether that is a
+near-tie by the judges' own rule (tiny random target, fp32, CPU)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+bt = pytest.importorskip("batch_throughput")
+
+from specpilot.config import GatesSection  # noqa: E402
+from stock.config import PRESETS  # noqa: E402
+from stock.engine import Engine  # noqa: E402
+from stock.model import Transformer  # noqa: E402
+from stock.options import Options  # noqa: E402
+
+
+def test_the_bench_uses_the_judges_near_tie_rule():
+    gates = GatesSection()
+    assert (bt.NEAR_TIE_EPSILON, bt.NOISE_FACTOR) == (gates.near_tie_epsilon,
+                                                       gates.noise_factor)
+
+
+def test_divergences_name_the_position_and_the_reference_margin():
+    net = Transformer.random(PRESETS["tiny-qwen3"], torch.device("cpu"), torch.float32, seed=0)
+    eng = Engine(net, Options({"draft_len": 3}), 96)
+    gen = torch.Generator().manual_seed(3)
+    reqs = [(torch.randint(1, net.cfg.vocab_size, (12,), generator=gen).tolist(), 16)
+            for _ in range(3)]
+    ref = {i: eng.generate(p, m).tokens for i, (p, m) in enumerate(reqs)}
+    margins = bt.Margins(eng, reqs, ref)
+    forced = eng.force(reqs[1][0], ref[1], chunk=16)
+    p_low = min(range(16), key=forced.margin.__getitem__)    # the closest call
+    p_high = max(range(16), key=forced.margin.__getitem__)   # the surest one
+    def other(p):   # any other token there: the verdict reads stock's margin, not the token
+        return ref[1][:p] + [(ref[1][p] + 1) % net.cfg.vocab_size]
+
+    outs = [list(ref[0]), other(p_low), ref[2] + [7]]
+    d = bt.divergences(outs, ref, margins)
+    assert d["differ"] == 2 and d["epsilon"] >= bt.NEAR_TIE_EPSILON
+    low = forced.margin[p_low]
+    assert margins.at(1, p_low) == pytest.approx(low, abs=1e-5)
+    assert (1, p_low, pytest.approx(low, abs=1e-5)) in d["beyond"] or low <= d["epsilon"]
+    assert (2, 16, None) in d["beyond"]             # longer than its reference: never a tie
+    assert d["near_ties"] == (1 if low <= d["epsilon"] else 0)
+    # the same request parting where stock was surest: beyond, at its margin
+    d = bt.divergences([ref[0], other(p_high), ref[2]], ref, margins)
+    assert forced.margin[p_high] > d["epsilon"]      # fp32: stock's noise is ~1e-6
+    assert d == {"differ": 1, "near_ties": 0, "epsilon": d["epsilon"],
+                 "beyond": [(1, p_high, pytest.approx(forced.margin[p_high], abs=1e-5))]}
