@@ -295,8 +295,9 @@ class BatchBlockDrafter:
             r_idx = row_t[:, None].expand(b, t)
             self.k[i][r_idx, :, pos] = k.transpose(1, 2)
             self.v[i][r_idx, :, pos] = v
-            kk = self.k[i].index_select(0, row_t)[:, :, :kv_len]
-            vv = self.v[i].index_select(0, row_t)[:, :, :kv_len]
+            # the rows' keys below kv_len only (slicing first: the gather copies no more)
+            kk = self.k[i][:, :, :kv_len].index_select(0, row_t)
+            vv = self.v[i][:, :, :kv_len].index_select(0, row_t)
             o = F.scaled_dot_product_attention(q.reshape(b, hkv, g * t, d), kk, vv,
                                                attn_mask=mask)
             x = x + attn.o_proj(o.view(b, h, t, d).transpose(1, 2).reshape(b, t, h * d))
