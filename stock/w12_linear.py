@@ -12,9 +12,10 @@ layers take it, stock/linear.py): exact, with no speed gain.
 first, kernels/w12/gemm.py), "gemv" (split-K, kernels/w12/gemv.py), "mma" (tensor cores
 in CUDA C++, kernels/w12/mma.py, built by nvcc at first use), "gemv+mma" (the default: the
 GEMV for one row, mma for more, the GEMV alone where mma cannot run; the faster end to end
-on the H200, 1.20x the GEMV at 16 verify rows, kernels/w12/ops.py) or "auto" (per weight shape and row bucket, "gemm" and "gemv" are tuned and
-timed once, outside any CUDA graph capture, and the faster one is kept; a shape first met
-inside a capture runs "gemm"). Both kernels compute the same products with a different fp32
+on the H200, 1.20x the GEMV at 16 verify rows, kernels/w12/ops.py) or "auto" (per weight
+shape and row bucket, "gemm" and "gemv" are tuned and timed once, outside any CUDA graph
+capture, and the faster one is kept; a shape first met inside a capture runs "gemm").
+Both kernels compute the same products with a different fp32
 summation order, so "auto" is not deterministic across processes or GPUs: its timed choice
 can differ, and with it the outputs at near-ties (the controller saw one system give two
 outputs on two GPUs).
