@@ -78,13 +78,15 @@ def refs(model):
 
 @pytest.fixture(scope="module")
 def server(model, tmp_path_factory):
-    """The base URL of a running `specpilot serve` (n-gram drafter, as by default)."""
+    """The base URL of a running `specpilot serve` (n-gram drafter, as by default; with
+    --prepare, which on the CPU has no graph to capture and says so)."""
     folder, _ = model
     errlog = tmp_path_factory.mktemp("serve-log") / "stderr.txt"
     with errlog.open("w") as err:
         proc = subprocess.Popen(
             [sys.executable, "-m", "specpilot", "serve", "--model", str(folder), "--device",
-             "cpu", "--port", "0", "--max-context", str(CONTEXT), "--opt", "repeat_work=20"],
+             "cpu", "--port", "0", "--max-context", str(CONTEXT), "--opt", "repeat_work=20",
+             "--prepare"],
             stdout=subprocess.PIPE, stderr=err, text=True, env=ENV, cwd=ROOT,
             preexec_fn=die_with_parent())
     lines: list[str] = []
@@ -102,7 +104,11 @@ def server(model, tmp_path_factory):
     finally:
         proc.terminate()
         proc.wait(timeout=20)
-    assert "Traceback" not in errlog.read_text()
+    log = errlog.read_text()
+    assert "Traceback" not in log
+    assert re.search(rf"preparing the batched engine's graphs \(contexts up to {CONTEXT}\) "
+                     r"\.\.\.\n0 graph slots in [\d.]+ s \(none: no CUDA graphs on this "
+                     r"device\)\n", log), log
 
 
 def _events(text: str) -> list:
@@ -405,3 +411,21 @@ def test_both_backends_stream_the_engines_tokens_the_batched_one_a_step_at_a_tim
         assert [t for c in chunks for t in c] == refs[prompt][1]
         assert len(chunks) > 1 or len(refs[prompt][1]) == 1
         assert list(serial.stream(ids, MAX_TOKENS)) == [refs[prompt][1]]
+
+
+def test_a_prepared_batch_backend_serves_without_making_a_slot(model, refs):
+    """`specpilot serve --prepare`: every slot made before serving (the static path, run
+    uncaptured on the CPU), then served requests meet none it did not make, and stream the
+    same tokens."""
+    from specpilot.serve.backend import BatchBackend
+
+    _, system = model
+    backend = BatchBackend(system, "ngram", "tiny", max_batch=3, prepare=True,
+                           static=True, capture=False)
+    made = set(backend.engine.runner.slots)
+    assert backend.prepared == len(made) > 0
+    for prompt in PROMPTS[:3]:
+        ids = system.tokenizer.encode(prompt)
+        assert [t for c in backend.stream(ids, MAX_TOKENS) for t in c] == refs[prompt][1]
+    assert set(backend.engine.runner.slots) == made
+    assert BatchBackend(system, "ngram", "tiny", max_batch=3).prepared == 0   # not asked

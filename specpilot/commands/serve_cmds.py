@@ -3,6 +3,7 @@ generator (specpilot/serve/)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
@@ -29,12 +30,16 @@ def _model_name(model: str) -> str:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
               help="0: any free port (the ready line says which)")
+@click.option("--prepare", is_flag=True,
+              help="before listening, capture every CUDA graph a request within the context "
+                   "can meet (start-up takes longer; no capture inside a served request)")
 @context_opt
 @device_opt
 @opts_file_opt
 @opt_opt
 @model_opt
-def serve_cmd(drafter, max_batch, host, port, max_context, device, opts_file, opts, model):
+def serve_cmd(drafter, max_batch, host, port, prepare, max_context, device, opts_file, opts,
+              model):
     """Serve the stock system over OpenAI-compatible HTTP (/v1/completions,
     /v1/chat/completions, /v1/models, /health), greedily, up to --max-batch requests at
     once in each engine step."""
@@ -48,7 +53,15 @@ def serve_cmd(drafter, max_batch, host, port, max_context, device, opts_file, op
         raise SpecPilotError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     model = model or load_config().model.path
     system = build_system(model, opts, opts_file, device, max_context)
-    backend = BatchBackend(system, drafter, _model_name(model), max_batch)
+    if prepare:
+        click.echo(f"preparing the batched engine's graphs (contexts up to "
+                   f"{system.engine.max_context}) ...", err=True)
+    start = time.perf_counter()
+    backend = BatchBackend(system, drafter, _model_name(model), max_batch, prepare=prepare)
+    if prepare:
+        click.echo(f"{backend.prepared} graph slots in {time.perf_counter() - start:.1f} s"
+                   + ("" if backend.prepared else " (none: no CUDA graphs on this device)"),
+                   err=True)
     batching = f"batches of up to {max_batch}"
     detail = (f"drafter {backend.drafter_name}, {system.device}, context "
               f"{backend.max_context}, {batching}")

@@ -122,11 +122,19 @@ class BatchBackend(_Text):
     gets a drafter of its own (the n-gram or draft-model drafter), or all share the
     batched block drafter (one forward drafts every row's block)."""
 
-    def __init__(self, system: System, drafter: str | None, name: str, max_batch: int):
+    def __init__(self, system: System, drafter: str | None, name: str, max_batch: int,
+                 prepare: bool = False, **engine_kw):
+        """`prepare`: before serving, make (on CUDA: capture) every slot a request within
+        the context can meet (BatchEngine.prepare), so that no capture, nor a compile of a
+        new shape, lands inside a served step; `prepared` says how many exist (0 off the
+        static path). `engine_kw` go to the BatchEngine (tests: static=True, capture=False
+        runs the static path on the CPU)."""
         super().__init__(system, drafter, name)
-        engine = system.engine
         self.max_batch = max_batch
-        self._batch = BackgroundBatch(batch_engine(engine, drafter, max_batch))
+        engine = batch_engine(system.engine, drafter, max_batch, **engine_kw)
+        self.prepared = engine.prepare() if prepare else 0
+        self.engine = engine
+        self._batch = BackgroundBatch(engine)
 
     def stream(self, prompt_ids: list[int], max_new: int) -> Iterator[list[int]]:
         yield from self._batch.stream(list(prompt_ids), max_new)
