@@ -38,6 +38,7 @@ def test_divergences_name_the_position_and_the_reference_margin():
     forced = eng.force(reqs[1][0], ref[1], chunk=16)
     p_low = min(range(16), key=forced.margin.__getitem__)    # the closest call
     p_high = max(range(16), key=forced.margin.__getitem__)   # the surest one
+
     def other(p):   # any other token there: the verdict reads stock's margin, not the token
         return ref[1][:p] + [(ref[1][p] + 1) % net.cfg.vocab_size]
 
