@@ -371,6 +371,20 @@ def test_load_reports_its_table_and_json(server, model, request_file):
     assert ttft["p99"] / 1e3 <= latency["p99"] + 1e-3
 
 
+def test_load_warms_up_first_and_counts_only_the_measured_requests(server, request_file):
+    out = _cli("load", "--url", server, "--requests", str(request_file), "--num", "3",
+               "--concurrency", "2", "--max-tokens", "4", "--warmup", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert (report["requests"], report["completed"], report["warmup"]) == (3, 3, 2)
+    lines = out.stderr.splitlines()
+    warm = [i for i, line in enumerate(lines) if line.startswith("warm-up [")]
+    measured = [i for i, line in enumerate(lines) if line.startswith("[")]
+    assert len(warm) == 2 and len(measured) == 3 and max(warm) < min(measured), lines
+    assert any(re.fullmatch(r"warm-up: 2 requests \(0 errors\) in [\d.]+ s, not counted", x)
+               for x in lines), lines
+
+
 def test_load_against_nothing_is_a_one_line_error():
     out = _cli("load", "--url", "http://127.0.0.1:9", "--num", "1")
     assert out.returncode == 1

@@ -87,9 +87,12 @@ def serve_cmd(drafter, max_batch, host, port, prepare, max_context, device, opts
 @click.option("--seed", default=0, show_default=True, type=int, help="arrival times' seed")
 @click.option("--timeout", default=600.0, show_default=True,
               type=click.FloatRange(min=0, min_open=True), help="seconds per request")
+@click.option("--warmup", default=0, show_default=True, type=click.IntRange(min=0),
+              help="requests sent first, the same way, and not counted (a server's one-time "
+                   "costs: graphs captured, kernels compiled)")
 @click.option("--json", "as_json", is_flag=True, help="machine-readable output")
 def load_cmd(url, request_set, rate, concurrency, num, max_tokens, chat, model, seed, timeout,
-             as_json):
+             warmup, as_json):
     """Replay a request set against a server (streaming) and report throughput, TTFT and
     time per output token."""
     from rich.console import Console
@@ -106,7 +109,8 @@ def load_cmd(url, request_set, rate, concurrency, num, max_tokens, chat, model, 
     if not reqs:
         raise SpecPilotError(f"{request_set}: no requests")
     plan = LoadPlan(url=url, requests=pick(reqs, num), chat=chat, max_tokens=max_tokens,
-                    rate=rate, concurrency=concurrency, seed=seed, timeout=timeout, model=model)
+                    rate=rate, concurrency=concurrency, seed=seed, timeout=timeout, model=model,
+                    warmup=warmup)
     report = run_load(plan, lambda line: click.echo(line, err=True))
     if as_json:
         click.echo(report.model_dump_json(indent=1))

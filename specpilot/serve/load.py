@@ -19,7 +19,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httpx
 from pydantic import BaseModel
@@ -43,6 +43,7 @@ class LoadPlan:
     seed: int = 0
     timeout: float = 600.0
     model: str | None = None       # None: the server's first model
+    warmup: int = 0                # requests sent first, the same way, and not counted
 
 
 @dataclass
@@ -92,6 +93,7 @@ class LoadReport(BaseModel):
     tpot_ms: Stats
     latency_s: Stats
     error_messages: list[str] = []
+    warmup: int = 0                # requests sent before the measured ones, not counted
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -289,14 +291,24 @@ def summarize(plan: LoadPlan, model: str, endpoint: str, outcomes: list[Outcome]
         ttft_ms=Stats.of([o.ttft for o in ok if o.ttft is not None], 1e3),
         tpot_ms=Stats.of([o.tpot for o in ok if o.tpot is not None], 1e3),
         latency_s=Stats.of([o.latency for o in ok if o.latency is not None]),
-        error_messages=errors[:ERROR_SAMPLES])
+        error_messages=errors[:ERROR_SAMPLES], warmup=plan.warmup)
 
 
 def run_load(plan: LoadPlan, progress: Callable[[str], None] = lambda line: None) -> LoadReport:
     """Send the plan's requests and measure them; SpecPilotError if the server cannot be
-    reached or names no model."""
+    reached or names no model. With `plan.warmup` = W, the plan's first W requests (again
+    from the first where W passes their number) go first, sent the same way, and are not
+    counted: a server's first requests can pay one-time costs (a graph captured, a kernel
+    compiled for a new shape)."""
     if not plan.requests:
         raise SpecPilotError("no requests to send")
+    if plan.warmup:
+        reqs = [plan.requests[i % len(plan.requests)] for i in range(plan.warmup)]
+        start = time.perf_counter()
+        warm = asyncio.run(_run(replace(plan, requests=reqs, warmup=0),
+                                lambda line: progress(f"warm-up {line}")))
+        progress(f"warm-up: {warm.requests} requests ({warm.errors} errors) in "
+                 f"{time.perf_counter() - start:.1f} s, not counted")
     return asyncio.run(_run(plan, progress))
 
 
@@ -320,6 +332,8 @@ def report_table(report: LoadReport) -> Table:
         ("TPOT p50 / p99", pair(report.tpot_ms, "ms", ".1f")),
         ("latency p50 / p99", pair(report.latency_s, "s", ".2f")),
     ]
+    if report.warmup:
+        rows.append(("warm-up (not counted)", f"{report.warmup} requests"))
     for row in rows:
         table.add_row(*row)
     for message in report.error_messages:
