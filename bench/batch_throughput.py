@@ -8,8 +8,11 @@ of medians. Per
 (mode, C): output tokens/s over the whole run (prefill included), the median decode step
 (steps that admitted nothing, all C rows active), decode tokens/s (C × τ over that step:
 what the batch makes once prefill is out of the way), tokens gained per step per request
-(τ), and × C = 1 of the same mode (of tokens/s). Every run is first done once untimed on the same engine (the
-CUDA graphs of its shapes captured, compiled code warm), then timed.
+(τ), and × C = 1 of the same mode (of tokens/s). Every run is first done once untimed on
+the same engine (the CUDA graphs of its shapes captured, compiled code warm), then timed;
+with `--prepare` every slot a request below the context can meet is made first
+(BatchEngine.prepare, as `specpilot serve --prepare`), its count and seconds logged and in
+the JSON (what the server's start-up would cost at that concurrency).
 
 Targets: `random:<preset>` (random bf16 weights, random prompts of --prompt tokens: AR
 only, drafts mean nothing there; dense-27b shows where weights stop dominating a step) or
@@ -261,6 +264,9 @@ def main() -> None:
                     help="timed runs of every row, interleaved; the table gives medians")
     ap.add_argument("--waves", type=int, default=2,
                     help="requests per run: waves x C (at most C in flight)")
+    ap.add_argument("--prepare", action="store_true",
+                    help="make (on CUDA: capture) every slot before the warm run, as "
+                         "`specpilot serve --prepare`; logs how many and how long")
     ap.add_argument("--no-margins", dest="margins", action="store_false",
                     help="do not force the references where outputs differ (only count)")
     ap.add_argument("--phases", action="store_true",
@@ -280,7 +286,7 @@ def main() -> None:
     log(f"{args.target} on {args.device}: {len(reqs)} requests, context {ctx}, modes {modes}, "
         f"{args.repeats} timed runs each")
     single = Engine(model, opts, ctx, set(stops))
-    res, rows, split, engines = {}, [], [], {}
+    res, rows, split, engines, prepared = {}, [], [], {}, {}
     for mode in modes:
         name, mode_opts = parse_mode(mode)
         if not mode_opts:   # the single-request baseline of a drafter at stock's options
@@ -289,6 +295,11 @@ def main() -> None:
         base = Engine(model, Options(mode_opts), ctx, set(stops)) if mode_opts else single
         for c in args.conc:
             eng = batch_engine(base, None if name == "ar" else name, c)
+            if args.prepare:   # every slot a request below ctx can meet, as `serve --prepare`
+                t0 = time.perf_counter()
+                n = eng.prepare(ctx)
+                prepared[f"{mode}@{c}"] = (n, time.perf_counter() - t0)
+                log(f"{mode}@{c}: prepared {n} slots in {prepared[f'{mode}@{c}'][1]:.1f} s")
             run(eng, reqs[: args.waves * c])        # warm: graphs captured, code compiled
             engines[f"{mode}@{c}"] = (eng, reqs[: args.waves * c])
     # the timed runs interleaved (every row once, then again): drift hits all rows alike
@@ -355,7 +366,8 @@ def main() -> None:
                      "extend ms", "step ms (synchronised)", "host rest ms"], split,
                     "medians over pure decode steps of a run synchronised around each phase")
     write_json(args.out, "batch_throughput.json",
-               {"target": args.target, "device": args.device, "runs": res})
+               {"target": args.target, "device": args.device, "runs": res,
+                "prepared": {k: {"slots": n, "s": round(t, 3)} for k, (n, t) in prepared.items()}})
 
 
 if __name__ == "__main__":
