@@ -29,7 +29,9 @@ top-2 logit, forced through the single-request engine) is within twice stock's o
 their near-tie in bf16. Any other divergence is logged with its request, position and
 margin (`--no-margins`: only count).
 
-    python3 bench/batch_throughput.py --target random:dense-27b --conc 1,4,16,32   # H200
+    python3 bench/batch_throughput.py --target random:dense-27b --conc 1,4,16,32 --no-margins
+        # H200; random weights' flat logits make most outputs part somewhere: forcing every
+        # one twice through a 27B-class step would add minutes
     python3 bench/batch_throughput.py --target embedded --modes ar,ngram,block --conc 1,4,16,32
     python3 bench/batch_throughput.py --entry batch-mechanisms --target embedded --conc 4,16,32 \
         --modes block,block:admit_chunk=64,block:dynamic_draft=true,block:node_budget=96,\
