@@ -30,8 +30,8 @@ their near-tie in bf16. Any other divergence is logged with its request, positio
 margin (`--no-margins`: only count).
 
     python3 bench/batch_throughput.py --target random:dense-27b --conc 1,4,16,32 --no-margins
-        # H200; random weights' flat logits make most outputs part somewhere: forcing every
-        # one twice through a 27B-class step would add minutes
+        # H200; random weights' flat logits make most outputs part somewhere: forcing each
+        # of 64 references in 64 one-token steps (about 20 ms each there) is 80 s or more
     python3 bench/batch_throughput.py --target embedded --modes ar,ngram,block --conc 1,4,16,32
     python3 bench/batch_throughput.py --entry batch-mechanisms --target embedded --conc 4,16,32 \
         --modes block,block:admit_chunk=64,block:dynamic_draft=true,block:node_budget=96,\
