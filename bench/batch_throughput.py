@@ -54,6 +54,7 @@ import os
 import statistics
 import sys
 import time
+from types import SimpleNamespace
 from typing import Callable
 
 import common  # noqa: F401  (the repository on sys.path)
@@ -145,26 +146,29 @@ class Margins:
     """Stock's margins (top-1 minus top-2 logit) along each reference output, forced through
     the single-request engine twice, in steps of 16 tokens and of 1: the first pass's margin
     at a divergence says whether it was a near-tie, the two passes' difference is stock's
-    own noise there (the judges' reference pass, specpilot/judges/worker_main.py, measures
-    it the same way). Forced once per request, on demand."""
+    own noise there (the judges' reference pass measures it the same way: shape_noise, and
+    widens the near-tie by it: outputs.tolerance). Forced once per request, on demand."""
 
     def __init__(self, engine: Engine, reqs, ref: dict[int, list[int]]):
         self.engine, self.reqs, self.ref = engine, reqs, ref
         self.margin: dict[int, list[float]] = {}
-        self.noise: list[float] = []
+        self.forced: list[SimpleNamespace] = []   # each: noise, noise_flips (as a reference)
 
     def at(self, i: int, p: int) -> float:
         if i not in self.margin:
+            from specpilot.judges.worker_main import shape_noise  # stdlib and torch only
+
             prompt, toks = self.reqs[i][0], self.ref[i]
             a = self.engine.force(prompt, toks, chunk=16)
-            b = self.engine.force(prompt, toks, chunk=1)
+            noise, flips = shape_noise(a, self.engine.force(prompt, toks, chunk=1))
             self.margin[i] = a.margin
-            self.noise += [abs(x - y) if u == v else x + y
-                           for x, y, u, v in zip(a.margin, b.margin, a.argmax, b.argmax)]
+            self.forced.append(SimpleNamespace(noise=noise, noise_flips=flips))
         return self.margin[i][p]
 
     def epsilon(self) -> float:
-        return max(NEAR_TIE_EPSILON, NOISE_FACTOR * max(self.noise, default=0.0))
+        from specpilot.judges.outputs import tolerance  # lazy: pydantic (staged wheels)
+
+        return tolerance(self.forced, NEAR_TIE_EPSILON, 0.0, NOISE_FACTOR).epsilon
 
 
 def divergences(outputs: list[list[int]], ref: dict[int, list[int]], margins: Margins) -> dict:
@@ -173,13 +177,13 @@ def divergences(outputs: list[list[int]], ref: dict[int, list[int]], margins: Ma
     stock's own noise on the requests forced so far, at least NEAR_TIE_EPSILON), `beyond` lists
     the others (index, position, margin); an output longer than its reference there is
     beyond by definition (margin None)."""
+    from specpilot.judges.outputs import first_difference  # lazy: pydantic (staged wheels)
+
     found = []
     for i, out in enumerate(outputs):
-        want = ref[i]
-        p = next((k for k, (a, b) in enumerate(zip(out, want)) if a != b),
-                 None if len(out) == len(want) else min(len(out), len(want)))
+        p = first_difference(out, ref[i])
         if p is not None:
-            found.append((i, p, margins.at(i, p) if p < len(want) else None))
+            found.append((i, p, margins.at(i, p) if p < len(ref[i]) else None))
     eps = margins.epsilon()
     beyond = [(i, p, m) for i, p, m in found if m is None or m > eps]
     return {"differ": len(found), "near_ties": len(found) - len(beyond), "epsilon": eps,

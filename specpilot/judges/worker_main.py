@@ -159,11 +159,17 @@ def reference_pass(engine, ids: list[int], length: int, draft_len: int,
     if noise and gen.tokens:
         first = chunk or engine.options["draft_len"] + 1
         other = engine.force(list(ids), gen.tokens, chunk=1 if first != 1 else 2)
-        out["noise"] = [abs(a - b) if x == y else a + b
-                        for a, b, x, y in zip(fr.margin, other.margin, fr.argmax, other.argmax)]
-        out["noise_flips"] = [i for i, (x, y) in enumerate(zip(fr.argmax, other.argmax))
-                              if x != y]
+        out["noise"], out["noise_flips"] = shape_noise(fr, other)
     return out
+
+
+def shape_noise(a, b) -> tuple[list[float], list[int]]:
+    """Two forced passes of the same tokens in steps of different shapes (each with `margin`
+    and `argmax` per position): how far the margin moved at each position (|change|; the
+    two margins' sum where the argmax flipped), and the positions whose argmax flipped."""
+    noise = [abs(x - y) if u == v else x + y
+             for x, y, u, v in zip(a.margin, b.margin, a.argmax, b.argmax)]
+    return noise, [i for i, (u, v) in enumerate(zip(a.argmax, b.argmax)) if u != v]
 
 
 def registry() -> dict:
