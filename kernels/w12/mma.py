@@ -211,6 +211,21 @@ def _library(kind: str, arch: str | None = None, defines: tuple[str, ...] = ()) 
         return lib
 
 
+_READY: set[int] = set()   # CUDA devices the kernel's library was built and loaded for
+
+
+def ready(device: torch.device) -> None:
+    """MmaUnavailable where the kernel cannot run on `device`: not a CUDA device, a GPU
+    below sm_80, or a library that does not build (no nvcc). Checked (and the library
+    built) once per device, before any tuning: the tuner skips a candidate that raises, so
+    a build failing inside it would read as "no configuration ran"."""
+    if device.type != "cuda":
+        raise MmaUnavailable(f"kernel 'mma' runs on CUDA devices, not {device.type}")
+    if device.index not in _READY:
+        _library("cuda", _arch(device))
+        _READY.add(device.index)
+
+
 def _arch(device: torch.device) -> str:
     major, minor = torch.cuda.get_device_capability(device)
     if major < 8:
@@ -368,9 +383,7 @@ def w12_mma(x: torch.Tensor, t: W12Tensor, view: str = "w12",
         from kernels.w12.gemv import w12_gemv  # lazy: Triton, CUDA only
 
         return w12_gemv(x, t, view)
-    if x.device.type != "cuda":
-        raise MmaUnavailable(f"kernel 'mma' runs on CUDA devices, not {x.device.type}")
-    _arch(x.device)    # below sm_80: MmaUnavailable; no nvcc: MmaUnavailable at the build
+    ready(x.device)
 
     def run(xs: torch.Tensor, out: torch.Tensor) -> None:
         if not xs.is_contiguous() or xs.data_ptr() % 16:   # 16-byte loads of x rows
