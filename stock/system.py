@@ -85,7 +85,7 @@ def make_drafter(name: str | None, engine: Engine) -> Drafter | None:
         drafter = engine.drafters["block"] = BlockDrafter(
             net, engine.model, engine.max_context, opts["block_topk"],
             graphs=opts["block_graphs"] and cuda,
-            compiled=compile_enabled(opts, engine.model.device))
+            compiled=compile_enabled(opts, engine.model.device) and opts["block_compile"])
         return drafter
     raise StockError(f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}, auto, ar")
 
@@ -116,11 +116,12 @@ def batch_engine(engine: Engine, drafter: str | None, max_batch: int, **kw):
         except BlockDrafterError:
             drafter = "ngram"
     if drafter == "block":
+        opts = engine.options
+        static = engine.model.device.type == "cuda" and opts["cuda_graphs"]
         bd = BatchBlockDrafter(net if net is not None else block_net(engine), engine.model,
-                               engine.max_context,
-                               rows=max_batch + 1, topk=engine.options["block_topk"],
-                               static=engine.model.device.type == "cuda"
-                               and engine.options["cuda_graphs"])
+                               engine.max_context, rows=max_batch + 1, topk=opts["block_topk"],
+                               static=static, compiled=static and opts["block_compile"]
+                               and compile_enabled(opts, engine.model.device))
         return BatchEngine(engine.model, engine.options, batch_drafter=bd, **args, **kw)
     make_drafter(drafter, engine)   # an unknown name fails here, before any request
     return BatchEngine(engine.model, engine.options, **args, **kw,

@@ -140,6 +140,53 @@ def test_batched_block_speculation_gives_single_request_outputs(toy, toy_trained
         assert be.prepare(200) == 0                   # the dynamic path: nothing to make
 
 
+def test_the_batched_drafter_through_compiled_regions_drafts_bit_for_bit(toy, toy_trained,
+                                                                          monkeypatch):
+    """With `compiled` (the engine's option compile and block_compile, CUDA only: forced
+    here) the batched draft and context update run through stock/compiled.py's regions;
+    dynamo traces them with its "eager" backend on this CPU: every lattice bit for bit the
+    uncompiled static path's, the served outputs the single-request ones, no fallback, every
+    region of the drafter compiled, and serving the same requests again compiles nothing."""
+    from stock import compiled as C
+
+    target, prompts, _ = toy
+    net = toy_trained[0]
+    opts = Options({"draft_len": 3, "block_size": 4})
+    single = Engine(target, opts, 256)
+    want = [single.generate(p, 20, BlockDrafter(net, target, 256)).tokens for p in prompts]
+    C.reset()
+    monkeypatch.setattr(C, "BACKEND", "eager")
+    try:
+        served = {}
+        for compiled in (False, True):
+            bd = BatchBlockDrafter(net, target, 256, rows=4, static=True, capture=False,
+                                   compiled=compiled)
+            seen = served[compiled] = []
+            draft = bd.draft
+            monkeypatch.setattr(bd, "draft", lambda rows, pend, ks, draft=draft, seen=seen:
+                                seen.append(draft(rows, pend, ks)) or seen[-1])
+            be = BatchEngine(target, opts, max_batch=3, max_context=256, static=True,
+                             capture=False, prefill_chunk=8, batch_drafter=bd)
+            assert C.graphs_compiled() == 0   # nothing compiled before the compiled drafter
+            counts = []
+            for _ in range(2):
+                reqs = [be.submit(p, 20) for p in prompts]
+                be.run()
+                assert [r.tokens for r in reqs] == want
+                counts.append(C.graphs_compiled())
+        assert counts[0] > 0 and counts[1] == counts[0]   # the second round: no new compile
+        assert not C.fallbacks()
+        assert {n for n, _ in C._compiled} >= {"batch_block_prologue", "batch_block_context",
+                                               "batch_block_lattice", "attn_in", "attn_out_mlp"}
+        plain, traced = served[False], served[True]
+        assert len(plain) == len(traced) > 10
+        for a, b in zip(plain, traced):
+            assert [(x.ids.tolist(), x.logprobs.tolist()) for x in a] == \
+                [(x.ids.tolist(), x.logprobs.tolist()) for x in b]
+    finally:
+        C.reset()
+
+
 def test_a_batch_drafter_and_a_drafter_factory_are_refused_together(toy):
     target, _, _ = toy
     bd = BatchBlockDrafter(random_net(target), target, 64, rows=2)

@@ -37,6 +37,10 @@ register("block_topk", int, 4, "block drafter: tokens kept per position in its d
 register("block_graphs", bool, True, "block drafter: replay its step (context update, block "
          "forward, top-k) from a CUDA graph per key-length bucket; used on CUDA only, ignored "
          "on CPU (eager)")
+register("block_compile", bool, True, "block drafter: its forwards (the single-request "
+         "step, the batched draft and context update) through torch.compile'd regions where "
+         "option compile is on; off: the same regions eagerly, inside its CUDA graphs; used "
+         "on CUDA only, ignored on CPU")
 register("block_weights", str, "", "block drafter: folder with manifest.json and safetensors "
          "shards; empty: the weights shipped for the embedded model")
 

@@ -14,9 +14,12 @@ layer context K/V [rows, Hkv, slots, D] and each row's context length. Two calls
   ctx_len_r + T of its own cache row); the target's head, then each row's lattice (top-k
   ids and log-probs) in one host read.
 
-The arithmetic is BlockDrafter's plain path row by row, so a row drafts what a
-single-request BlockDrafter would with the same context (up to the summation order of the
-larger GEMMs: tests/test_batch_block.py). Rows past the real requests are never read.
+Both forwards are regions (stock/drafters/block_batch_step.py), whose arithmetic is
+BlockDrafter's plain path row by row, so a row drafts what a single-request BlockDrafter
+would with the same context (up to the summation order of the larger GEMMs:
+tests/test_batch_block.py). Rows past the real requests are never read. With `compiled`
+(static path only; stock.system.batch_engine sets it on CUDA with options compile and
+block_compile) the regions run torch.compile'd.
 
 Static path (`static`, default on CUDA): `draft` runs in fixed shapes, one slot per
 (rows bucket B, keys bucket), the batch padded with requests on the last (spare) row at
@@ -32,22 +35,20 @@ from __future__ import annotations
 import copy
 
 import torch
-import torch.nn.functional as F
 
 from stock.batch_graphs import request_buckets
 from stock.drafters.base import DraftLattice
 from stock.drafters.block import BlockDrafterError, BlockNet
-from stock.drafters.block_step import rms
+from stock.drafters.block_batch_step import context_step, draft_step, write_context
 from stock.graphs import BUCKETS, MIN_KV, capture, kv_buckets
-from stock.layers import apply_rope
-from stock.linear import linear
 
 
 class BatchBlockDrafter:
     name = "block"
 
     def __init__(self, net: BlockNet, target, max_len: int, rows: int, topk: int = 4,
-                 static: bool | None = None, capture: bool | None = None):
+                 static: bool | None = None, capture: bool | None = None,
+                 compiled: bool = False):
         cfg = net.cfg
         cfg.check_target(target.cfg)
         p = next(net.parameters())
@@ -68,6 +69,8 @@ class BatchBlockDrafter:
                            for a in attn]
             self._gate_up_w = [torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight])
                                for layer in net.layers]
+            self._ctx_knorm = (torch.stack([a.k_norm.weight for a in attn])
+                               if cfg.qk_norm else None)
             self._masks = net.mask_embedding.to(dt)[None].expand(cfg.block_size - 1, -1)
         self._steps = torch.arange(cfg.block_size, device=dev)
         self._keys = torch.arange(self.slots, device=dev)
@@ -75,6 +78,9 @@ class BatchBlockDrafter:
         self.capture = self.static and (dev.type == "cuda" if capture is None else capture)
         if self.capture and dev.type != "cuda":
             raise BlockDrafterError("CUDA graphs need a CUDA device")
+        if compiled and not self.static:
+            raise BlockDrafterError("a compiled batch drafter runs the static path")
+        self.compiled = compiled   # regions torch.compile'd (block_batch_step.py)
         self.spare = rows - 1   # padding's scratch row (the engine's requests use 0..rows-2)
         self.b_buckets = request_buckets(max(1, rows - 1))
         self.kv_buckets = kv_buckets(self.slots, MIN_KV)
@@ -84,10 +90,6 @@ class BatchBlockDrafter:
 
     def reset(self, row: int) -> None:
         self.ctx_len[row] = 0
-
-    def _rope(self, pos: torch.Tensor):
-        pos = pos.clamp(max=self.target.cfg.max_position - 1)
-        return self.target.cos[pos], self.target.sin[pos]
 
     def _check_spans(self, rows, ends, counts) -> None:
         for row, end, n in zip(rows, ends, counts):
@@ -114,20 +116,11 @@ class BatchBlockDrafter:
             self.ctx_len[row] = end
 
     def _write_context(self, feats: torch.Tensor, rows: torch.Tensor, pos: torch.Tensor):
-        """Context K/V of features [N, n_ctx * H] written at (rows[j], pos[j]) of every layer:
-        one GEMM for all positions and layers, one RoPE."""
-        net, cfg = self.net, self.net.cfg
-        feat = net.context_norm(net.fc(feats))                             # [N, H]
-        n_layers, hkv, d = cfg.num_layers, cfg.num_kv_heads, cfg.head_dim
-        kv = linear(feat, self._ctx_w).view(-1, n_layers, 2, hkv, d)
-        cos, sin = self._rope(pos)                                         # [N, D]
-        for i, layer in enumerate(net.layers):
-            k, v = kv[:, i, 0], kv[:, i, 1]                                  # [N, Hkv, D]
-            if cfg.qk_norm:   # as BlockDrafter's context update (block_step.block_context)
-                k = rms(k, layer.self_attn.k_norm.weight, net.context_norm.eps)
-            k = apply_rope(k[:, :, None], cos[:, None, None], sin[:, None, None])[:, :, 0]
-            self.k[i][rows, :, pos] = k
-            self.v[i][rows, :, pos] = v
+        """Context K/V of features [N, n_ctx * H] at (rows[j], pos[j]) of every layer
+        (block_batch_step.write_context: one GEMM, one RoPE), eagerly."""
+        net = self.net
+        write_context(feats, rows, pos, net.fc, net.context_norm, self._ctx_w, self._ctx_knorm,
+                      self.target.cos, self.target.sin, self.k, self.v)
 
     @torch.inference_mode()
     def extend_rows(self, rows: list[int], ends: list[int], counts: list[int],
@@ -161,7 +154,7 @@ class BatchBlockDrafter:
         if graph is not None:
             graph.replay()
         else:
-            self._extend_forward(feat, inp)
+            context_step(self, feat, inp)
         for row, end in zip(rows, ends):
             self.ctx_len[row] = end
 
@@ -176,17 +169,8 @@ class BatchBlockDrafter:
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         inp[:b] = self.spare             # warm-up and capture write only the spare row
-        graph, _ = capture(lambda: self._extend_forward(feat, inp), dev, self._pool)
+        graph, _ = capture(lambda: context_step(self, feat, inp), dev, self._pool)
         return feat, inp, host, graph
-
-    def _extend_forward(self, feat: torch.Tensor, inp: torch.Tensor) -> None:
-        b, t = feat.shape[0], feat.shape[1]
-        rows, starts, counts = inp.view(3, b)
-        steps = self._keys[:t]   # 0..t-1 (T may pass the block size: a tokens bucket)
-        keep = steps[None] < counts[:, None]                                 # [b, t]
-        pos = torch.where(keep, starts[:, None] + steps, steps).reshape(-1)
-        row_idx = torch.where(keep, rows[:, None], torch.full_like(rows[:, None], self.spare))
-        self._write_context(feat.reshape(b * t, -1), row_idx.reshape(-1), pos)
 
     @torch.inference_mode()
     def draft(self, rows: list[int], pendings: list[int], ks: list[int]) -> list[DraftLattice]:
@@ -203,8 +187,8 @@ class BatchBlockDrafter:
             both = self._static_draft(r_live, ends, pend)
         else:
             dev = self.target.device
-            inp = torch.tensor([r_live, ends, pend], device=dev)
-            both = self._forward(inp[0], inp[1], inp[2], max(ends) + t).cpu()   # one read
+            inp = torch.tensor(r_live + ends + pend, device=dev)
+            both = draft_step(self, inp, max(ends) + t).cpu()   # one read
         ids, lps = both[0].long(), both[1].float()        # [R, T, top-k] each, on the host
         top1 = ids[:, :, 0].tolist()                      # every row's chain in one read
         for j, i in enumerate(live):
@@ -250,7 +234,7 @@ class BatchBlockDrafter:
         if graph is not None:
             graph.replay()
         else:
-            res = self._forward(inp[:b], inp[b:2 * b], inp[2 * b:], kv)
+            res = draft_step(self, inp, kv)
         return res[:, :n].cpu()          # the one host read of a draft
 
     def _slot(self, b: int, kv: int) -> tuple:
@@ -262,47 +246,6 @@ class BatchBlockDrafter:
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         inp[:b] = self.spare             # warm-up and capture write only the spare row
-        graph, res = capture(lambda: self._forward(inp[:b], inp[b:2 * b], inp[2 * b:], kv),
+        graph, res = capture(lambda: draft_step(self, inp, kv),
                              dev, self._pool)
         return inp, host, graph, res
-
-    def _forward(self, row_t: torch.Tensor, ends: torch.Tensor, pend: torch.Tensor,
-                 kv_len: int) -> torch.Tensor:
-        """Every row's block in one forward over keys [0, kv_len): [2, B, T, top-k] (top-k
-        ids, then log-probs, as float64 on the device). Its own K/V rows written in place."""
-        net, cfg = self.net, self.net.cfg
-        dt = self.target.dtype
-        t, h, hkv, d = cfg.block_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
-        g, b = h // hkv, row_t.shape[0]
-        pos = ends[:, None] + self._steps                                   # [B, T]
-        cos, sin = self._rope(pos)
-        cos, sin = cos[:, None], sin[:, None]                               # [B, 1, T, D]
-        keys = self._keys[:kv_len]
-        zero = torch.zeros((), dtype=dt, device=row_t.device)
-        mask = torch.where(keys[None] < (ends + t)[:, None], zero,
-                           torch.full_like(zero, float("-inf"))).view(b, 1, 1, kv_len)
-        emb = self.target.model.embed_tokens(pend)
-        x = torch.cat([emb[:, None], self._masks.expand(b, -1, -1)], dim=1)  # [B, T, H]
-        for i, layer in enumerate(net.layers):
-            attn = layer.self_attn
-            y = layer.input_layernorm(x)
-            q, k, v = linear(y, self._qkv_w[i]).view(b, t, h + 2 * hkv, d).split(
-                [h, hkv, hkv], dim=2)
-            if cfg.qk_norm:
-                q, k = attn.q_norm(q), attn.k_norm(k)
-            q = apply_rope(q.transpose(1, 2), cos, sin)
-            k = apply_rope(k.transpose(1, 2), cos, sin)                     # [B, Hkv, T, D]
-            r_idx = row_t[:, None].expand(b, t)
-            self.k[i][r_idx, :, pos] = k.transpose(1, 2)
-            self.v[i][r_idx, :, pos] = v
-            # the rows' keys below kv_len only (slicing first: the gather copies no more)
-            kk = self.k[i][:, :, :kv_len].index_select(0, row_t)
-            vv = self.v[i][:, :, :kv_len].index_select(0, row_t)
-            o = F.scaled_dot_product_attention(q.reshape(b, hkv, g * t, d), kk, vv,
-                                               attn_mask=mask)
-            x = x + attn.o_proj(o.view(b, h, t, d).transpose(1, 2).reshape(b, t, h * d))
-            gate, up = linear(layer.post_attention_layernorm(x), self._gate_up_w[i]).chunk(2, -1)
-            x = x + layer.mlp.down_proj(F.silu(gate) * up)
-        logits = self.target.lm_head(rms(x, net.norm.weight, cfg.rms_norm_eps)).float()
-        top = torch.log_softmax(logits, dim=-1).topk(self.topk, dim=-1)
-        return torch.stack([top.indices.double(), top.values.double()])
