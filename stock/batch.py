@@ -23,7 +23,10 @@ the dynamic forward.
 Drafters are per request (`drafter_factory()` builds one per admitted request, e.g. the
 n-gram drafter; each drafts on the host from its own context), or one `batch_drafter` for
 all rows (stock/drafters/block_batch.py: every row's block in one forward, fed each step's
-committed target hidden states, which the verify step then also returns).
+committed target hidden states, which the verify step then also returns). On the static
+path its top-1 chains go from its forward to the verify step's slot on the device, the
+host never reading a lattice (option batch_chain_device; off, or for a mechanism that reads
+the lattices, `draft` brings them to the host as before).
 
 Hybrid GDN targets: each row's GDN layers step from that row's committed recurrent state
 and conv window (stock/hybrid_cache.py, one row a request), and after every forward the
@@ -123,6 +126,7 @@ class BatchEngine:
                                   fused=fused, attention=self.options["attention_kernel"]
                                   if compiled else "sdpa") if static else None
         self.lengths = [0] * max_batch
+        self._chains: torch.Tensor | None = None   # drafts on the device, _draft_seqs -> _run
         self.rows: list[Request | None] = [None] * max_batch
         self.waiting: deque[Request] = deque()
         self._ids = 0
@@ -315,6 +319,10 @@ class BatchEngine:
             room = self.max_context - self.lengths[req.row] - 1
             ks.append(max(0, min(k_max, room, req.max_new - len(req.tokens),
                                  self.token_budget // len(live) - 1)))
+        if bd is not None and live and self._chains_on_device():   # left there for _run:
+            self._chains = bd.draft_chains([r.row for r in live], [r.pending for r in live],
+                                           ks)   # the seqs below then give lengths only
+            return [[req.pending] * (k + 1) for req, k in zip(live, ks)]
         if bd is not None and live:   # every row's block in one forward
             lattices = bd.draft([r.row for r in live], [r.pending for r in live], ks)
             chains = [lat.chain[:k] for lat, k in zip(lattices, ks)]
@@ -323,12 +331,26 @@ class BatchEngine:
                       if k > 0 and req.drafter is not None else [] for req, k in zip(live, ks)]
         return [[req.pending] + chain for req, chain in zip(live, chains)]
 
+    def _chains_on_device(self) -> bool:
+        """Whether the batch drafter's chains reach the verify step on the device
+        (`draft_chains`, copied into the step's slot) instead of through the host (`draft`):
+        the static path, option batch_chain_device on. A mechanism that reads the lattices
+        on the host keeps them off it."""
+        return (self.runner is not None and self.batch_drafter.static
+                and self.options["batch_chain_device"])
+
     def _run(self, seqs: list[list[int]], starts: list[int], rows: list[int]):
         """One target forward over every row's tokens: per row (accepted draft tokens n,
-        the target's argmax per position), and the drafter's hidden states (or None)."""
+        the target's argmax per position), and the drafter's hidden states (or None).
+        The first rows' drafts may still be on the device (`_draft_seqs` left them)."""
+        chains, self._chains = self._chains, None
         if self.runner is not None and max(map(len, seqs)) <= BUCKETS[-1]:
-            packed = self.runner.step(seqs, starts, rows)   # acceptance on the device
+            packed = self.runner.step(seqs, starts, rows, chains)   # acceptance on the device
             return [(p[0], p[1:]) for p in packed], self.runner.last.hidden
+        if chains is not None:   # the dynamic forward: the drafts read to the host first
+            top1 = chains.long().tolist()
+            seqs = [s[:1] + top1[i][:len(s) - 1] if i < len(top1) else s
+                    for i, s in enumerate(seqs)]
         logits, hidden = self._forward(seqs, rows, starts)
         target = logits.argmax(-1).tolist()   # one host sync
         accepted = []

@@ -158,9 +158,14 @@ class BatchRunner:
                     self.slot(b, t, kv)
         return len(self.slots)
 
-    def step(self, seqs: list[list[int]], starts: list[int], rows: list[int]) -> list[list[int]]:
+    def step(self, seqs: list[list[int]], starts: list[int], rows: list[int],
+             chains: torch.Tensor | None = None) -> list[list[int]]:
         """Verify each request's [pending] + draft at its start in its row; per request
-        [n, target tokens...] (n accepted draft tokens, then the T argmaxes)."""
+        [n, target tokens...] (n accepted draft tokens, then the T argmaxes). `chains`
+        [n, D] on the device (a batch drafter's top-1 chains, `draft_chains`): request i < n
+        verifies the first len(seqs[i]) - 1 of chains[i] as its draft, copied into the
+        slot on the device (seqs[i] past its pending token then only gives the length);
+        positions past a draft are padding either way, never accepted nor committed."""
         if self.hybrid:   # the last step's GDN states were committed (before a capture
             self.cache.check_committed()   # below discards its own staging)
         r = len(seqs)
@@ -180,6 +185,9 @@ class BatchRunner:
         with torch.inference_mode():
             s.inp.copy_(host.to(self.device, non_blocking=True) if self.device.type == "cuda"
                         else host)
+            if chains is not None:   # the drafts, device to device (ids as int64)
+                w = min(t - 1, chains.shape[1])
+                s.inp[:b * t].view(b, t)[:chains.shape[0], 1:1 + w].copy_(chains[:, :w])
         if s.graph is not None:
             s.graph.replay()
             if s.staged is not None:   # the commit reads what this replay staged

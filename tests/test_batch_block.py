@@ -162,9 +162,9 @@ def test_the_batched_drafter_through_compiled_regions_drafts_bit_for_bit(toy, to
             bd = BatchBlockDrafter(net, target, 256, rows=4, static=True, capture=False,
                                    compiled=compiled)
             seen = served[compiled] = []
-            draft = bd.draft
-            monkeypatch.setattr(bd, "draft", lambda rows, pend, ks, draft=draft, seen=seen:
-                                seen.append(draft(rows, pend, ks)) or seen[-1])
+            lattices = bd._lattices   # both draft() and draft_chains() draft through it
+            monkeypatch.setattr(bd, "_lattices", lambda rows, pend, f=lattices, seen=seen:
+                                seen.append(f(rows, pend).clone()) or seen[-1])
             be = BatchEngine(target, opts, max_batch=3, max_context=256, static=True,
                              capture=False, prefill_chunk=8, batch_drafter=bd)
             assert C.graphs_compiled() == 0   # nothing compiled before the compiled drafter
@@ -181,10 +181,81 @@ def test_the_batched_drafter_through_compiled_regions_drafts_bit_for_bit(toy, to
         plain, traced = served[False], served[True]
         assert len(plain) == len(traced) > 10
         for a, b in zip(plain, traced):
-            assert [(x.ids.tolist(), x.logprobs.tolist()) for x in a] == \
-                [(x.ids.tolist(), x.logprobs.tolist()) for x in b]
+            assert torch.equal(a, b)
     finally:
         C.reset()
+
+
+def _no(*_a, **_k):
+    raise AssertionError("the other path was taken")
+
+
+@pytest.mark.parametrize("on_device", [True, False])
+def test_the_static_step_takes_the_chains_on_the_device_or_through_the_host(
+        toy, toy_trained, on_device, monkeypatch):
+    """On the static path (the CUDA graphs', run eagerly here) the batch drafter's top-1
+    chains go to the verify step on the device (`draft_chains`, copied into the slot; the
+    host never reads a lattice), or with option batch_chain_device off through the host
+    (`draft`) as before: both serve every request its single-request tokens with the
+    single-request acceptance (the same drafts)."""
+    target, prompts, _ = toy
+    net = toy_trained[0]
+    opts = Options({"draft_len": 3, "block_size": 4, "batch_chain_device": on_device})
+    single = Engine(target, opts, 256)
+    want = [single.generate(p, 20, BlockDrafter(net, target, 256)) for p in prompts]
+    bd = BatchBlockDrafter(net, target, 256, rows=4, static=True, capture=False)
+    calls = []
+    chains = bd.draft_chains
+    monkeypatch.setattr(bd, "draft" if on_device else "draft_chains", _no)
+    if on_device:
+        monkeypatch.setattr(bd, "draft_chains", lambda *a: calls.append(a) or chains(*a))
+    be = BatchEngine(target, opts, max_batch=3, max_context=256, static=True, capture=False,
+                     prefill_chunk=8, batch_drafter=bd)
+    reqs = [be.submit(p, 20) for p in prompts]
+    be.run()
+    assert [r.tokens for r in reqs] == [w.tokens for w in want]
+    assert [r.accepted for r in reqs] == [w.accepted for w in want]
+    assert max(max(r.accepted) for r in reqs) > 1
+    assert bool(calls) == on_device
+
+
+def test_device_chains_are_the_lattices_top_one_and_reach_the_dynamic_forward(
+        toy, toy_trained, monkeypatch):
+    """`draft_chains` gives draft()'s chains on the device, zeros for a row that drafts
+    nothing; a step too long for the static buckets (BUCKETS cut here) reads them to the
+    host for the dynamic forward, with the same outputs."""
+    import stock.batch as batch_mod
+
+    target, prompts, _ = toy
+    net = toy_trained[0]
+    bd = BatchBlockDrafter(net, target, 256, rows=4, static=True, capture=False)
+    layers = tuple(net.cfg.target_layers)
+    pend = []
+    for row, p in enumerate(prompts[:3]):
+        out = target(torch.tensor([p]), target.new_cache(256), 0, logits="last",
+                     hidden_layers=layers)
+        pend.append(int(out.logits[0, -1].argmax()))
+        bd.extend([(row, len(p), torch.cat([out.hidden[i][0] for i in layers], -1))])
+    ks = [3, 0, 2]
+    lat = bd.draft([0, 1, 2], pend, ks)
+    got = bd.draft_chains([0, 1, 2], pend, ks).long()
+    assert got.shape == (3, net.cfg.block_size) and not got[1].any()
+    for i, k in enumerate(ks):
+        assert got[i, :k].tolist() == lat[i].chain[:k]
+    assert bd.draft_chains([0], pend[:1], [0]) is None
+
+    opts = Options({"draft_len": 3, "block_size": 4})
+    single = Engine(target, opts, 256)
+    want = [single.generate(p, 12, BlockDrafter(net, target, 256)).tokens for p in prompts[:3]]
+    be = BatchEngine(target, opts, max_batch=3, max_context=256, static=True, capture=False,
+                     batch_drafter=BatchBlockDrafter(net, target, 256, rows=4, static=True,
+                                                     capture=False))
+    reqs = [be.submit(p, 12) for p in prompts[:3]]
+    be.step()                                        # admitted through the static steps
+    monkeypatch.setattr(batch_mod, "BUCKETS", (1, 2))   # then every 4-token step: dynamic
+    monkeypatch.setattr(be.runner, "step", _no)
+    be.run()
+    assert [r.tokens for r in reqs] == want and be._chains is None
 
 
 def test_a_batch_drafter_and_a_drafter_factory_are_refused_together(toy):

@@ -12,7 +12,9 @@ layer context K/V [rows, Hkv, slots, D] and each row's context length. Two calls
   embeddings) at positions ctx_len_r .. ctx_len_r + T - 1, all rows in one forward of
   [R, T] tokens; each row attends to its own context and its whole block (keys before
   ctx_len_r + T of its own cache row); the target's head, then each row's lattice (top-k
-  ids and log-probs) in one host read.
+  ids and log-probs) in one host read; or `draft_chains(rows, pendings, ks)`: the same
+  forward, each row's top-1 chain left on the device for the verify step (the BatchEngine's
+  static path), no host read.
 
 Both forwards are regions (stock/drafters/block_batch_step.py), whose arithmetic is
 BlockDrafter's plain path row by row, so a row drafts what a single-request BlockDrafter
@@ -179,21 +181,39 @@ class BatchBlockDrafter:
         out = [DraftLattice.empty(self.topk) for _ in rows]
         if not live:
             return out
-        t = self.net.cfg.block_size
-        r_live = [rows[i] for i in live]
-        ends = [self.ctx_len[r] for r in r_live]
-        pend = [pendings[i] for i in live]
-        if self.static:
-            both = self._static_draft(r_live, ends, pend)
-        else:
-            dev = self.target.device
-            inp = torch.tensor(r_live + ends + pend, device=dev)
-            both = draft_step(self, inp, max(ends) + t).cpu()   # one read
+        both = self._lattices([rows[i] for i in live], [pendings[i] for i in live]).cpu()
         ids, lps = both[0].long(), both[1].float()        # [R, T, top-k] each, on the host
         top1 = ids[:, :, 0].tolist()                      # every row's chain in one read
         for j, i in enumerate(live):
             out[i] = DraftLattice(ids[j, :ks[i]], lps[j, :ks[i]], top1[j][:ks[i]])
         return out
+
+    @torch.inference_mode()
+    def draft_chains(self, rows: list[int], pendings: list[int],
+                     ks: list[int]) -> torch.Tensor | None:
+        """Each row's top-1 chain as the device holds it, with no host read: [len(rows), T]
+        token ids (float64, as the packed lattice holds them; positions past ks[i] are
+        drafted too and mean nothing; a row with ks[i] = 0 gets zeros), or None when no row
+        drafts. On the static path a view of the slot's output, rewritten by the next
+        draft: a consumer copies it before then (the BatchRunner's step does)."""
+        live = [i for i, k in enumerate(ks) if k > 0]
+        if not live:
+            return None
+        top1 = self._lattices([rows[i] for i in live], [pendings[i] for i in live])[0, :, :, 0]
+        if len(live) == len(rows):
+            return top1
+        out = top1.new_zeros(len(rows), top1.shape[1])
+        return out.index_copy_(0, torch.tensor(live, device=out.device), top1)
+
+    def _lattices(self, rows: list[int], pend: list[int]) -> torch.Tensor:
+        """The rows' packed lattices [2, len(rows), T, top-k] on the device (block_step.
+        pack_lattice: top-k ids, then log-probs, float64) from one forward, each row's block
+        after its context."""
+        ends = [self.ctx_len[r] for r in rows]
+        if self.static:
+            return self._static_draft(rows, ends, pend)
+        inp = torch.tensor(rows + ends + pend, device=self.target.device)
+        return draft_step(self, inp, max(ends) + self.net.cfg.block_size)
 
     def capture_upto(self, end: int, ts: tuple[int, ...] = ()) -> int:
         """The static path: make (on CUDA: capture) the slot of every batch bucket and KV
@@ -215,7 +235,8 @@ class BatchBlockDrafter:
         return len(self._graphs) + len(self._ext)
 
     def _static_draft(self, rows: list[int], ends: list[int], pend: list[int]) -> torch.Tensor:
-        """The lattices [2, len(rows), T, top-k] (CPU) from the slot of this batch's shape."""
+        """The lattices [2, len(rows), T, top-k] on the device from the slot of this batch's
+        shape (a view of its output)."""
         n, t = len(rows), self.net.cfg.block_size
         b = next(x for x in self.b_buckets if x >= n)
         kv = next((x for x in self.kv_buckets if x >= max(ends) + t), None)
@@ -235,7 +256,7 @@ class BatchBlockDrafter:
             graph.replay()
         else:
             res = draft_step(self, inp, kv)
-        return res[:, :n].cpu()          # the one host read of a draft
+        return res[:, :n]
 
     def _slot(self, b: int, kv: int) -> tuple:
         dev = self.target.device
