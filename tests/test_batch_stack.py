@@ -27,9 +27,13 @@ from stock.engine import Engine  # noqa: E402
 STACK = {"admit_chunk": 8, "dynamic_draft": True, "node_budget": 5}
 
 
-@pytest.mark.parametrize("drafter", ["block", "ngram"])
+@pytest.mark.parametrize("drafter,static", [("block", False), ("ngram", False),
+                                            ("block", True)])
 def test_the_three_mechanisms_at_once_keep_every_single_request_output(toy, toy_trained,
-                                                                       drafter):
+                                                                       drafter, static):
+    """Also on the static path (the CUDA graphs', eagerly here), where stock hands the block
+    drafter's chains to the verify step on the device and the budget needs them on the
+    host."""
     target, prompts, _ = toy
     net = toy_trained[0]
     base = {"draft_len": 3, "block_size": 4}
@@ -37,11 +41,12 @@ def test_the_three_mechanisms_at_once_keep_every_single_request_output(toy, toy_
     make = (lambda: BlockDrafter(net, target, 256)) if drafter == "block" else \
         (lambda: NGramDrafter(4, 1, 4))
     want = [single.generate(p, 20, make()).tokens for p in prompts]
-    kw = ({"batch_drafter": BatchBlockDrafter(net, target, 256, rows=4)} if drafter == "block"
+    kw = ({"batch_drafter": BatchBlockDrafter(net, target, 256, rows=4, static=static,
+                                              capture=False)} if drafter == "block"
           else {"drafter_factory": make})
     with one_thread():
         be = BatchEngine(target, Options({**base, **STACK}), max_batch=3, max_context=256,
-                         **kw)
+                         static=static, capture=False, **kw)
         drafted, rode, real = [], [], be._run
         riding = be._verify_riding
 

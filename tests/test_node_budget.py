@@ -71,15 +71,20 @@ def test_the_array_allocation_equals_the_per_position_one(seed):
         assert shared_budget(lattices, ks, budget) == _per_position(lattices, ks, budget)
 
 
-def test_a_shared_budget_keeps_every_single_request_output(toy, toy_trained):
+@pytest.mark.parametrize("static", [False, True])
+def test_a_shared_budget_keeps_every_single_request_output(toy, toy_trained, static):
+    """The dynamic path, and the static one (the CUDA graphs', eagerly here), where stock
+    hands the block drafter's chains to the verify step on the device: with a budget the
+    lattices come to the host and the budget holds there too."""
     target, prompts, _ = toy
     net = toy_trained[0]
     single = Engine(target, Options({"draft_len": 3, "block_size": 4}), 256)
     want = [single.generate(p, 20, BlockDrafter(net, target, 256)).tokens for p in prompts]
     with one_thread():
         be = BatchEngine(target, Options({"draft_len": 3, "block_size": 4, "node_budget": 4}),
-                         max_batch=3, max_context=256,
-                         batch_drafter=BatchBlockDrafter(net, target, 256, rows=4))
+                         max_batch=3, max_context=256, static=static, capture=False,
+                         batch_drafter=BatchBlockDrafter(net, target, 256, rows=4,
+                                                         static=static, capture=False))
         drafted, real = [], be._run
         be._run = lambda seqs, starts, rows: drafted.append(sum(len(s) - 1 for s in seqs)) \
             or real(seqs, starts, rows)
