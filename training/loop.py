@@ -30,6 +30,7 @@ from training.resume import find_state, load_state
 class TrainConfig:
     seed: int = 0
     prompts: int = 4096
+    corpus: str = "base"  # training.prompts.build_prompts: "base" or "wide" (issue 24's 5x)
     max_prompt: int = 256  # prompt tokens kept (the end of longer prompts is kept)
     max_new: int = 256  # greedy answer tokens per prompt
     gen_batch: int = 256  # prompts answered at once (greedy decoding is launch-bound: larger

@@ -90,6 +90,26 @@ def _code(rng: random.Random) -> str:
             f"normal input, empty input and one edge case.")
 
 
+def _code_wide(rng: random.Random) -> str:
+    """The wide corpus's code tasks: an input, an operation and a condition over an entity
+    and an attribute, in one of several task forms and languages (combinations, so they do
+    not run out as the fixed task list does)."""
+    e, a = rng.choice(W.entities), rng.choice(W.attrs)
+    fill = {"e": e, "a": a}
+    extra = rng.choice(W.code_extras + W.code_extras_more)
+    return rng.choice(W.code_task_forms).format(
+        lang=rng.choice(W.code_langs_wide), inp=rng.choice(W.code_inputs).format(**fill),
+        op=rng.choice(W.code_operations).format(**fill),
+        cond=rng.choice(W.code_conditions).format(**fill), extra=extra).strip()
+
+
+def _long_form_wide(rng: random.Random) -> str:
+    """The wide corpus's long-form requests: a genre, a topic, an audience, a constraint."""
+    topic = rng.choice(W.topics + W.long_topics_more)
+    return (f"Write {rng.choice(W.long_genres)} about {topic} for {rng.choice(W.audiences)}, "
+            f"{rng.choice(W.long_constraints)}.")
+
+
 def _math_more(rng: random.Random, kind: int) -> str:
     a, b, c = rng.randint(2, 60), rng.randint(2, 40), rng.randint(2, 12)
     who, who2 = rng.sample(W.people, 2)
@@ -231,8 +251,10 @@ def _instruction(rng: random.Random) -> str:
 
 
 @functools.lru_cache(maxsize=4)
-def stdlib_snippets(limit_files: int | None = None) -> list[tuple[str, str, str]]:
-    """(kind, name, text) for module docstrings and function sources of the stdlib folder."""
+def stdlib_snippets(limit_files: int | None = None,
+                    methods: bool = False) -> list[tuple[str, str, str]]:
+    """(kind, name, text) for module docstrings and function sources of the stdlib folder;
+    with `methods` (the wide corpus) public classes' public methods too."""
     root = Path(sysconfig.get_paths()["stdlib"])
     skip = {"test", "tests", "idlelib", "lib2to3", "site-packages", "turtledemo", "ensurepip"}
     files = sorted(p for p in root.rglob("*.py")
@@ -249,11 +271,16 @@ def stdlib_snippets(limit_files: int | None = None) -> list[tuple[str, str, str]
         doc = ast.get_docstring(tree)
         if doc and len(doc) > 200:
             out.append(("doc", mod, doc[:1500]))
-        for node in tree.body:
+        defs = [(mod, node) for node in tree.body]
+        if methods:
+            defs += [(f"{mod}.{node.name}", m) for node in tree.body
+                     if isinstance(node, ast.ClassDef) and not node.name.startswith("_")
+                     for m in node.body]
+        for where, node in defs:
             if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
                 seg = ast.get_source_segment(src, node) or ""
                 if 4 <= seg.count("\n") <= 30:
-                    out.append(("func", f"{mod}.{node.name}", seg))
+                    out.append(("func", f"{where}.{node.name}", seg))
     return out
 
 
@@ -296,15 +323,18 @@ def prose_summary_prompt(rng: random.Random, passage: str) -> str:
     return rng.choice(W.prose_summary_forms).format(t=passage.strip())
 
 
-def _summarisation(rng: random.Random, passages) -> str:
-    return rng.choice(W.summary_forms).format(t=rng.choice(passages)[1])
+def _summarisation(rng: random.Random, passages, wide: bool = False) -> str:
+    forms = W.summary_forms + W.summary_forms_more if wide else W.summary_forms
+    return rng.choice(forms).format(t=rng.choice(passages)[1])
 
 
-def _stdlib(rng: random.Random, snippets) -> str:
+def _stdlib(rng: random.Random, snippets, wide: bool = False) -> str:
     kind, name, text = rng.choice(snippets)
     if kind == "doc":  # name: the module
-        return rng.choice(W.stdlib_doc_forms).format(name=name, text=text)
-    return rng.choice(W.stdlib_func_forms).format(module=name.rsplit(".", 1)[0], text=text)
+        forms = W.stdlib_doc_forms + W.stdlib_doc_forms_more if wide else W.stdlib_doc_forms
+        return rng.choice(forms).format(name=name, text=text)
+    forms = W.stdlib_func_forms + W.stdlib_func_forms_more if wide else W.stdlib_func_forms
+    return rng.choice(forms).format(module=name.rsplit(".", 1)[0], text=text)
 
 
 # The committed dev request set (prompts that measure τ, never trained on), read as data:
@@ -327,17 +357,34 @@ MIX = {"code": 0.24, "math": 0.16, "chat": 0.18, "long-form": 0.12, "instruction
 
 
 def build_prompts(seed: int, n: int, exclude: set[str] = frozenset(),
-                  limit_files: int | None = None, mix: dict[str, float] | None = None
-                  ) -> list[tuple[str, str]]:
+                  limit_files: int | None = None, mix: dict[str, float] | None = None,
+                  corpus: str = "base") -> list[tuple[str, str]]:
     """Up to `n` distinct (source, prompt) pairs in the proportions of `mix`, fixed by
-    `seed`, none in `exclude`. A source whose templates run out of new prompts gives fewer."""
-    mix = dict(MIX if mix is None else mix)
+    `seed`, none in `exclude`. A source whose templates run out of new prompts gives fewer.
+
+    `corpus`: "base" (the templates the shipped drafter trained on; a seed gives the same
+    prompts as before "wide" existed), or "wide": the base templates plus combinatorial code
+    tasks (inputs x operations x conditions x languages) and long-form requests (genres x
+    topics x audiences x constraints), public methods of stdlib classes beside functions,
+    more task forms over stdlib code and documentation and over summarised passages, and
+    its own mix (W.wide_mix, more code and long-form, less chat). Asked for 300,000 from
+    seed 0 (dev prompts excluded, Python 3.11's stdlib) it gives 269,984 distinct prompts,
+    the base corpus 101,011 (issue 24's 5x data); the stdlib sources, and so the counts,
+    depend on the interpreter. Summarisation is short of its share (the reference passages
+    run out): stage 2 (--summaries) adds the target's own prose as passages."""
+    if corpus not in ("base", "wide"):
+        raise ValueError(f"unknown corpus {corpus!r}; known: base, wide")
+    wide = corpus == "wide"
+    mix = dict((W.wide_mix if wide else MIX) if mix is None else mix)
     rng = random.Random(seed)
-    snippets = stdlib_snippets(limit_files) if mix.get("stdlib") else []
+    snippets = stdlib_snippets(limit_files, methods=wide) if mix.get("stdlib") else []
     passages = reference_passages() if mix.get("summarisation") else []
     makers = {"code": _code, "math": _math, "chat": _chat, "long-form": _long_form,
-              "instruction": _instruction, "stdlib": lambda r: _stdlib(r, snippets),
-              "summarisation": lambda r: _summarisation(r, passages)}
+              "instruction": _instruction, "stdlib": lambda r: _stdlib(r, snippets, wide),
+              "summarisation": lambda r: _summarisation(r, passages, wide)}
+    if wide:   # the combinations three times in four; the base templates stay in the mix
+        makers["code"] = lambda r: _code_wide(r) if r.random() < 0.75 else _code(r)
+        makers["long-form"] = lambda r: _long_form_wide(r) if r.random() < 0.75 else _long_form(r)
     if not snippets:
         mix.pop("stdlib", None)
     if not passages:
