@@ -72,19 +72,64 @@ def test_riding_prompts_keep_every_single_request_output(tiny, drafter, static):
     assert len(mixed) > 5 and be.idle           # prompts rode in decode steps
 
 
-def test_riding_prompts_feed_the_batched_block_drafter(toy, toy_trained):
+@pytest.mark.parametrize("static", [False, True])
+def test_riding_prompts_feed_the_batched_block_drafter(toy, toy_trained, static):
+    """Also on the static path (the CUDA graphs', eagerly here), where stock hands the
+    decoding rows' drafts to the step on the device and riders follow them."""
     target, prompts, _ = toy
     net = toy_trained[0]
     opts = Options({"draft_len": 3, "block_size": 4, "admit_chunk": 6})
     single = Engine(target, Options({"draft_len": 3, "block_size": 4}), 256)
     want = [single.generate(p, 20, BlockDrafter(net, target, 256)) for p in prompts]
     with one_thread():
-        be = BatchEngine(target, opts, max_batch=3, max_context=256,
-                         batch_drafter=BatchBlockDrafter(net, target, 256, rows=4))
+        be = BatchEngine(target, opts, max_batch=3, max_context=256, static=static,
+                         capture=False,
+                         batch_drafter=BatchBlockDrafter(net, target, 256, rows=4,
+                                                         static=static, capture=False))
         reqs, mixed, _ = _serve(be, prompts, 20)
     assert [r.tokens for r in reqs] == [w.tokens for w in want]
     assert [r.accepted for r in reqs] == [w.accepted for w in want]   # the same drafts
     assert mixed and max(max(r.accepted) for r in reqs) > 1
+
+
+@pytest.mark.parametrize("spare", [False, True])
+def test_with_admit_spare_riders_never_widen_the_decoding_rows_step(toy, toy_trained, spare):
+    """Static path, block drafts of 3 (decoding rows of 4 tokens: bucket 4), chunks of up to
+    6: with admit_spare every mixed step stays in the decoding rows' bucket (riders take 4
+    tokens a step), without it riders widen some steps to bucket 8; outputs are the
+    single-request ones either way."""
+    from stock.graphs import BUCKETS
+
+    target, prompts, _ = toy
+    net = toy_trained[0]
+    opts = Options({"draft_len": 3, "block_size": 4, "admit_chunk": 6, "admit_spare": spare})
+    single = Engine(target, Options({"draft_len": 3, "block_size": 4}), 256)
+    want = [single.generate(p, 20, BlockDrafter(net, target, 256)).tokens for p in prompts]
+    with one_thread():
+        be = BatchEngine(target, opts, max_batch=3, max_context=256, static=True,
+                         capture=False,
+                         batch_drafter=BatchBlockDrafter(net, target, 256, rows=4,
+                                                         static=True, capture=False))
+        widened, real = [], be._run
+
+        def run(seqs, starts, rows):
+            riding = [len(s) for s, r in zip(seqs, rows) if be.rows[r].filled >= 0]
+            decoding = [len(s) for s, r in zip(seqs, rows) if be.rows[r].filled < 0]
+            if riding and decoding:
+                def bucket(n):
+                    return next(b for b in BUCKETS if b >= n)
+                widened.append(bucket(max(riding)) > bucket(max(decoding)))
+            return real(seqs, starts, rows)
+
+        be._run = run
+        reqs = []
+        for i, p in enumerate(prompts):
+            reqs.append(be.submit(p, 20))
+            if i % 2:
+                be.step()
+        be.run()
+    assert [r.tokens for r in reqs] == want
+    assert len(widened) > 3 and any(widened) != spare
 
 
 def test_the_default_prefills_apart_as_stock_does(tiny):
