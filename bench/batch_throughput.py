@@ -12,7 +12,11 @@ what the batch makes once prefill is out of the way), tokens gained per step per
 the same engine (the CUDA graphs of its shapes captured, compiled code warm), then timed;
 with `--prepare` every slot a request below the context can meet is made first
 (BatchEngine.prepare, as `specpilot serve --prepare`), its count and seconds logged and in
-the JSON (what the server's start-up would cost at that concurrency).
+the JSON (what the server's start-up would cost at that concurrency). A second table
+splits the median run's wall time into steps that admitted requests (prefill or riding),
+decode steps with every row busy, and decode steps with rows free and nothing waiting
+(the ragged end: speculative rows finish at different steps), which is where whole-run
+tok/s parts from decode tok/s.
 
 Targets: `random:<preset>` (random bf16 weights, random prompts of --prompt tokens: AR
 only, drafts mean nothing there; dense-27b shows where weights stop dominating a step) or
@@ -113,14 +117,18 @@ def run(engine: BatchEngine, reqs, phases: dict | None = None) -> dict:
     subs = [engine.submit(p, m, on_tokens=lambda toks, i=i: first.setdefault(
         i, time.perf_counter())) for i, (p, m) in enumerate(reqs)]
     steps, split = [], []
+    spent = dict.fromkeys(SPENT, 0.0)
     while not engine.idle:
         admits = bool(engine.waiting) and None in engine.rows
+        busy = None not in engine.rows   # every row decoding as the step starts
         if phases is not None:
             phases.clear()
         s = time.perf_counter()
         engine.step()   # ends with its one host read: the step's time is wall time
-        if not admits and all(r is not None for r in engine.rows):
-            steps.append(time.perf_counter() - s)
+        dt = time.perf_counter() - s
+        spent["admit" if admits else "full" if busy else "tail"] += dt
+        if not admits and all(r is not None for r in engine.rows):   # none left either
+            steps.append(dt)
             if phases is not None:
                 split.append(dict(phases))
     wall = time.perf_counter() - t0
@@ -131,7 +139,8 @@ def run(engine: BatchEngine, reqs, phases: dict | None = None) -> dict:
            "step_ms": 1e3 * statistics.median(steps) if steps else float("nan"),
            "decode_steps": len(steps), "tau": statistics.mean(gained),
            "ttft_p50_ms": 1e3 * statistics.median(ttft) if ttft else float("nan"),
-           "outputs": [r.tokens for r in subs]}
+           "outputs": [r.tokens for r in subs],
+           "spent_s": {k: round(v, 4) for k, v in spent.items()}}
     if phases is not None and split:
         out["phases_ms"] = {k: 1e3 * statistics.median(d.get(k, 0.0) for d in split)
                             for k in PHASES}
@@ -139,6 +148,10 @@ def run(engine: BatchEngine, reqs, phases: dict | None = None) -> dict:
 
 
 PHASES = ("draft", "verify", "extend", "step")
+# where a run's wall time went: steps that admitted requests (their prefill, or riding),
+# pure decode steps with every row busy, and decode steps with a row free and nothing
+# waiting (the run's ragged end: speculation finishes requests at different steps)
+SPENT = ("admit", "full", "tail")
 NEAR_TIE_EPSILON, NOISE_FACTOR = 0.05, 2.0   # the judges' defaults (specpilot/config.py gates)
 
 
@@ -367,6 +380,12 @@ def main() -> None:
                 f"{args.target}, {args.device}, {args.max_new} new tokens, {args.waves}C "
                 f"requests per run, median of {args.repeats} interleaved timed runs (ratios of "
                 "medians)" + (f", entry {ENTRY} applied" if ENTRY else ""))
+    print_table(["mode", "C", "wall s", "admitting steps s", "full decode steps s",
+                 "tail steps s (rows free)"],
+                [[k.split("@")[0], k.split("@")[1], f"{r['wall_s']:.3f}"]
+                 + [f"{r['spent_s'][x]:.3f}" for x in SPENT]
+                 for k, r in res.items() if "spent_s" in r],
+                "where the median run's time went (host time between steps is the rest)")
     if split:
         print_table(["mode", "C", "decode step ms (timed run)", "draft ms", "verify ms",
                      "extend ms", "step ms (synchronised)", "host rest ms"], split,
