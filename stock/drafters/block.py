@@ -40,7 +40,7 @@ register("block_graphs", bool, True, "block drafter: replay its step (context up
 register("block_compile", bool, True, "block drafter: its forwards (the single-request "
          "step, the batched draft and context update) through torch.compile'd regions where "
          "option compile is on; off: the same regions eagerly, inside its CUDA graphs; used "
-         "on CUDA only, ignored on CPU")
+         "on CUDA only, ignored on CPU", devices=("cuda",))
 register("block_weights", str, "", "block drafter: folder with manifest.json and safetensors "
          "shards; empty: the weights shipped for the embedded model")
 
