@@ -220,10 +220,6 @@ register("graph_prefill", bool, True, "a prompt of at most graph_prefill_max tok
 register("graph_prefill_max", int, 256, "graph_prefill: the longest prompt prefilled in "
          "static steps (each step reads the weights once, so on a large target a long "
          "prompt is cheaper in one dynamic forward); 0: none", devices=CUDA)
-register("batch_chain_device", bool, True, "batched engine: the batch drafter's top-1 chains "
-         "go from its forward to the verify step on the device (no host read of its lattices "
-         "between them); off: read to the host every step; used on the static path (CUDA "
-         "graphs) only", devices=CUDA)
 register("draft_len", int, 8, "draft tokens proposed per verification step")
 register("lattice_topk", int, 4, "tokens kept per draft position in the lattice")
 register("ngram_max", int, 4, "longest n-gram the prompt-lookup drafter matches")

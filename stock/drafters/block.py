@@ -41,6 +41,10 @@ register("block_compile", bool, True, "block drafter: its forwards (the single-r
          "step, the batched draft and context update) through torch.compile'd regions where "
          "option compile is on; off: the same regions eagerly, inside its CUDA graphs; used "
          "on CUDA only, ignored on CPU", devices=("cuda",))
+register("batch_chain_device", bool, True, "block drafter batched (the batched engine): its "
+         "top-1 chains go from its forward to the verify step on the device (no host read of "
+         "its lattices between them); off: read to the host every step; used on the static "
+         "path (CUDA graphs) only", devices=("cuda",))
 register("block_weights", str, "", "block drafter: folder with manifest.json and safetensors "
          "shards; empty: the weights shipped for the embedded model")
 
