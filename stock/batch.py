@@ -334,7 +334,7 @@ class BatchEngine:
     def _chains_on_device(self) -> bool:
         """Whether the batch drafter's chains reach the verify step on the device
         (`draft_chains`, copied into the step's slot) instead of through the host (`draft`):
-        the static path, option batch_chain_device (stock/drafters/block.py) on. A mechanism that reads the lattices
+        the static path, option batch_chain_device on. A mechanism that reads the lattices
         on the host keeps them off it."""
         return (self.runner is not None and self.batch_drafter.static
                 and self.options["batch_chain_device"])
