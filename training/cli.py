@@ -11,7 +11,7 @@
 1. Prompts: `training.prompts.build_prompts(seed, n)` (templates, project instructions, stdlib
    docstrings and functions; never the sealed set, never the dev prompts), chat-formatted;
    --corpus wide adds combinatorial templates and stdlib methods (269,984 distinct prompts
-   for 300,000 asked from seed 0 on Python 3.11, against the base corpus's 101,011: issue
+   for 300,000 asked from seed 0 on Python 3.11, against the base corpus's 101,010: issue
    24's 5x data; summarisation grows further through --summaries).
 2. Data: the target answers them greedily, many prompts at once (left-padded batches with
    per-sequence positions and masks); each answer ends at its first stop token. With

@@ -369,7 +369,7 @@ def build_prompts(seed: int, n: int, exclude: set[str] = frozenset(),
     more task forms over stdlib code and documentation and over summarised passages, and
     its own mix (W.wide_mix, more code and long-form, less chat). Asked for 300,000 from
     seed 0 (dev prompts excluded, Python 3.11's stdlib) it gives 269,984 distinct prompts,
-    the base corpus 101,011 (issue 24's 5x data); the stdlib sources, and so the counts,
+    the base corpus 101,010 (issue 24's 5x data); the stdlib sources, and so the counts,
     depend on the interpreter. Summarisation is short of its share (the reference passages
     run out): stage 2 (--summaries) adds the target's own prose as passages."""
     if corpus not in ("base", "wide"):
