@@ -75,21 +75,25 @@ def test_riding_prompts_keep_every_single_request_output(tiny, drafter, static):
 @pytest.mark.parametrize("static", [False, True])
 def test_riding_prompts_feed_the_batched_block_drafter(toy, toy_trained, static):
     """Also on the static path (the CUDA graphs', eagerly here), where stock hands the
-    decoding rows' drafts to the step on the device and riders follow them."""
+    decoding rows' drafts to the step on the device and riders follow them, and the
+    riders' chunks reach the drafter's context through its fixed-shape update (one graph
+    replay on CUDA), never through the eager per-position one."""
     target, prompts, _ = toy
     net = toy_trained[0]
     opts = Options({"draft_len": 3, "block_size": 4, "admit_chunk": 6})
     single = Engine(target, Options({"draft_len": 3, "block_size": 4}), 256)
     want = [single.generate(p, 20, BlockDrafter(net, target, 256)) for p in prompts]
     with one_thread():
+        bd = BatchBlockDrafter(net, target, 256, rows=4, static=static, capture=False)
+        eager, extend = [], bd.extend
+        bd.extend = lambda spans: eager.append(len(spans)) or extend(spans)
         be = BatchEngine(target, opts, max_batch=3, max_context=256, static=static,
-                         capture=False,
-                         batch_drafter=BatchBlockDrafter(net, target, 256, rows=4,
-                                                         static=static, capture=False))
+                         capture=False, batch_drafter=bd)
         reqs, mixed, _ = _serve(be, prompts, 20)
     assert [r.tokens for r in reqs] == [w.tokens for w in want]
     assert [r.accepted for r in reqs] == [w.accepted for w in want]   # the same drafts
     assert mixed and max(max(r.accepted) for r in reqs) > 1
+    assert bool(eager) != static   # the dynamic path's update is the eager one
 
 
 @pytest.mark.parametrize("spare", [False, True])
