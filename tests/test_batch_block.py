@@ -75,8 +75,9 @@ def test_the_static_context_update_writes_what_the_eager_one_does(toy):
     """A verify step's committed spans through the fixed-shape update (the CUDA graphs' path,
     run eagerly here): rows' features cut from one [rows bucket, T bucket] tensor write what
     the eager per-span update writes; padding (past a row's count, the padding row, T 5
-    padded to its bucket 8) writes no live row (only the spare row, which nothing reads); a span that skips positions is
-    refused on both paths."""
+    padded to the context update's bucket 16, T 20 to 64) writes no live row (only the
+    spare row, which nothing reads); a span that skips positions is refused on both
+    paths."""
     target, _, _ = toy
     net = random_net(target, block_size=4, seed=3)
     sides = [BatchBlockDrafter(net, target, 256, rows=6, static=s, capture=False)
@@ -92,14 +93,20 @@ def test_the_static_context_update_writes_what_the_eager_one_does(toy):
     for bd in sides:
         bd.extend_rows([2, 0, 1], [3 + 4, 5 + 1, 9 + 5], [4, 1, 5], hidden)
     assert sides[0].ctx_len == sides[1].ctx_len and sides[1].ctx_len[:3] == [6, 14, 7]
-    assert set(sides[1]._ext) == {(4, 8)}
+    assert set(sides[1]._ext) == {(4, 16)}
+    longer = torch.randn(2, 20, width, generator=gen)    # a prefill chunk's T 20: bucket 64
+    for bd in sides:
+        bd.extend_rows([1, 0], [14 + 20, 6 + 17], [20, 17], longer)
+    assert sides[0].ctx_len == sides[1].ctx_len and sides[1].ctx_len[:3] == [23, 34, 7]
+    assert set(sides[1]._ext) == {(4, 16), (2, 64)}
     for i in range(net.cfg.num_layers):
         for eager, static in ((sides[0].k[i], sides[1].k[i]), (sides[0].v[i], sides[1].v[i])):
             assert torch.allclose(eager[:5], static[:5], atol=1e-5), i   # rows 3-4: zeros
-        assert torch.equal(before[i][:5, :, 14:], sides[1].k[i][:5, :, 14:])  # past the spans
+        assert torch.equal(before[i][:5, :, 34:], sides[1].k[i][:5, :, 34:])  # past the spans
+        assert torch.equal(before[i][2, :, 7:], sides[1].k[i][2, :, 7:])     # row 2's too
     for bd in sides:
         with pytest.raises(BlockDrafterError, match="do not extend"):
-            bd.extend_rows([0], [6 + 3], [2], hidden)    # positions 7-8 after a context of 6
+            bd.extend_rows([0], [23 + 3], [2], hidden)   # positions 24-25 after a context of 23
 
 
 @pytest.mark.parametrize("static", [False, True])
@@ -119,8 +126,9 @@ def test_batched_block_speculation_gives_single_request_outputs(toy, toy_trained
         exts = set(be.batch_drafter._ext)
         assert made == len(keys) + len(drafts) + len(exts) and drafts
         # draft_len 3: verify steps of T up to 4; prefill chunks of 8 (graph_prefill), whose
-        # drafter context updates go through the fixed-shape slots too
-        assert exts == {(b, t) for b in (1, 2, 3) for t in (1, 2, 4, 8)}
+        # drafter context updates go through the fixed-shape slots too, all of them in the
+        # context update's bucket of 16 tokens: one shape per rows bucket
+        assert exts == {(b, 16) for b in (1, 2, 3)}
         assert {t for _, t, _ in keys} == {1, 2, 4, 8}
         assert {b for b, _, _ in keys} == {1, 2, 3}
     reqs = []

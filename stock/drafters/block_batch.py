@@ -45,6 +45,13 @@ from stock.drafters.block_batch_step import context_step, draft_step, write_cont
 from stock.graphs import BUCKETS, MIN_KV, capture, kv_buckets
 
 
+# The context update's tokens buckets: a decode step's committed spans (at most 16 tokens
+# with drafts of up to 15) and a prefill chunk's (up to the largest step bucket). Two shapes
+# per rows bucket, each a compile of its region and a CUDA graph, instead of one per step
+# bucket (7); the padding positions write the spare row.
+CONTEXT_TOKENS = (16, BUCKETS[-1])
+
+
 class BatchBlockDrafter:
     name = "block"
 
@@ -130,10 +137,11 @@ class BatchBlockDrafter:
         """A verification step's committed spans: row rows[i] gains positions
         [ends[i] - counts[i], ends[i]), whose features are hidden[i, :counts[i]] (hidden
         [>= len(rows), T, n_ctx * H] on the device: the verify step's output). Static path:
-        one slot per (rows bucket, T), its features copied in on the device, rows, starts
-        and counts in one int64 copy, then one replay (CUDA graph) writing every row's
-        span; a padding position (past a row's count, or a padding row's) writes the spare
-        row, which nothing reads. Else `extend` with the spans cut out."""
+        one slot per (rows bucket, T's CONTEXT_TOKENS bucket), its features copied in on the
+        device, rows, starts and counts in one int64 copy, then one replay (CUDA graph)
+        writing every row's span; a padding position (past a row's count, or a padding
+        row's) writes the spare row, which nothing reads. Else `extend` with the spans cut
+        out."""
         if not self.static:
             return self.extend([(r, e, hidden[i, :c])
                                 for i, (r, e, c) in enumerate(zip(rows, ends, counts))])
@@ -142,7 +150,7 @@ class BatchBlockDrafter:
         self._check_spans(rows, ends, counts)
         n, t = len(rows), hidden.shape[1]
         b = next(x for x in self.b_buckets if x >= n)
-        t = next((x for x in BUCKETS if x >= t), t)   # the verify step's bucket (dynamic: T up)
+        t = self._context_bucket(t)
         slot = self._ext.get((b, t))
         if slot is None:
             slot = self._ext[(b, t)] = self._ext_slot(b, t)
@@ -159,6 +167,12 @@ class BatchBlockDrafter:
             context_step(self, feat, inp)
         for row, end in zip(rows, ends):
             self.ctx_len[row] = end
+
+    @staticmethod
+    def _context_bucket(t: int) -> int:
+        """A step of t tokens' context-update bucket (CONTEXT_TOKENS; past them, t itself:
+        a dynamic forward's step)."""
+        return next((x for x in CONTEXT_TOKENS if x >= t), t)
 
     def _ext_slot(self, b: int, t: int) -> tuple:
         dev, dt = self.target.device, self.target.dtype
@@ -218,12 +232,13 @@ class BatchBlockDrafter:
     def capture_upto(self, end: int, ts: tuple[int, ...] = ()) -> int:
         """The static path: make (on CUDA: capture) the slot of every batch bucket and KV
         bucket a block drafted from a context below `end` meets, and the context update's
-        slot of every batch bucket and verification tokens bucket in `ts`; returns how many
+        slot of every batch bucket and the CONTEXT_TOKENS bucket of every verification
+        tokens bucket in `ts`; returns how many
         exist (0 off the static path)."""
         if not self.static:
             return 0
         for b in self.b_buckets:
-            for t in ts:
+            for t in {self._context_bucket(t) for t in ts}:
                 if (b, t) not in self._ext:
                     self._ext[(b, t)] = self._ext_slot(b, t)
         top = min(end + self.net.cfg.block_size, self.slots)

@@ -24,7 +24,8 @@ recompile limit); without, the same functions run eagerly: the CPU's path, the r
 the compiled step is checked against (tests/test_batch_block.py), and the arithmetic of
 BlockDrafter's plain path row by row. The mask covers every slot and attention reads its
 first kv_len columns, so a new key bucket costs a capture, never a compile; a compile
-happens once per rows bucket (and per tokens bucket of the context update).
+happens once per rows bucket (and per rows bucket and CONTEXT_TOKENS bucket of the
+context update, stock/drafters/block_batch.py).
 """
 
 from __future__ import annotations
