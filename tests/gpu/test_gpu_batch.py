@@ -60,8 +60,8 @@ def test_the_compiled_batched_drafter_drafts_what_the_eager_regions_draft():
     """Option block_compile (with compile, the default on CUDA): the batched drafter's draft
     and context update run inductor-compiled regions inside their CUDA graphs. Against the
     same regions run eagerly in graphs: the same served tokens (the target decides them),
-    top-1 drafts equal at nearly every position and log-probs within bf16 rounding, every
-    drafter region compiled, no fallback."""
+    the same top-1 draft wherever it leads by more than 0.05 in log-probability and
+    log-probs within bf16 rounding, every drafter region compiled, no fallback."""
     from stock import compiled as C
     from stock.drafters.block import BlockConfig, BlockNet
     from stock.drafters.block_batch import BatchBlockDrafter
@@ -86,15 +86,17 @@ def test_the_compiled_batched_drafter_drafts_what_the_eager_regions_draft():
     assert not C.fallbacks()
     assert {n for n, _ in C._compiled} >= {"batch_block_prologue", "batch_block_context",
                                            "batch_block_lattice"}
-    same = total = 0
-    worst = 0.0
+    sure = worst = 0.0
     for a, b in zip(runs[False][1], runs[True][1]):   # [2, rows, T, top-k] each
         if a.shape != b.shape:   # the drafts parted: acceptance, then the batches, differ
             break
-        agree = a[0, :, :, 0] == b[0, :, :, 0]
-        same, total = same + int(agree.sum()), total + agree.numel()
+        # bf16 rounding may swap near-tied top tokens; where the eager top-1 leads by more
+        # than 0.05 in log-probability, the compiled one is the same token
+        lead = a[1, :, :, 0] - a[1, :, :, 1] > 0.05
+        assert torch.equal(a[0, :, :, 0][lead], b[0, :, :, 0][lead])
+        sure += int(lead.sum())
         ids_equal = (a[0] == b[0]).all(-1)   # positions whose top-k ids agree
         if ids_equal.any():
             worst = max(worst, float((a[1] - b[1]).abs()[ids_equal].max()))
-    assert total > 20 and same >= 0.9 * total, (same, total)
+    assert sure > 20, sure
     assert worst < 0.1, worst
