@@ -234,3 +234,35 @@ def test_describe_rewrites_the_prose_only(project):
         bad = project.specpilot("memory", "describe", *args)
         assert bad.exit_code == 2 and msg in bad.output, bad.output
     assert tomllib.loads((project.path / "memory/a.toml").read_text())["summary"] == "new"
+
+
+def test_option_lists_what_a_patch_registers_and_sets_its_tuned_value(project):
+    """`memory option`: an option the entry's replay registers (its own patch or a
+    dependency's) is listed with its registration's type and default, a listed one gets a
+    tuned value parsed by its type; an option nobody registers and a value of the wrong type
+    are refused in one line; only the note changes."""
+    reg = ('register("knob", int, 0, "a knob", min=0, max=9)\n'
+           'register("flag", bool, False, "a flag")\n')
+    a = project.entry("a", {1: "'a'"}, extra={"stock/opts.py": reg})
+    b = project.entry("b", {2: "'b'"}, deps=["a"])
+    res = project.specpilot("memory", "option", "b", "flag", "--tuned", "true", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output) == {"name": "flag", "type": "bool", "default": False,
+                                      "tuned": True, "help": ""}
+    listed = tomllib.loads((project.path / "memory/b.toml").read_text())["options"]
+    assert [(o["name"], o["tuned"]) for o in listed] == [("flag", True)]
+    res = project.specpilot("memory", "option", "a", "knob", "--help-text", "how far")
+    assert res.exit_code == 0 and "knob (int, default 0)" in res.output, res.output
+    res = project.specpilot("memory", "option", "a", "knob", "--tuned", "7")
+    assert res.exit_code == 0, res.output
+    knob = tomllib.loads((project.path / "memory/a.toml").read_text())["options"]
+    assert knob == [{"name": "knob", "type": "int", "default": 0, "tuned": 7,
+                     "help": "how far"}]
+    assert project.git("rev-parse", "refs/specpilot/entries/a") == a.commit   # tree untouched
+    assert project.git("rev-parse", "refs/specpilot/entries/b") == b.commit
+    for args, msg in ((["a", "flux"], "registers no option 'flux'"),
+                      (["a", "knob", "--tuned", "lots"], "is not of type int"),
+                      (["zz", "knob"], "no memory entry")):
+        bad = project.specpilot("memory", "option", *args)
+        assert bad.exit_code == 2 and msg in bad.output, bad.output
+    assert verify(project.memory()).ok

@@ -18,7 +18,8 @@ from specpilot.memory.record import record as record_entry
 from specpilot.memory.store import Memory
 from specpilot.memory.verify import verify as verify_entries
 from specpilot.memory.repair import repair
-from specpilot.memory.results import add_result, describe, from_comparison, typed_in
+from specpilot.memory.results import (add_result, describe, from_comparison, set_option,
+                                      typed_in)
 
 SOURCE = click.Choice(["refs", "files"])
 JSON = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -284,6 +285,26 @@ def describe_cmd(entry_id, summary, applicability, untested, no_files, as_json):
                     "applicability": meta.applicability, "untested": meta.untested},
           f"{entry_id}: summary, {len(meta.applicability)} applicability limit(s), "
           f"{len(meta.untested)} untested item(s)")
+
+
+@memory_group.command("option")
+@click.argument("entry_id")
+@click.argument("name")
+@click.option("--tuned", default=None, help="The value that switches the entry on, as a "
+              "measurement chose it (parsed by the option's type).")
+@click.option("--help-text", "help_text", default=None, help="The option's one-line help.")
+@click.option("--no-files", is_flag=True, help="Do not rewrite memory/<id>.toml.")
+@JSON
+def option_cmd(entry_id, name, tuned, help_text, no_files, as_json):
+    """List an option the entry's patches register (type and default from its registration;
+    `amend` keeps an entry's list as it was) or set a listed option's tuned value and help
+    (its note only; the tree and the patch stay)."""
+    meta = set_option(Memory(), entry_id, name, tuned=tuned, help=help_text,
+                      write_files=not no_files)
+    spec = next(o for o in meta.options if o.name == name)
+    _emit(as_json, spec.model_dump(mode="json"),
+          f"{entry_id}: option {name} ({spec.type}, default {spec.default!r}"
+          + (f", tuned {spec.tuned!r}" if spec.tuned is not None else "") + ")")
 
 
 def register(cli: click.Group) -> None:

@@ -6,20 +6,24 @@ changes neither the entry commit nor what replay reproduces. A controller compar
 JSON of `specpilot compare --json`) becomes a `controller_gain` result: the gain, its
 one-sided lower bound, the verdict, the hardware, model and requests it was measured on.
 `describe` rewrites the entry's prose (summary, applicability limits, what is untested) when
-measurements overtake it; `set_validation` records where a cycle's entry stands with the
-cycle's final validation (provisional, validated, rejected); like a result, each changes
-only the note.
+measurements overtake it; `set_option` lists an option the entry's patches register (one
+added by `amend`, which keeps the list) or gives a listed one its tuned value (the value
+`reuse` switches the entry on with) once a measurement chose it; `set_validation` records
+where a cycle's entry stands with the cycle's final validation (provisional, validated,
+rejected); like a result, each changes only the note.
 """
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 
 from specpilot.errors import SpecPilotError
 from specpilot.gitstore import ENTRY_PREFIX
-from specpilot.memory.entry import Result, Validation
+from specpilot.memory.entry import OptionSpec, Result, Validation
 from specpilot.memory.replay import Replayer
 from specpilot.memory.store import Memory, write_file_entry
 
@@ -80,6 +84,75 @@ def describe(memory: Memory, entry_id: str, summary: str | None = None,
     return _update_note(memory, entry_id, lambda meta: update, write_files)
 
 
+# an option registration a patch adds: `register("name", type, default, ...` on one line
+_REGISTER = re.compile(r'^\+\s*register\(\s*"(?P<name>\w+)"\s*,\s*(?P<type>bool|int|float|str)'
+                       r'\s*,\s*(?P<default>[^,]+?)\s*,', re.M)
+
+
+def registered(patch: str) -> dict[str, tuple[str, object]]:
+    """name -> (type name, default) of every option registration `patch` adds."""
+    out = {}
+    for m in _REGISTER.finditer(patch):
+        try:
+            out[m["name"]] = (m["type"], ast.literal_eval(m["default"]))
+        except (ValueError, SyntaxError):
+            continue   # a default that is not a literal: not listable from the patch
+    return out
+
+
+def _typed(type_name: str, text: str):
+    if type_name == "bool":
+        if text.lower() in ("true", "1", "yes", "on"):
+            return True
+        if text.lower() in ("false", "0", "no", "off"):
+            return False
+        raise ValueError(text)
+    return {"int": int, "float": float, "str": str}[type_name](text)
+
+
+def set_option(memory: Memory, entry_id: str, name: str, tuned: str | None = None,
+               help: str | None = None, write_files: bool = True):
+    """List option `name` in the entry's metadata (type and default as its registration in
+    the entry's patch or a dependency's says) or update a listed one: its tuned value
+    (parsed by its type) and help. Refused for an option no patch of the entry's replay
+    registers. Changes only the note; returns the new meta."""
+    refs = memory.ref_entries()
+    if entry_id not in refs:
+        raise SpecPilotError(f"no memory entry {entry_id!r}", code=2)
+    with memory.store.private_index() as index:
+        replayer = Replayer(memory, refs, index)
+        outcome = replayer.run(entry_id)
+        if not outcome.ok:
+            raise SpecPilotError(f"entry {entry_id!r} does not reproduce: {outcome.error}")
+        found: dict = {}
+        for patch in replayer.patches.values():
+            found.update(registered(patch.decode("utf-8", "replace")))
+    if name not in found:
+        raise SpecPilotError(f"entry {entry_id!r} registers no option {name!r} (its replay "
+                             f"registers: {', '.join(sorted(found)) or 'none'})", code=2)
+    type_name, default = found[name]
+    value = None
+    if tuned is not None:
+        try:
+            value = _typed(type_name, tuned)
+        except ValueError:
+            raise SpecPilotError(f"--tuned {tuned!r} is not of type {type_name} (option {name})",
+                                 code=2) from None
+
+    def change(meta):
+        specs = list(meta.options)
+        for i, spec in enumerate(specs):
+            if spec.name == name:
+                update = {k: v for k, v in (("tuned", value), ("help", help)) if v is not None}
+                specs[i] = spec.model_copy(update=update)
+                break
+        else:
+            specs.append(OptionSpec(name=name, type=type_name, default=default, tuned=value,
+                                    help=help or ""))
+        return {"options": specs}
+    return _update_note(memory, entry_id, change, write_files)
+
+
 def set_validation(memory: Memory, entry_id: str, status: str, run: str, detail: str,
                    write_files: bool = True):
     """Mark a cycle's entry provisional, validated or rejected (its note and
@@ -120,5 +193,5 @@ def own_patch(memory: Memory, refs: dict, entry_id: str) -> bytes:
         return replayer.patches[entry_id]
 
 
-__all__ = ["ENTRY_PREFIX", "add_result", "describe", "from_comparison", "set_validation",
-           "typed_in"]
+__all__ = ["ENTRY_PREFIX", "add_result", "describe", "from_comparison", "registered",
+           "set_option", "set_validation", "typed_in"]
