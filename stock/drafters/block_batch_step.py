@@ -35,8 +35,8 @@ from contextlib import nullcontext
 import torch
 
 from stock import body
-from stock.compiled import REGIONS, dynamo_limits, head, register_region, run_region
-from stock.drafters.block_step import pack_lattice, rms
+from stock.compiled import dynamo_limits, head, register_region, run_region
+from stock.drafters.block_step import _eager, pack_lattice, rms
 from stock.layers import apply_rope
 from stock.linear import linear
 
@@ -97,15 +97,11 @@ for _name, _fn in (("batch_block_prologue", batch_block_prologue),
     register_region(_name, _fn)
 
 
-def _runner(compiled: bool):
-    return run_region if compiled else (lambda name, *args: REGIONS[name](*args))
-
-
 def draft_step(d, inp: torch.Tensor, kv_len: int) -> torch.Tensor:
     """Every row's block of BatchBlockDrafter `d` in one forward over key slots [0, kv_len):
     inp [3B] int64 (rows, context ends, pending ids); the packed lattices [2, B, T, top-k]
     (float64 on the device). Each row's block K/V written into its cache row."""
-    run = _runner(d.compiled)
+    run = run_region if d.compiled else _eager   # as block_step.packed_step
     net, target = d.net, d.target
     layers = list(net.layers)
     with dynamo_limits() if d.compiled else nullcontext():
@@ -132,7 +128,7 @@ def draft_step(d, inp: torch.Tensor, kv_len: int) -> torch.Tensor:
 
 def context_step(d, feat: torch.Tensor, inp: torch.Tensor) -> None:
     """BatchBlockDrafter `d`'s fixed-shape context update (`batch_block_context`)."""
-    run = _runner(d.compiled)
+    run = run_region if d.compiled else _eager   # as block_step.packed_step
     net, target = d.net, d.target
     with dynamo_limits() if d.compiled else nullcontext():
         run("batch_block_context", feat, inp, d._keys, d.spare, net.fc, net.context_norm,
