@@ -1,0 +1,204 @@
+"""Memory entry batch-tree-verify (issue "batched serving": a batched step verifies every
+request's chain or tree): with option tree_budget the batched engine verifies each request's
+best-first draft tree, all rows in one forward, each row's accepted path compacted in its own
+cache row; every output stays the request's single-request greedy one (fp32, CPU). Runs
+where the entry is applied (tests/test_entry_tests.py replays it onto stock)."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import torch
+
+if not torch.cuda.is_available():   # the tree-build kernel through Triton's interpreter
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+
+import stock.batch as batch  # noqa: E402
+import stock.tree as tree  # noqa: E402
+
+if not hasattr(batch.BatchEngine, "_draft_trees"):
+    pytest.skip("batched trees come with the memory entry batch-tree-verify",
+                allow_module_level=True)
+
+from block_fixtures import one_thread, toy, toy_trained  # noqa: E402,F401
+from stock import batch_graphs  # noqa: E402
+from stock.batch import BatchEngine, BatchError  # noqa: E402
+from stock.drafters.block_batch import BatchBlockDrafter  # noqa: E402
+from stock.drafters.ngram import NGramDrafter  # noqa: E402
+from stock.engine import Engine  # noqa: E402
+from stock.options import Options  # noqa: E402
+
+
+def _random_trees(rng: random.Random, b: int, t: int):
+    parents, depths = [], []
+    for _ in range(b):
+        n = rng.randint(1, t)
+        par, dep = [0], [0]
+        for i in range(1, n):
+            p = rng.randint(0, i - 1)
+            par.append(p)
+            dep.append(dep[p] + 1)
+        parents.append(par + [0] * (t - n))
+        depths.append(dep + [0] * (t - n))
+    return torch.tensor(parents), torch.tensor(depths)
+
+
+def test_the_batched_tree_tensors_are_the_single_request_ones_row_by_row():
+    """ancestors, visibility, the greedy walk and the compaction of a batch of random trees
+    (distinct sibling tokens, as `build` makes them), rows at different starts and cache
+    rows: each row's equals stock/tree.py's single-request function on that row."""
+    rng = random.Random(0)
+    torch.manual_seed(0)
+    accepted = 0
+    for _ in range(100):
+        b, t, kv = 3, 8, 20
+        parents, depths = _random_trees(rng, b, t)
+        starts, rows = torch.tensor([5, 0, 3]), torch.tensor([2, 0, 3])
+        anc = tree.ancestors_rows(parents)
+        seen = tree.rows_visibility(anc, starts, kv)
+        ids = torch.stack([torch.randperm(t) for _ in range(b)])
+        logits = torch.randn(b, t, t)
+        path, packed = tree.rows_accept(ids, parents, depths, anc, logits)
+        accepted += int(packed[:, 0].sum())
+        buf = torch.randn(2, 4, 1, 24, 2)
+        before = buf.clone()
+        tree.compact_rows([buf], rows, starts, path)
+        for r in range(b):
+            a1 = tree.ancestors(parents[r])
+            assert torch.equal(a1, anc[r])
+            assert torch.equal(tree.visibility(a1, int(starts[r]), kv), seen[r])
+            _, _, p1, pk1 = tree.tree_accept(ids[r], parents[r], depths[r], a1, logits[r])
+            assert torch.equal(p1, path[r]) and torch.equal(pk1, packed[r])
+            one = before[:, int(rows[r])].clone()
+            tree.compact([one], int(starts[r]), path[r])
+            assert torch.equal(one, buf[:, int(rows[r])])
+        assert torch.equal(before[:, 1], buf[:, 1])   # a row no request holds: untouched
+    assert accepted > 20   # the walks went past the roots
+
+
+def _lattice(seed: int, depth: int = 6, width: int = 4, vocab: int = 300):
+    gen = torch.Generator().manual_seed(seed)
+    top = torch.log_softmax(torch.randn(depth, vocab, generator=gen) * 2, -1).topk(width, -1)
+    return torch.stack([top.indices.double(), top.values.double()])
+
+
+def test_the_rows_tree_build_is_each_rows_own_build():
+    """kernels/tree_build's one launch for a batch (a program a lattice; Triton's
+    interpreter on this CPU) and its reference build each row's tree as the single build
+    does with that row's root, depth limit and budget, a root-only row (budget 1, k 0)
+    included."""
+    from kernels.tree_build import (reference_tree_build, reference_tree_build_rows,
+                                    tree_build_rows)
+
+    lattices = torch.stack([_lattice(s) for s in range(4)])
+    ctl = torch.tensor([[7, 6, 8, 0], [9, 2, 8, 0], [11, 0, 1, 0], [13, 6, 5, 0]])
+    want = torch.stack([torch.stack(reference_tree_build(lat, c, 8))
+                        for lat, c in zip(lattices, ctl)])
+    assert torch.equal(reference_tree_build_rows(lattices, ctl, 8), want)
+    assert torch.equal(tree.device_tree_rows(lattices, ctl, 8), want)   # stock's door
+    assert torch.equal(tree_build_rows(lattices, ctl[:, :3], 8), want)
+    assert want[2, 2].sum() == 0 and want[0, 2].max() > 1   # a lone root; a deep tree
+    with pytest.raises(ValueError, match=r"ctl \[B, >= 3\]"):
+        tree_build_rows(lattices, ctl[:3], 8)
+
+
+def _spy_paths(monkeypatch):
+    """Every accepted path of the step's walks (both the dynamic and the static step's)."""
+    paths = []
+    real = tree.rows_accept
+
+    def spy(*args):
+        out = real(*args)
+        paths.append(out[0].clone())
+        return out
+    monkeypatch.setattr(batch, "rows_accept", spy)
+    monkeypatch.setattr(batch_graphs, "rows_accept", spy)
+    return paths
+
+
+@pytest.mark.parametrize("static,build", [(False, "host"), (True, "host"), (True, "device")])
+def test_batched_trees_keep_every_single_request_output(toy, toy_trained, static, build,
+                                                        monkeypatch):
+    """The dynamic forward, the static step given host trees, and the static step building
+    them from the batch drafter's lattices on the device (its reference here): 8 requests
+    of different lengths through 3 rows, so rows are freed and retaken mid-run; every
+    output is the single-request AR one, some accepted path leaves the chain (the
+    compaction moves K/V), and the trees accept more tokens a step than the chains."""
+    target, prompts, _ = toy
+    net = toy_trained[0]
+    base = {"draft_len": 3, "block_size": 4}
+    lengths = [20, 9, 16, 20, 5, 12, 20, 14]
+    single = Engine(target, Options(base), 256)
+    want = [single.generate(p, n).tokens for p, n in zip(prompts, lengths)]
+    tau = {}
+    for budget in (0, 6):
+        paths = _spy_paths(monkeypatch)
+        be = BatchEngine(target, Options({**base, "tree_budget": budget, "tree_build": build}),
+                         max_batch=3, max_context=256, static=static, capture=False,
+                         batch_drafter=BatchBlockDrafter(net, target, 256, rows=4,
+                                                         static=static, capture=False))
+        reqs = [be.submit(p, n) for p, n in zip(prompts, lengths)]
+        be.run()
+        assert [r.tokens for r in reqs] == want
+        steps = [a for r in reqs for a in r.accepted]
+        tau[budget] = sum(steps) / len(steps)
+        if budget:
+            off_chain = [p for p in paths if (p != torch.arange(p.shape[1])).any()]
+            assert paths and off_chain
+        else:
+            assert not paths   # chains: no tree step
+    assert tau[6] > tau[0]
+
+
+def test_per_request_drafters_verify_trees_too(toy):
+    """The n-gram drafter per request: its lattices (flat log-probs) grow host trees."""
+    target, prompts, _ = toy
+    want = [Engine(target, Options({"draft_len": 4}), 256).generate(p, 16).tokens
+            for p in prompts]
+    be = BatchEngine(target, Options({"draft_len": 4, "tree_budget": 8}), max_batch=4,
+                     max_context=256, drafter_factory=lambda: NGramDrafter(4, 1, 4))
+    reqs = [be.submit(p, 16) for p in prompts]
+    be.run()
+    assert [r.tokens for r in reqs] == want
+
+
+def test_the_compiled_tree_step_serves_the_same_tokens(toy, toy_trained, monkeypatch):
+    """The static step's layers and tree regions through stock/compiled.py (dynamo's
+    "eager" backend on this CPU; on CUDA inductor): the same outputs, no fallback, and the
+    batched tree regions compiled (their rope and tree mask go to SDPA over the rows)."""
+    from stock import compiled as C
+
+    target, prompts, _ = toy
+    net = toy_trained[0]
+    base = {"draft_len": 3, "block_size": 4}
+    want = [Engine(target, Options(base), 256).generate(p, 20).tokens for p in prompts]
+    C.reset()
+    monkeypatch.setattr(C, "BACKEND", "eager")
+    try:
+        be = BatchEngine(target, Options({**base, "tree_budget": 6}), max_batch=3,
+                         max_context=256, static=True, capture=False,
+                         batch_drafter=BatchBlockDrafter(net, target, 256, rows=4, static=True,
+                                                         capture=False))
+        be.runner.compile = True   # CUDA only in the engine (compile_enabled): forced here
+        reqs = [be.submit(p, 20) for p in prompts]
+        be.run()
+        assert [r.tokens for r in reqs] == want
+        assert not C.fallbacks()
+        assert {n for n, _ in C._compiled} >= {"batch_tree_ancestors", "batch_tree_accept",
+                                               "attn_in", "attn_out_mlp"}
+    finally:
+        C.reset()
+
+
+def test_a_hybrid_target_refuses_batched_trees_in_one_line():
+    from stock.config import PRESETS
+    from stock.model import Transformer
+
+    model = Transformer.random(PRESETS["tiny-hybrid"], seed=4, std=0.08)
+    with pytest.raises(BatchError, match="no trees on a hybrid target") as err:
+        BatchEngine(model, Options({"tree_budget": 8}), max_batch=2, max_context=64)
+    assert "\n" not in str(err.value)
+    BatchEngine(model, Options({"tree_budget": 0}), max_batch=2, max_context=64)  # chains
