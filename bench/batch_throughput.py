@@ -42,6 +42,7 @@ margin (`--no-margins`: only count).
 block:admit_chunk=64+dynamic_draft=true+node_budget=96      # H200: issue 28's table
     python3 bench/batch_throughput.py --smoke          # CPU: random:tiny-qwen3, 2 sizes
     python3 bench/batch_throughput.py --smoke --entry batch-mechanisms   # and a stacked mode
+    python3 bench/batch_throughput.py --smoke --entry batch-tree-verify --modes ar,ngram,ngram:tree_budget=8
 
 A mode is a drafter (ar, ngram, draft, block), optionally with engine options after a colon,
 joined by + ("block:node_budget=96"): with `--entry ID` (the entry and its dependencies
@@ -269,7 +270,8 @@ def single_engine(eng, reqs, mode) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", default="random:dense-27b")
-    ap.add_argument("--modes", default="ar")
+    ap.add_argument("--modes", default=None, help="default ar (--smoke: ar,ngram, and with "
+                    "--entry a stacked batch-mechanisms mode)")
     ap.add_argument("--conc", default="1,4,16,32")
     ap.add_argument("--prompt", type=int, default=128, help="random targets: prompt tokens")
     ap.add_argument("--max-new", type=int, default=64)
@@ -294,8 +296,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.smoke:
         args.target, args.conc, args.prompt, args.max_new = "random:tiny-qwen3", "1,2", 12, 8
-        args.modes = "ar,ngram" if not ENTRY else "ar,ngram,ngram:admit_chunk=8+node_budget=4"
+        args.modes = args.modes or ("ar,ngram" if not ENTRY
+                                    else "ar,ngram,ngram:admit_chunk=8+node_budget=4")
         args.repeats = min(args.repeats, 2)
+    args.modes = args.modes or "ar"
     args.device = smoke_device(args)
     args.conc = [int(c) for c in args.conc.split(",")]
     modes = args.modes.split(",")
