@@ -3,9 +3,9 @@ through Triton's own compiler, with no GPU: the interpreter runs a kernel's Pyth
 Python and accepts code the compiler refuses (2026-12-03: a loop-carried name reused with
 another type passed every CPU test and failed every GPU one; 2026-12-04: a plain global in
 the tree build). Each variant the engine launches (a chain step, a tree step, a batched
-step; bf16, head dims 64 and 128; the tree build at T 16-64) goes through the whole
-pipeline to a cubin, in a child process without TRITON_INTERPRET (other test modules set
-it, and the interpreter replaces @triton.jit at import)."""
+step, a batched tree step; bf16, head dims 64 and 128; the tree build at T 16-64) goes
+through the whole pipeline to a cubin, in a child process without TRITON_INTERPRET (other
+test modules set it, and the interpreter replaces @triton.jit at import)."""
 
 from __future__ import annotations
 
@@ -47,16 +47,22 @@ partial = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "pos_ptr": "*i6
 combine = {"m_ptr": "*fp32", "l_ptr": "*fp32", "acc_ptr": "*fp32", "o_ptr": "*bf16",
            "tree_ptr": "*i64", **ints("R", "T", "HKV", "chunk", "splits", "so_b", "so_h", "so_r")}
 out = {}
+# an entry may widen a kernel (batch-tree-verify: _combine's ROWS, _tree_build's strides):
+# the variants follow the kernels' own parameters
+combine_rows = "ROWS" in D._combine.arg_names
 for d in (64, 128):
-    for tree, rows in ((False, False), (True, False), (False, True)):
+    for tree, rows in ((False, False), (True, False), (False, True), (True, True)):
         out[f"_partial D={d} TREE={tree} ROWS={rows}"] = compile_(
             D._partial, partial, dict(D=d, BLOCK_R=D.BLOCK_R, BLOCK_N=D.BLOCK_N, TREE=tree,
                                       ROWS=rows))
-    for tree in (False, True):
-        out[f"_combine D={d} TREE={tree}"] = compile_(
-            D._combine, combine, dict(D=d, BLOCK_R=D.BLOCK_R, TREE=tree))
+        if rows and not combine_rows:
+            continue
+        out[f"_combine D={d} TREE={tree} ROWS={rows}"] = compile_(
+            D._combine, combine, dict(D=d, BLOCK_R=D.BLOCK_R, TREE=tree,
+                                      **({"ROWS": rows} if combine_rows else {})))
 from kernels.tree_build import build as B
-tree = {"lat_ptr": "*fp64", "ctl_ptr": "*i64", "out_ptr": "*i64", "scr_ptr": "*i64"}
+tree = {"lat_ptr": "*fp64", "ctl_ptr": "*i64", "out_ptr": "*i64", "scr_ptr": "*i64",
+        **ints(*(n for n in ("ctl_stride", "scr_stride") if n in B._tree_build.arg_names))}
 for t in (16, 32, 64):   # the block drafter's lattice: 16 positions, top 4
     dt = triton.next_power_of_2(16 * t)
     out[f"_tree_build T={t}"] = compile_(B._tree_build, tree,
@@ -78,6 +84,6 @@ def compiled() -> dict[str, str]:
 
 
 def test_every_attention_variant_compiles_to_a_hopper_cubin(compiled):
-    assert len(compiled) == 13
+    assert len(compiled) >= 15   # 8 _partial, 4 _combine (8 where it takes ROWS), 3 builds
     bad = {k: v for k, v in compiled.items() if v != "cubin"}
     assert not bad, bad
