@@ -357,7 +357,7 @@ def main() -> None:
         c = int(c)
         one = res.get(f"{mode.removesuffix('-engine')}@1")
         same = sum(o == ref[i] for i, o in enumerate(r["outputs"])) if ref else None
-        if margins and same is not None and same < len(r["outputs"]):   # where they part: near-ties, or not?
+        if margins and same is not None and same < len(r["outputs"]):   # near-ties, or not?
             r["divergences"] = d = divergences(r["outputs"], ref, margins)
             if d["beyond"]:
                 log(f"{key}: {len(d['beyond'])} outputs part from AR beyond a near-tie "
