@@ -187,7 +187,7 @@ def test_the_compiled_tree_step_serves_the_same_tokens(toy, toy_trained, monkeyp
         be.run()
         assert [r.tokens for r in reqs] == want
         assert not C.fallbacks()
-        assert {n for n, _ in C._compiled} >= {"batch_tree_ancestors", "batch_tree_accept",
+        assert {n for n, _ in C._compiled} >= {"batch_tree_prep", "batch_tree_accept",
                                                "attn_in", "attn_out_mlp"}
     finally:
         C.reset()
@@ -202,3 +202,81 @@ def test_a_hybrid_target_refuses_batched_trees_in_one_line():
         BatchEngine(model, Options({"tree_budget": 8}), max_batch=2, max_context=64)
     assert "\n" not in str(err.value)
     BatchEngine(model, Options({"tree_budget": 0}), max_batch=2, max_context=64)  # chains
+
+
+def test_the_kernel_runs_each_requests_tree_over_its_own_row():
+    """kernels/attention's split-KV kernel with a tree table a request (Triton's
+    interpreter on this CPU): each request's rows equal the reference over its own cache
+    row and, bit for bit, the same request's single tree step over that row alone (its
+    own start and tree; the plan's chunks the same for both); rows no request reads are
+    never read (NaN there changes nothing); each row's table is the single-request one."""
+    from kernels.attention import decode_attention, reference_attention
+    from kernels.attention.decode import plan
+
+    gen = torch.Generator().manual_seed(7)
+    hkv, g, t, d, slots, kv_len = 2, 2, 8, 16, 200, 192
+    cache_k = torch.randn(5, hkv, slots, d, generator=gen)
+    cache_v = torch.randn(5, hkv, slots, d, generator=gen)
+    rows_of, starts = torch.tensor([3, 0, 4]), torch.tensor([150, 7, 62])
+    assert plan(3 * hkv, g * t, kv_len, 8) == plan(hkv, g * t, kv_len, 8)   # same chunks
+    parents, depths = _random_trees(random.Random(3), 3, t)
+    anc, table = tree.tree_prep_rows(parents, depths, starts)
+    for r in range(3):
+        assert torch.equal(table[r], tree.tree_table(anc[r], depths[r], starts[r]))
+    positions = starts[:, None] + torch.arange(t)
+    q = torch.randn(3, hkv, g * t, d, generator=gen)
+    got = decode_attention(q, cache_k, cache_v, positions, kv_len, tree=table, rows_of=rows_of)
+    want = reference_attention(q, cache_k, cache_v, positions, kv_len, tree=table,
+                               rows_of=rows_of)
+    torch.testing.assert_close(got, want, atol=2e-5, rtol=2e-5)
+    for i, r in enumerate(rows_of.tolist()):
+        one = decode_attention(q[i:i + 1], cache_k[r:r + 1], cache_v[r:r + 1], positions[i],
+                               kv_len, tree=table[i])
+        torch.testing.assert_close(got[i:i + 1], one, atol=0, rtol=0)
+    for other in (1, 2):
+        cache_k[other], cache_v[other] = float("nan"), float("nan")
+    again = decode_attention(q, cache_k, cache_v, positions, kv_len, tree=table,
+                             rows_of=rows_of)
+    torch.testing.assert_close(again, got, atol=0, rtol=0)
+    with pytest.raises(ValueError, match="tree holds"):
+        decode_attention(q, cache_k, cache_v, positions, kv_len, tree=table[0],
+                         rows_of=rows_of)
+
+
+def test_the_compiled_tree_step_with_the_kernel_serves_the_same_tokens(toy, toy_trained,
+                                                                       monkeypatch):
+    """The static tree step through the compiled layers with the split-KV kernel reading
+    each row's tree table (forced here: CUDA only; the interpreter's fp32): the same outputs
+    as the single-request engine, and the kernel was called with the trees."""
+    from kernels import attention as A
+    from stock import compiled as C
+    from stock import static_step
+
+    target, prompts, _ = toy
+    net = toy_trained[0]
+    base = {"draft_len": 3, "block_size": 4}
+    want = [Engine(target, Options(base), 256).generate(p, 12).tokens for p in prompts[:4]]
+    calls = []
+    real = A.decode_attention
+
+    def spy(*args, **kw):
+        calls.append(kw.get("tree") is not None and kw.get("rows_of") is not None)
+        return real(*args, **kw)
+    C.reset()
+    monkeypatch.setattr(C, "BACKEND", "eager")
+    monkeypatch.setattr(C, "uses_kernel", lambda *a: True)
+    monkeypatch.setattr(static_step, "tree_kernel_runs", lambda *a: True)
+    monkeypatch.setattr(batch_graphs, "tree_kernel_runs", lambda *a: True)
+    monkeypatch.setattr(A, "decode_attention", spy)
+    try:
+        be = BatchEngine(target, Options({**base, "tree_budget": 6}), max_batch=2,
+                         max_context=256, static=True, capture=False,
+                         batch_drafter=BatchBlockDrafter(net, target, 256, rows=3, static=True,
+                                                         capture=False))
+        be.runner.compile, be.runner.attention = True, "triton"
+        reqs = [be.submit(p, 12) for p in prompts[:4]]
+        be.run()
+        assert [r.tokens for r in reqs] == want
+        assert any(calls) and not C.fallbacks()
+    finally:
+        C.reset()
