@@ -16,12 +16,10 @@ if not torch.cuda.is_available():   # the tree-build kernel through Triton's int
 
 import pytest  # noqa: E402
 
-import stock.batch as batch  # noqa: E402
 import stock.tree as tree  # noqa: E402
 
-if not hasattr(batch.BatchEngine, "_draft_trees"):
-    pytest.skip("batched trees come with the memory entry batch-tree-verify",
-                allow_module_level=True)
+batch_tree = pytest.importorskip(
+    "stock.batch_tree", reason="batched trees come with the memory entry batch-tree-verify")
 
 from block_fixtures import one_thread, toy, toy_trained  # noqa: E402,F401
 from stock import batch_graphs  # noqa: E402
@@ -114,7 +112,7 @@ def _spy_paths(monkeypatch):
         out = real(*args)
         paths.append(out[0].clone())
         return out
-    monkeypatch.setattr(batch, "rows_accept", spy)
+    monkeypatch.setattr(batch_tree, "rows_accept", spy)
     monkeypatch.setattr(batch_graphs, "rows_accept", spy)
     return paths
 

@@ -8,13 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-import stock.batch as batch
-
-if not hasattr(batch.BatchEngine, "_draft_trees"):
-    pytest.skip("batched trees come with the memory entry batch-tree-verify",
-                allow_module_level=True)
+pytest.importorskip("stock.batch_tree",
+                    reason="batched trees come with the memory entry batch-tree-verify")
 
 from stock.batch import BatchEngine  # noqa: E402
+from stock.batch_tree import trees_on_device  # noqa: E402
 from stock.config import PRESETS  # noqa: E402
 from stock.drafters.block import BlockConfig, BlockNet  # noqa: E402
 from stock.drafters.block_batch import BatchBlockDrafter  # noqa: E402
@@ -41,7 +39,7 @@ def test_captured_batched_trees_serve_the_single_request_ar_outputs(compile):
     opts = Options({"draft_len": 7, "block_size": 8, "tree_budget": 16, "compile": compile})
     be = BatchEngine(model, opts, max_batch=4, max_context=256,
                      batch_drafter=BatchBlockDrafter(net, model, 256, rows=5))
-    assert be._trees_on_device()
+    assert trees_on_device(be)
     reqs = [be.submit(p, 24) for p in prompts]
     be.run()
     assert [r.tokens for r in reqs] == want
