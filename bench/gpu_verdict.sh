@@ -58,6 +58,7 @@ tail -3 "$OUT/$NAME.err"
 [ -d .specpilot/runs ] && tar czf "$OUT/logs.tgz" -C .specpilot runs
 grep -c . .specpilot/runs/compare-*/*.log 2>/dev/null | head -8
 grep -h "fell back\|Error\|error:" .specpilot/runs/compare-*/*.log 2>/dev/null | sort | uniq -c | head -12
+[ -s "$OUT/$NAME.json" ] || { echo "no verdict to tabulate: $OUT/$NAME.err says why"; exit "$rc"; }
 PYTHONPATH=$PWD/bench python3 - "$OUT/$NAME.json" "$ENTRY" <<'PY'
 import json, sys
 from common import print_table
