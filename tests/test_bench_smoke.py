@@ -41,6 +41,7 @@ SMOKES = [
     pytest.param("gpu_explore.sh", id="gpu_explore"),   # staged, stopped before the plan, resumed
     pytest.param("compiled_numerics.py", id="compiled_numerics"),   # inductor's C++ backend
     pytest.param("corpus_size.py", id="corpus_size"),   # training prompts, base and wide
+    pytest.param("tree_calibration.py", id="tree_calibration"),   # embedded, shipped drafter
     # the controller with confined workers (five processes on a 2-core machine)
     pytest.param("gpu_verdict.sh", id="gpu_verdict", marks=pytest.mark.slow),
 ]
