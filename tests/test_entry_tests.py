@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parents[1]
 ENTRY_TESTS = {
     "batch-mechanisms": ["tests/test_batch_stack.py"],
     "batch-tree-verify": ["tests/test_batch_tree.py", "tests/test_kernels_compile.py"],
+    "coalesced-admission": ["tests/test_batch_admission.py"],
     "shared-node-budget": ["tests/test_node_budget.py"],
     "dynamic-draft-length": ["tests/test_dynamic_draft.py"],
     "fused-rmsnorm": ["tests/test_fused_rmsnorm.py"],
