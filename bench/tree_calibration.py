@@ -15,7 +15,7 @@ to fp32 rounding) on held-out requests (the sealed generator's templates drawn w
 public seed; bench/drafter_tau.py), at several budgets, raw against calibrated.
 
     python bench/tree_calibration.py --per-category 4 --max-new 128
-    python bench/tree_calibration.py --smoke      # 1 request a category, 16 tokens
+    python bench/tree_calibration.py --smoke      # 1 request a category, 8 tokens, budget 8
 
 Prints one table; writes tree_calibration.json to --out (default $OUT).
 """
@@ -101,10 +101,10 @@ def main() -> None:
     ap.add_argument("--heldout-seed", type=int, default=HELDOUT_SEED)
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
-    ap.add_argument("--smoke", action="store_true", help="1 request a category, 16 tokens")
+    ap.add_argument("--smoke", action="store_true", help="1 request a category, 8 tokens")
     args = ap.parse_args()
     if args.smoke:
-        args.per_category, args.max_new = 1, 16
+        args.per_category, args.max_new, args.budgets = 1, 8, "8"
     args.device = smoke_device(args)
     depth = args.block_size - 1
     system = load_system("embedded", Options(), device=args.device, max_context=4096)

@@ -19,8 +19,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 ENTRY_TESTS = {
     "batch-mechanisms": ["tests/test_batch_stack.py"],
-    "batch-serving-stack": ["tests/test_batch_serving_stack.py", "tests/test_batch_tree.py",
-                            "tests/test_batch_admission.py"],
+    "batch-serving-stack": ["tests/test_batch_serving_stack.py"],   # its parts: theirs
     "batch-tree-verify": ["tests/test_batch_tree.py", "tests/test_kernels_compile.py"],
     "coalesced-admission": ["tests/test_batch_admission.py"],
     "shared-node-budget": ["tests/test_node_budget.py"],
