@@ -30,6 +30,10 @@ def _model_name(model: str) -> str:
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535),
               help="0: any free port (the ready line says which)")
+@click.option("--system", "system_name", default=None, metavar="NAME",
+              help="serve another system than this checkout's stock: 'best' (the validated "
+                   "best), a memory entry's id (its tuned options applied) or a commit; its "
+                   "code runs confined, as the judges run it")
 @click.option("--prepare", is_flag=True,
               help="before listening, capture every CUDA graph a request within the context "
                    "can meet (start-up takes longer; no capture inside a served request)")
@@ -38,35 +42,76 @@ def _model_name(model: str) -> str:
 @opts_file_opt
 @opt_opt
 @model_opt
-def serve_cmd(drafter, max_batch, host, port, prepare, max_context, device, opts_file, opts,
-              model):
-    """Serve the stock system over OpenAI-compatible HTTP (/v1/completions,
-    /v1/chat/completions, /v1/models, /health), greedily, up to --max-batch requests at
-    once in each engine step."""
+def serve_cmd(drafter, max_batch, host, port, system_name, prepare, max_context, device,
+              opts_file, opts, model):
+    """Serve a system over OpenAI-compatible HTTP (/v1/completions, /v1/chat/completions,
+    /v1/models, /health), greedily, up to --max-batch requests at once in each engine step:
+    this checkout's stock, or with --system another one (a memory entry, the validated best
+    system, a commit)."""
     # lazy: CLI startup time (the server imports fastapi and uvicorn, the backend torch)
     from specpilot.serve.app import listen, serve
-    from specpilot.serve.backend import BatchBackend
 
     try:
         sock = listen(host, port)   # before the model loads: a taken port fails at once
     except OSError as exc:
         raise SpecPilotError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     model = model or load_config().model.path
-    system = build_system(model, opts, opts_file, device, max_context)
-    if prepare:
-        click.echo(f"preparing the batched engine's graphs (contexts up to "
-                   f"{system.engine.max_context}) ...", err=True)
     start = time.perf_counter()
-    backend = BatchBackend(system, drafter, _model_name(model), max_batch, prepare=prepare)
+    if system_name:
+        backend, where = _confined(system_name, model, drafter, max_batch, prepare,
+                                   max_context, device, opts_file, opts)
+    else:
+        from specpilot.serve.backend import BatchBackend
+
+        system = build_system(model, opts, opts_file, device, max_context)
+        if prepare:
+            click.echo(f"preparing the batched engine's graphs (contexts up to "
+                       f"{system.engine.max_context}) ...", err=True)
+        backend = BatchBackend(system, drafter, _model_name(model), max_batch, prepare=prepare)
+        where = str(system.device)
     if prepare:
         click.echo(f"{backend.prepared} graph slots in {time.perf_counter() - start:.1f} s"
                    + ("" if backend.prepared else " (none: no CUDA graphs on this device)"),
                    err=True)
     batching = f"batches of up to {max_batch}"
-    detail = (f"drafter {backend.drafter_name}, {system.device}, context "
+    detail = (f"drafter {backend.drafter_name}, {where}, context "
               f"{backend.max_context}, {batching}")
-    if not serve(backend, sock, detail):
-        raise SpecPilotError("the server did not start")
+    try:
+        if not serve(backend, sock, detail):
+            raise SpecPilotError("the server did not start")
+    finally:
+        getattr(backend, "close", lambda: None)()
+
+
+def _confined(name, model, drafter, max_batch, prepare, max_context, device, opts_file, opts):
+    """(ConfinedBackend, its description) for `--system NAME`: the named system's clean
+    checkout decoding in a confined judges' worker, this process tokenizing."""
+    # lazy: the tokenizer and device probe import torch
+    from specpilot.judges.worker_proc import Worker, clean_checkout
+    from specpilot.memory.store import Memory
+    from specpilot.serve.confined import ConfinedBackend, log_path
+    from specpilot.serve.systems import named_system, option_values
+    from stock.system import default_device
+    from stock.tokenizer import Tokenizer
+    from stock.weights import resolve
+
+    memory = Memory()
+    named = named_system(memory, name)
+    options = {**named.options, **option_values(opts_file, opts)}
+    checkout = clean_checkout(memory.store, named.commit, memory.system_paths, memory.root)
+    device = device or str(default_device())
+    log = log_path(memory.root, checkout.tree)
+    worker = Worker("served system", checkout, memory.system_paths, model, options, device,
+                    log, drafter=drafter, max_context=max_context,
+                    confine=load_config(memory.root).judges.confine)
+    click.echo(f"starting {named.what} (tree {checkout.tree[:12]}"
+               + (", " + ", ".join(f"{k}={v}" for k, v in options.items()) if options else "")
+               + f"; log {log}) ...", err=True)
+    backend = ConfinedBackend(worker, Tokenizer(resolve(model)), _model_name(model), max_batch,
+                              prepare=prepare)
+    where = (f"{device}; {named.what}, tree {checkout.tree[:12]}, "
+             f"confined: {backend.ready['confined']}")
+    return backend, where
 
 
 @click.command("load")

@@ -29,6 +29,11 @@ teacher-forced lattices included, `teacher_forced`);
 served together by the system's batched engine (stock.batch.BatchEngine, at most
 max_batch at once: the controller's throughput mode), or with `count` and no items, the
 items then arriving as {"cmd": "submit", id, item} at their arrival times (a load trace);
+"serve" {max_batch, prepare} -> {"event": "serving", graphs, max_context, stop_ids}, then
+the batched engine stepping for as long as the channel is open: {"cmd": "submit", id, ids,
+max_new} joins it; each step's new tokens of a request come as {"event": "tokens", id,
+tokens}, its end as {"event": "end", id, reason} (`specpilot serve --system`: the server
+tokenizes and answers HTTP, this process only decodes);
 {"cmd": "quit"} or end of input ends it.
 """
 
@@ -420,6 +425,39 @@ class Server:
                 "outputs": {rid: r.tokens for rid, r in reqs},
                 "steps": max((len(r.accepted) for _, r in reqs), default=0)}
 
+    def serve(self, msg: dict, inbox: "queue.Queue[dict]", reply) -> dict:
+        """The batched engine serving submits until the channel ends (or "quit"): every
+        request's tokens go out a step at a time as they are accepted. A submit the engine
+        refuses (too long a prompt) ends only that request, with its reason."""
+        be = self._batcher(int(msg["max_batch"]))
+        graphs = 0
+        if msg.get("prepare"):
+            prep = getattr(be, "prepare", None)
+            graphs = int(prep()) if prep is not None else 0
+        reply({"event": "serving", "id": msg.get("id"), "graphs": graphs,
+               "max_context": be.max_context, "stop_ids": sorted(int(t) for t in be.stop_ids)})
+        live: dict[int, str] = {}   # the engine's request id -> the server's
+        while True:
+            try:   # block for a message only when there is nothing to step
+                sub = inbox.get(block=be.idle)
+            except queue.Empty:
+                for req in be.step():
+                    reply({"event": "end", "id": live.pop(req.id), "reason": req.stop_reason})
+                continue
+            if sub.get("cmd") == "quit":
+                return {"event": "done", "id": msg.get("id")}
+            if sub.get("cmd") != "submit":
+                raise RuntimeError(f"serving: expected submits, got {sub!r}")
+            rid = sub["id"]
+            try:
+                req = be.submit(list(sub["ids"]), int(sub["max_new"]),
+                                on_tokens=lambda toks, rid=rid: reply(
+                                    {"event": "tokens", "id": rid, "tokens": list(toks)}))
+            except Exception as exc:   # this request only (stock's BatchError, a bad field)
+                reply({"event": "end", "id": rid, "reason": "refused", "message": str(exc)})
+                continue
+            live[req.id] = rid
+
     def registry(self, msg: dict) -> dict:
         """The system's own option definitions (entries record them as the code defines
         them; Phase 3 picks the options that act on a kernel category from them)."""
@@ -491,9 +529,10 @@ def main(argv: list[str]) -> int:
                 server = Server(msg)
                 reply(server.ready())
             elif msg.get("cmd") in ("run", "force", "reference", "tokenize", "registry",
-                                    "measure", "timed", "batch", "prepare"):
+                                    "measure", "timed", "batch", "prepare", "serve"):
                 t0 = time.perf_counter()
                 result = (server.batch(msg, inbox) if msg["cmd"] == "batch"
+                          else server.serve(msg, inbox, reply) if msg["cmd"] == "serve"
                           else getattr(server, msg["cmd"])(msg))
                 result["worker_s"] = time.perf_counter() - t0
                 reply(result)

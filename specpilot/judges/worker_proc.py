@@ -307,6 +307,15 @@ class Worker:
             raise WorkerError(f"{self.label}: reply for {rep.get('id')!r}, sent {request_id!r}")
         return rep
 
+    def send(self, msg: dict) -> None:
+        """One message as is (a streaming caller: `specpilot serve --system`'s submits)."""
+        self._send(msg)
+
+    def next_event(self) -> dict:
+        """The worker's next reply, whatever its event (a streaming caller reads them in
+        order from one thread); WorkerError when the worker reported an error or exited."""
+        return self._receive(None)
+
     def _send(self, msg: dict) -> None:
         try:
             self.proc.stdin.write(json.dumps(msg) + "\n")
@@ -314,7 +323,7 @@ class Worker:
         except BrokenPipeError:
             raise WorkerError(f"{self.label}: worker exited; see {self.log_path}") from None
 
-    def _receive(self, event: str) -> dict:
+    def _receive(self, event: str | None) -> dict:
         line = self._replies.readline()
         if not line:
             self.proc.wait(timeout=30)
@@ -323,7 +332,7 @@ class Worker:
         msg = json.loads(line)
         if msg.get("event") == "error":
             raise WorkerError(f"{self.label}: {msg.get('message')} (log: {self.log_path})")
-        if msg.get("event") != event:
+        if event is not None and msg.get("event") != event:
             raise WorkerError(f"{self.label}: expected {event}, got {msg.get('event')}")
         return msg
 

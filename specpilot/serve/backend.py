@@ -62,25 +62,27 @@ class TurnLock:
             self._cond.notify_all()
 
 
-class _Text:
-    """What every backend over a stock System shares: its tokenizer and chat template."""
+class Text:
+    """What every backend shares: a stock tokenizer and its chat template, the drafter's
+    name, the context and the stop tokens."""
 
-    def __init__(self, system: System, drafter: str | None, name: str):
-        self.system = system
+    def __init__(self, tokenizer, drafter: str | None, name: str, max_context: int,
+                 stop_ids):
+        self.tokenizer = tokenizer
         self.name = name
         self.drafter_name = drafter if drafter not in (None, "", "none") else "ar"
-        self.max_context = system.engine.max_context
-        self.stop_ids = frozenset(system.engine.stop_ids)
-        template = system.tokenizer.chat_template
+        self.max_context = max_context
+        self.stop_ids = frozenset(stop_ids)
+        template = tokenizer.chat_template
         # the same environment as stock.tokenizer's, for conversations of more than one turn
         self._template = (ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
                           .from_string(template) if template else None)
 
     def encode(self, text: str) -> list[int]:
-        return self.system.tokenizer.encode(text)
+        return self.tokenizer.encode(text)
 
     def encode_chat(self, messages: list[dict]) -> list[int]:
-        tok = self.system.tokenizer
+        tok = self.tokenizer
         roles = [m["role"] for m in messages]
         # one turn: exactly what `specpilot run` feeds the engine
         if roles == ["user"]:
@@ -97,7 +99,16 @@ class _Text:
         return tok.tok.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: list[int]) -> str:
-        return self.system.tokenizer.decode(ids)
+        return self.tokenizer.decode(ids)
+
+
+class _Text(Text):
+    """Text over a stock System loaded in this process."""
+
+    def __init__(self, system: System, drafter: str | None, name: str):
+        super().__init__(system.tokenizer, drafter, name, system.engine.max_context,
+                         system.engine.stop_ids)
+        self.system = system
 
 
 class SerialBackend(_Text):

@@ -1,0 +1,97 @@
+"""`specpilot serve --system`: a system other than this checkout's stock, decoded by a
+confined worker process and served over HTTP by this one.
+
+The system's code (a memory entry's, the validated best, any commit's) is agent-written:
+it runs only in the judges' worker (specpilot/judges/worker_main.py, "serve" command) on
+a clean read-only checkout of its commit, under bubblewrap (no network, no project tree,
+private scratch), as every judge runs it. This process keeps the HTTP server, the
+tokenizer (this checkout's stock, the same model's) and the detokenizer; the worker gets
+token ids and sends back each step's accepted tokens of each request.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from specpilot.errors import SpecPilotError
+from specpilot.judges.worker_proc import Worker, WorkerError
+from specpilot.serve.backend import Text
+
+
+class ConfinedBackend(Text):
+    """A Backend whose engine is `worker`'s system, started here with the "serve" command;
+    `ready` is the worker's ready report (tree, options in effect, confinement)."""
+
+    def __init__(self, worker: Worker, tokenizer, name: str, max_batch: int,
+                 prepare: bool = False):
+        self.worker = worker
+        self.ready = worker.start()
+        worker.send({"cmd": "serve", "id": "serve", "max_batch": max_batch,
+                     "prepare": prepare})
+        serving = worker.next_event()
+        if serving.get("event") != "serving":
+            raise WorkerError(f"{worker.label}: expected serving, got {serving.get('event')}")
+        super().__init__(tokenizer, worker.drafter, name, int(serving["max_context"]),
+                         serving["stop_ids"])
+        self.max_batch = max_batch
+        self.prepared = int(serving.get("graphs", 0))
+        self._ids = itertools.count(1)
+        self._send_lock = threading.Lock()
+        self._queues: dict[str, queue.Queue] = {}
+        self._lock = threading.Lock()
+        self._error: str | None = None
+        threading.Thread(target=self._read, name="confined-replies", daemon=True).start()
+
+    def stream(self, prompt_ids: list[int], max_new: int) -> Iterator[list[int]]:
+        rid = f"r{next(self._ids)}"
+        out: queue.Queue = queue.Queue()
+        with self._lock:
+            if self._error is not None:
+                raise SpecPilotError(f"the served system stopped: {self._error}")
+            self._queues[rid] = out
+        try:
+            with self._send_lock:
+                self.worker.send({"cmd": "submit", "id": rid, "ids": list(prompt_ids),
+                                  "max_new": int(max_new)})
+            while True:
+                msg = out.get()
+                if msg.get("event") == "tokens":
+                    yield [int(t) for t in msg["tokens"]]
+                elif msg.get("reason") == "refused":
+                    raise ValueError(msg.get("message") or "the engine refused the request")
+                elif msg.get("event") == "end":
+                    return
+                else:   # the worker failed: every waiting request hears of it
+                    raise SpecPilotError(f"the served system stopped: {msg.get('message')}")
+        finally:
+            with self._lock:
+                self._queues.pop(rid, None)
+
+    def _read(self) -> None:
+        """The worker's replies, in order, to the request each names."""
+        while True:
+            try:
+                msg = self.worker.next_event()
+            except (WorkerError, ValueError, OSError) as exc:
+                with self._lock:
+                    self._error = str(exc)
+                    waiting = list(self._queues.values())
+                for q in waiting:
+                    q.put({"event": "error", "message": str(exc)})
+                return
+            with self._lock:
+                q = self._queues.get(msg.get("id"))
+            if q is not None:
+                q.put(msg)
+
+    def close(self) -> None:
+        self.worker.stop()
+
+
+def log_path(root: Path, tree: str) -> Path:
+    """Where the served system's worker writes what it prints."""
+    return root / ".specpilot" / "runs" / "serve" / f"{tree[:12]}.log"
