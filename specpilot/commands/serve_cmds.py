@@ -61,6 +61,7 @@ def serve_cmd(drafter, max_batch, host, port, system_name, prepare, max_context,
         backend, where = _confined(system_name, model, drafter, max_batch, prepare,
                                    max_context, device, opts_file, opts)
     else:
+        # lazy: the backend imports stock's batched engine (torch)
         from specpilot.serve.backend import BatchBackend
 
         system = build_system(model, opts, opts_file, device, max_context)
