@@ -58,8 +58,12 @@ def serve_cmd(drafter, max_batch, host, port, system_name, prepare, max_context,
     model = model or load_config().model.path
     start = time.perf_counter()
     if system_name:
-        backend, where = _confined(system_name, model, drafter, max_batch, prepare,
-                                   max_context, device, opts_file, opts)
+        # lazy: the tokenizer and the device probe import torch
+        from specpilot.serve.confined import start_named
+
+        backend, where = start_named(system_name, model, _model_name(model), drafter,
+                                     max_batch, prepare, max_context, device, opts_file, opts,
+                                     lambda line: click.echo(line, err=True))
     else:
         # lazy: the backend imports stock's batched engine (torch)
         from specpilot.serve.backend import BatchBackend
@@ -82,37 +86,6 @@ def serve_cmd(drafter, max_batch, host, port, system_name, prepare, max_context,
             raise SpecPilotError("the server did not start")
     finally:
         getattr(backend, "close", lambda: None)()
-
-
-def _confined(name, model, drafter, max_batch, prepare, max_context, device, opts_file, opts):
-    """(ConfinedBackend, its description) for `--system NAME`: the named system's clean
-    checkout decoding in a confined judges' worker, this process tokenizing."""
-    # lazy: the tokenizer and device probe import torch
-    from specpilot.judges.worker_proc import Worker, clean_checkout
-    from specpilot.memory.store import Memory
-    from specpilot.serve.confined import ConfinedBackend, log_path
-    from specpilot.serve.systems import named_system, option_values
-    from stock.system import default_device
-    from stock.tokenizer import Tokenizer
-    from stock.weights import resolve
-
-    memory = Memory()
-    named = named_system(memory, name)
-    options = {**named.options, **option_values(opts_file, opts)}
-    checkout = clean_checkout(memory.store, named.commit, memory.system_paths, memory.root)
-    device = device or str(default_device())
-    log = log_path(memory.root, checkout.tree)
-    worker = Worker("served system", checkout, memory.system_paths, model, options, device,
-                    log, drafter=drafter, max_context=max_context,
-                    confine=load_config(memory.root).judges.confine)
-    click.echo(f"starting {named.what} (tree {checkout.tree[:12]}"
-               + (", " + ", ".join(f"{k}={v}" for k, v in options.items()) if options else "")
-               + f"; log {log}) ...", err=True)
-    backend = ConfinedBackend(worker, Tokenizer(resolve(model)), _model_name(model), max_batch,
-                              prepare=prepare)
-    where = (f"{device}; {named.what}, tree {checkout.tree[:12]}, "
-             f"confined: {backend.ready['confined']}")
-    return backend, where
 
 
 @click.command("load")

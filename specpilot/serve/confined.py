@@ -17,9 +17,15 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from specpilot.config import load_config
 from specpilot.errors import SpecPilotError
-from specpilot.judges.worker_proc import Worker, WorkerError
+from specpilot.judges.worker_proc import Worker, WorkerError, clean_checkout
+from specpilot.memory.store import Memory
 from specpilot.serve.backend import Text
+from specpilot.serve.systems import named_system, option_values
+from stock.system import default_device
+from stock.tokenizer import Tokenizer
+from stock.weights import resolve
 
 
 class ConfinedBackend(Text):
@@ -90,6 +96,30 @@ class ConfinedBackend(Text):
 
     def close(self) -> None:
         self.worker.stop()
+
+
+def start_named(name: str, model: str, model_name: str, drafter: str, max_batch: int,
+                prepare: bool, max_context: int | None, device: str | None,
+                opts_file: str | None, opts: tuple[str, ...], say) -> tuple[ConfinedBackend, str]:
+    """(backend, its description for the ready line) for `specpilot serve --system NAME`:
+    the named system's clean checkout decoding in a confined worker, this process
+    tokenizing with this checkout's stock."""
+    memory = Memory()
+    named = named_system(memory, name)
+    options = {**named.options, **option_values(opts_file, opts)}
+    checkout = clean_checkout(memory.store, named.commit, memory.system_paths, memory.root)
+    device = device or str(default_device())
+    log = log_path(memory.root, checkout.tree)
+    worker = Worker("served system", checkout, memory.system_paths, model, options, device,
+                    log, drafter=drafter, max_context=max_context,
+                    confine=load_config(memory.root).judges.confine)
+    say(f"starting {named.what} (tree {checkout.tree[:12]}"
+        + (", " + ", ".join(f"{k}={v}" for k, v in options.items()) if options else "")
+        + f"; log {log}) ...")
+    backend = ConfinedBackend(worker, Tokenizer(resolve(model)), model_name, max_batch,
+                              prepare=prepare)
+    return backend, (f"{device}; {named.what}, tree {checkout.tree[:12]}, "
+                     f"confined: {backend.ready['confined']}")
 
 
 def log_path(root: Path, tree: str) -> Path:
