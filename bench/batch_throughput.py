@@ -63,7 +63,7 @@ from types import SimpleNamespace
 from typing import Callable
 
 import common  # noqa: F401  (the repository on sys.path)
-from common import entry_on_path, log, print_table, smoke_device, write_json
+from common import T0, entry_on_path, log, print_table, smoke_device, write_json
 
 ENTRY = entry_on_path(sys.argv)   # before stock is imported
 
@@ -293,6 +293,10 @@ def main() -> None:
     ap.add_argument("--phases", action="store_true",
                     help="after each timed run, a run synchronised around each phase of a "
                          "step (draft, verify, the drafter's context update): a second table")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="stop timing once another round of timed runs would end past this "
+                         "many seconds from the start (a lent GPU's call limit): the table "
+                         "then gives the medians of the rounds done, and says how many")
     args = ap.parse_args()
     if args.smoke:
         args.target, args.conc, args.prompt, args.max_new = "random:tiny-qwen3", "1,2", 12, 8
@@ -328,10 +332,18 @@ def main() -> None:
     # the timed runs interleaved (every row once, then again): drift hits all rows alike
     timed: dict[str, list[dict]] = {key: [] for key in engines}
     for rep in range(args.repeats):
+        t_round = time.perf_counter()
         for key, (eng, work) in engines.items():
             timed[key].append(run(eng, work))
         log(f"timed run {rep + 1}/{args.repeats}: " + ", ".join(
             f"{k} {v[-1]['tok_s']:.0f}" for k, v in timed.items()))
+        spent = time.perf_counter() - T0
+        if (args.budget_s and rep + 1 < args.repeats
+                and spent + (time.perf_counter() - t_round) > args.budget_s):
+            log(f"--budget-s {args.budget_s:.0f}: {spent:.0f} s spent, another round would "
+                f"pass it: {rep + 1} timed runs of {args.repeats}")
+            args.repeats = rep + 1
+            break
     for key, runs in timed.items():
         res[key] = r = summarise(runs)
         mode, c = key.split("@")
