@@ -125,6 +125,13 @@ def test_names_that_are_no_system_are_one_line_errors(project, tmp_path):
         err = proc.communicate(timeout=60)[1]
         assert proc.returncode == 2 and not lines
         assert err.count("\n") == 1 and says in err, err
+    # an option the named system's own registry does not know: refused by its worker
+    proc, lines = _serve(root, "--system", "main", "--model", str(folder), "--opt",
+                         "no_such_option=1")
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == 1 and not lines, err
+    assert err.splitlines()[-1].startswith("error: served system: OptionError: unknown option "
+                                           "'no_such_option'"), err
     bad = tmp_path / "opts.toml"
     bad.write_text("draft_len = [")
     proc, _ = _serve(root, "--system", "main", "--model", str(folder), "--opts-file", str(bad))

@@ -35,12 +35,17 @@ class ConfinedBackend(Text):
     def __init__(self, worker: Worker, tokenizer, name: str, max_batch: int,
                  prepare: bool = False):
         self.worker = worker
-        self.ready = worker.start()
-        worker.send({"cmd": "serve", "id": "serve", "max_batch": max_batch,
-                     "prepare": prepare})
-        serving = worker.next_event()
-        if serving.get("event") != "serving":
-            raise WorkerError(f"{worker.label}: expected serving, got {serving.get('event')}")
+        try:
+            self.ready = worker.start()
+            worker.send({"cmd": "serve", "id": "serve", "max_batch": max_batch,
+                         "prepare": prepare})
+            serving = worker.next_event()
+            if serving.get("event") != "serving":
+                raise WorkerError(f"{worker.label}: expected serving, got "
+                                  f"{serving.get('event')}")
+        except BaseException:
+            worker.stop()
+            raise
         super().__init__(tokenizer, worker.drafter, name, int(serving["max_context"]),
                          serving["stop_ids"])
         self.max_batch = max_batch
