@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import textwrap
@@ -63,6 +64,15 @@ def project(tmp_path_factory):
     return root, rev, folder
 
 
+def _descendants(pid: int) -> list[int]:
+    """`pid` and all its descendants (the served system's bwrap and worker among them)."""
+    out = [pid]
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        for child in (task / "children").read_text().split():
+            out += _descendants(int(child))
+    return out
+
+
 def _serve(root: Path, *args: str):
     proc = subprocess.Popen([sys.executable, "-m", "specpilot", "serve", "--port", "0",
                              "--device", "cpu", "--max-context", str(CONTEXT), *args],
@@ -107,6 +117,14 @@ def test_a_commit_is_served_confined_and_replies_its_greedy_tokens(project):
             bad = client.post(f"{url}/v1/completions",
                               json={"model": "tiny", "prompt": " ".join(["w1"] * CONTEXT)})
             assert bad.status_code == 400    # too long: refused, the server goes on
+            assert client.get(f"{url}/health").json()["status"] == "ok"
+            # the served system's process dies: a request is a one-line 500, the server
+            # itself goes on answering
+            for pid in _descendants(proc.pid)[1:]:
+                os.kill(pid, signal.SIGKILL)
+            dead = client.post(f"{url}/v1/completions", json={**body, "prompt": PROMPTS[0]})
+            assert dead.status_code == 500, dead.text
+            assert "the served system stopped" in dead.json()["error"]["message"]
             assert client.get(f"{url}/health").json()["status"] == "ok"
     finally:
         proc.terminate()

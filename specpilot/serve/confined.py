@@ -65,9 +65,12 @@ class ConfinedBackend(Text):
                 raise SpecPilotError(f"the served system stopped: {self._error}")
             self._queues[rid] = out
         try:
-            with self._send_lock:
-                self.worker.send({"cmd": "submit", "id": rid, "ids": list(prompt_ids),
-                                  "max_new": int(max_new)})
+            try:
+                with self._send_lock:
+                    self.worker.send({"cmd": "submit", "id": rid, "ids": list(prompt_ids),
+                                      "max_new": int(max_new)})
+            except (WorkerError, OSError, ValueError) as exc:   # it exited: the pipe is shut
+                raise SpecPilotError(f"the served system stopped: {exc}") from None
             while True:
                 msg = out.get()
                 if msg.get("event") == "tokens":
