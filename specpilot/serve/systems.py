@@ -36,7 +36,7 @@ def named_system(memory: Memory, name: str) -> Named:
         if commit is None:
             raise SpecPilotError("no validated system yet (refs/specpilot/best): "
                                  "`specpilot explore` makes one", code=2)
-        return Named(commit, {k: str(v) for k, v in best_options(memory.root).items()},
+        return Named(commit, {k: _text(v) for k, v in best_options(memory.root).items()},
                      "the validated best system")
     entries = memory.ref_entries()
     if name in entries:
