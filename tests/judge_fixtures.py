@@ -53,6 +53,15 @@ def judge_project(root: Path, config: str = CONFIG) -> Path:
     return root
 
 
+def descendants(pid: int) -> list[int]:
+    """`pid` and all its descendants (a judge's workers, their bwrap and what they start)."""
+    out = [pid]
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        for child in (task / "children").read_text().split():
+            out += descendants(int(child))
+    return out
+
+
 def cheat(root: Path, name: str, code: str, path: str = "stock/engine.py") -> str:
     """Commit `code` appended to `path` on branch `cheat-<name>`; back on main after."""
     git(root, "checkout", "-q", "-b", f"cheat-{name}", "main")

@@ -29,7 +29,7 @@ from specpilot.judges import confine
 from specpilot.judges.controller import compare
 from specpilot.judges.worker_main import tree_hash
 from specpilot.judges.worker_proc import Worker, clean_checkout
-from judge_fixtures import cheat, git, judge_project
+from judge_fixtures import cheat, descendants, git, judge_project
 
 # CI installs bubblewrap (README's test command); elsewhere only the attacks are skipped.
 needs_bwrap = pytest.mark.skipif(confine.usable_bwrap() is None, reason="needs bubblewrap")
@@ -95,15 +95,6 @@ def found(log: Path) -> dict:
     lines = [ln for ln in log.read_text().splitlines() if ln.startswith("ATTACK ")]
     assert len(lines) == 1, log.read_text()
     return json.loads(lines[0][len("ATTACK "):])
-
-
-def _pids(pid: int) -> list[int]:
-    """`pid` and all its descendants."""
-    out = [pid]
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        for child in (task / "children").read_text().split():
-            out += _pids(int(child))
-    return out
 
 
 # (a) what the decision reads, and the project tree ---------------------------------------
@@ -262,7 +253,7 @@ def test_d_candidate_cannot_see_stop_or_renice_the_rival(project, mode, tmp_path
     co_a = clean_checkout(GitStore(project), "HEAD", SYS, project)
     a = Worker("A", co_a, SYS, MODEL, {}, "cpu", tmp_path / "a.log")
     a.start()
-    rivals = _pids(a.proc.pid)
+    rivals = descendants(a.proc.pid)
     try:
         rev = candidate(project, "rival", """
             import signal

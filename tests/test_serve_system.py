@@ -23,7 +23,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from judge_fixtures import cheat, git, judge_project
+from judge_fixtures import cheat, descendants, git, judge_project
 from model_folders import build
 from specpilot.judges import confine
 from specpilot.lifeline import die_with_parent
@@ -62,15 +62,6 @@ def project(tmp_path_factory):
                 path="stock/__init__.py")
     folder = build(tmp_path_factory.mktemp("serve-system-model") / "tiny")
     return root, rev, folder
-
-
-def _descendants(pid: int) -> list[int]:
-    """`pid` and all its descendants (the served system's bwrap and worker among them)."""
-    out = [pid]
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        for child in (task / "children").read_text().split():
-            out += _descendants(int(child))
-    return out
 
 
 def _serve(root: Path, *args: str):
@@ -120,7 +111,7 @@ def test_a_commit_is_served_confined_and_replies_its_greedy_tokens(project):
             assert client.get(f"{url}/health").json()["status"] == "ok"
             # the served system's process dies: a request is a one-line 500, the server
             # itself goes on answering
-            for pid in _descendants(proc.pid)[1:]:
+            for pid in descendants(proc.pid)[1:]:
                 os.kill(pid, signal.SIGKILL)
             dead = client.post(f"{url}/v1/completions", json={**body, "prompt": PROMPTS[0]})
             assert dead.status_code == 500, dead.text
