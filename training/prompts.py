@@ -286,8 +286,8 @@ def stdlib_snippets(limit_files: int | None = None,
 
 
 def _source_lines(src: str) -> list[str]:
-    """`src`'s lines with their ends, split as `ast.get_source_segment` splits them (\r\n,
-    \r and \n end a line, a form feed does not): once a file, where get_source_segment
+    """`src`'s lines with their ends, split as `ast.get_source_segment` splits them (CR LF,
+    CR and LF end a line, a form feed does not): once a file, where get_source_segment
     splits the whole file again for every function (90 % of the wide corpus's build)."""
     return re.findall(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$", src)
 
