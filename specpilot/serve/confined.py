@@ -17,7 +17,6 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from specpilot.config import load_config
 from specpilot.errors import SpecPilotError
 from specpilot.judges.worker_proc import Worker, WorkerError, clean_checkout
 from specpilot.memory.store import Memory
@@ -120,7 +119,7 @@ def start_named(name: str, model: str, model_name: str, drafter: str, max_batch:
     log = log_path(memory.root, checkout.tree)
     worker = Worker("served system", checkout, memory.system_paths, model, options, device,
                     log, drafter=drafter, max_context=max_context,
-                    confine=load_config(memory.root).judges.confine)
+                    confine=memory.config.judges.confine)
     say(f"starting {named.what} (tree {checkout.tree[:12]}"
         + (", " + ", ".join(f"{k}={v}" for k, v in options.items()) if options else "")
         + f"; log {log}) ...")
