@@ -121,16 +121,5 @@ class Dist:
             dist.barrier()
 
     def close(self) -> None:
-        """Leaves the process group one rank at a time: the other ranks tear theirs down and
-        say so through the launcher's key-value store, then rank 0 tears its own down. Two
-        ranks closing gloo's sockets at the same moment can abort one of them (SIGABRT after a
-        finished run: tests/test_training_dist.py in CI on 2 cores, 2026-12-05)."""
-        if not (self.on and dist.is_initialized()):
-            return
-        store = dist.distributed_c10d._get_default_store()
-        if self.main:
-            store.wait([f"closed/{r}" for r in range(1, self.world)])
+        if self.on and dist.is_initialized():
             dist.destroy_process_group()
-        else:
-            dist.destroy_process_group()
-            store.set(f"closed/{self.rank}", "1")
