@@ -161,3 +161,23 @@ def test_a_bad_argument_fails_before_any_model_loads(marked, args, says):
 def test_good_options_pass_the_check_and_reach_the_model(marked, args, where):
     res = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert "_Reached" in res.output and marked == [where]
+
+
+def test_an_option_only_the_batched_engine_registers_passes_the_check(marked, marked_project):
+    """A system's batched engine registers options of its own (an entry's admission or tree
+    knobs live in modules only stock/batch.py imports): the candidate's registry check knows
+    them, as the throughput mode needs (the H200 verdict on coalesced-admission was refused
+    with "unknown option 'admit_min'" before the worker imported stock.batch)."""
+    from judge_fixtures import cheat
+
+    commit = cheat(marked_project, "batch-knob", """
+        from stock.options import register as _register
+        _register("batch_only_knob", int, 1, "test: registered by the batched engine only",
+                  min=1, max=4)
+        """, path="stock/batch.py")
+    res = CliRunner().invoke(cli, ["compare", "stock", commit, "--opt-b", "batch_only_knob=2",
+                                   "--devices", "cpu"], catch_exceptions=False)
+    assert "_Reached" in res.output and marked == ["compare"], res.output
+    res = CliRunner().invoke(cli, ["compare", "stock", commit, "--opt-a", "batch_only_knob=2",
+                                   "--devices", "cpu"], catch_exceptions=False)
+    assert "A options: OptionError: unknown option 'batch_only_knob'" in res.output, res.output

@@ -40,6 +40,8 @@ tokenizes and answers HTTP, this process only decodes);
 from __future__ import annotations
 
 import hashlib
+import importlib
+import importlib.util
 import json
 import os
 import queue
@@ -309,6 +311,10 @@ class Server:
         from stock.engine import Engine
         from stock.options import Options
         from stock.system import make_drafter
+        if importlib.util.find_spec("stock.batch") is not None:
+            # the checkout's batched engine: its modules register options of their own (an
+            # entry's admission or tree knobs)
+            importlib.import_module("stock.batch")  # lazy: the checkout's, after the hash
 
         self.Engine, self.Options, self.make_drafter = Engine, Options, make_drafter
         self.system = stock.system   # its batch_engine only where a command asks for it
