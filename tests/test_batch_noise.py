@@ -1,9 +1,10 @@
 """Throughput mode's near-tie in coarse arithmetic: stock's own batching measured before any
 candidate runs (judges/controller.py `fold_batch_noise`).
 
-On the H200 (bf16) stock's batched AR parts from its single-request outputs at margins of one
-or two bf16 units (0.125, 0.25 at logits of 16-32), which the reference's shape-noise pass
-does not see (0 there): without this every batched side, stock's included, was a fault.
+On the H200 (bf16) stock's batched AR parted from its single-request outputs at margins such
+as 0.125 and 0.25 (one or two bf16 units at logits of 16-32), which the reference's
+shape-noise pass does not see (under 0.025 there): without this, stock's own batched side
+would be a fault by the judges' rule.
 The fold's own logic runs here on real stock parts (the random tiny target, fp32: batched
 equals single, so a reference is altered by hand to make a parting); the widening it makes
 and the candidate divergences it still rejects on the H200's numbers.

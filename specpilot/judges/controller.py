@@ -241,9 +241,10 @@ def fold_batch_noise(expected: dict[str, Expected], outputs: dict[str, list[int]
     weights). Folded into that reference's noise and flips, so the near-tie widens to
     noise_factor times it, as for the shape noise (outputs.tolerance); stock's clean
     checkout measured it before any candidate runs, so no candidate can widen it. On the
-    H200 stock's batched AR parted from 19 of 32 single-request outputs at margins of one
-    or two bf16 units (0.125, 0.25: bench/batch_throughput.py, C = 16, 2026-12-05), which
-    the shape noise (0 there) did not cover. Returns how many outputs parted."""
+    H200 stock's batched AR parted from 19 of 32 single-request outputs, 13 beyond the
+    0.05 near-tie (bench/batch_throughput.py, embedded, C = 16, 2026-12-05; the margins it
+    listed were 0.125 and 0.25, one or two bf16 units at logits of 16-32), which the shape
+    noise (under 0.025 there) did not cover. Returns how many outputs parted."""
     parted = 0
     for rid, got in outputs.items():
         exp = expected.get(rid)
