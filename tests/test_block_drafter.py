@@ -299,8 +299,10 @@ def test_shipped_weights_load_by_default_for_the_embedded_model(smol):
     assert all((DEFAULT_DIR / s.file).stat().st_size == s.bytes <= MAX_SHARD_BYTES
                for s in man.shards)
     # the shipped weights were trained under the command's old name (stock.drafters.train_block)
-    assert man.seed == 0 and man.dtype == "bfloat16"
+    assert man.dtype == "bfloat16" and f"--seed {man.seed} " in man.command
     assert "-m stock.drafters.train_block " in man.command or "-m training.block " in man.command
+    # continued from run to run (issue 24): every earlier run is in the history
+    assert all(f"--seed {run['seed']} " in run["command"] for run in man.history)
     drafter = make_drafter("block", smol.engine)  # checks fingerprint and sha256
     assert isinstance(drafter, BlockDrafter) and drafter.net.cfg == man.config
     assert drafter.hidden_layers == man.config.target_layers
