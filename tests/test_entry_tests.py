@@ -27,6 +27,7 @@ ENTRY_TESTS = {
     "fused-rmsnorm": ["tests/test_fused_rmsnorm.py"],
     "prompt-admission": ["tests/test_prompt_admission.py"],
     "prefill-buckets": ["tests/test_prefill_buckets.py"],
+    "admission-stack": ["tests/test_admission_stack.py"],   # its parts: theirs
     "tree-verify": ["tests/test_tree_verify.py"],
     "tree-verify-gdn": ["tests/test_tree_verify_gdn.py", "tests/test_gdn_tree_kernel.py"],
     "two-level": ["tests/test_two_level.py"],
