@@ -298,7 +298,7 @@ def test_shipped_weights_load_by_default_for_the_embedded_model(smol):
     man = read_manifest(DEFAULT_DIR)
     assert all((DEFAULT_DIR / s.file).stat().st_size == s.bytes <= MAX_SHARD_BYTES
                for s in man.shards)
-    # the shipped weights were trained under the command's old name (stock.drafters.train_block)
+    # the first run was trained under the command's old name (stock.drafters.train_block)
     assert man.dtype == "bfloat16" and f"--seed {man.seed} " in man.command
     assert "-m stock.drafters.train_block " in man.command or "-m training.block " in man.command
     # continued from run to run (issue 24): every earlier run is in the history

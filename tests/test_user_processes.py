@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-from judge_fixtures import CONFIG, judge_project
+from judge_fixtures import CONFIG, cheat, judge_project
 
 from specpilot.cli import cli
 
@@ -168,8 +168,6 @@ def test_an_option_only_the_batched_engine_registers_passes_the_check(marked, ma
     knobs live in modules only stock/batch.py imports): the candidate's registry check knows
     them, as the throughput mode needs (the H200 verdict on coalesced-admission was refused
     with "unknown option 'admit_min'" before the worker imported stock.batch)."""
-    from judge_fixtures import cheat
-
     commit = cheat(marked_project, "batch-knob", """
         from stock.options import register as _register
         _register("batch_only_knob", int, 1, "test: registered by the batched engine only",
