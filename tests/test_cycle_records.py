@@ -51,8 +51,12 @@ def test_offline_plan_reuses_memory_first_then_tunes_by_factor(project):
     reuses = len([m for m in metas if m.options and m.load != "batched"])
     dirs = offline_plan(ANALYSIS, metas, "ngram", reuses + 2, 2)
     assert {"tree-verify-gdn", "prompt-admission"}.isdisjoint({d.entry for d in dirs})
-    batched = offline_plan(ANALYSIS, metas, "ngram", reuses + 3, 2, load="batched")
-    assert "prompt-admission" in {d.entry for d in batched}
+    # on a batched load every entry with an option of its own is reused, memory first
+    every = [m.id for m in metas if m.options]
+    batched = offline_plan(ANALYSIS, metas, "ngram", len(every) + 2, 2, load="batched")
+    assert {d.entry for d in batched[:len(every)]} == set(every)
+    assert "prompt-admission" in every and [d.backend for d in batched[len(every):]] == \
+        ["tune", "tune"]
     assert [d.backend for d in dirs] == ["reuse"] * reuses + ["tune", "tune"]
     assert all(d.counted is False for d in dirs[:reuses])
     reuse = {d.entry: d for d in dirs[:reuses]}
