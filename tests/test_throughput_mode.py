@@ -70,3 +70,36 @@ def test_bad_throughput_designs_are_one_line_errors(project):
         compare(project, "stock", "stock", model=MODEL, rate=5.0)
     with pytest.raises(SpecPilotError, match="pairs per process"):   # one cell a round
         compare(project, "stock", "stock", model=MODEL, batch=2, rounds=2)
+
+
+def test_throughput_mode_folds_stocks_own_batching_into_the_near_tie(project, monkeypatch):
+    """Where the reference measured its noise (bf16 on a GPU; here its pass is asked for,
+    fp32), stock's reference worker also serves every measured request through its own
+    batched engine before any candidate runs, and the controller folds what parts from the
+    single-request references into the near-tie (controller.fold_batch_noise). The real
+    path, end to end: the worker's batched outputs reach the fold, one per measured
+    request, equal to the references here (fp32), so nothing widens."""
+    from specpilot.judges import controller
+    from specpilot.judges.worker_proc import Worker
+
+    real_call, real_fold, folds = Worker.call, controller.fold_batch_noise, []
+
+    def call(self, cmd, request_id, **fields):
+        if cmd == "reference":
+            fields["noise"] = True   # the shape-noise pass, as bf16 runs it
+        return real_call(self, cmd, request_id, **fields)
+
+    def fold(expected, outputs):
+        folds.append((set(expected), dict(outputs), real_fold(expected, outputs)))
+        return folds[-1][2]
+
+    monkeypatch.setattr(Worker, "call", call)
+    monkeypatch.setattr(controller, "fold_batch_noise", fold)
+    rep = compare(project, "stock", "stock", model=MODEL, max_new=8, rounds=4, requests=2,
+                  batch=2, sigma=0.05)
+    assert len(folds) == 1
+    expected, outputs, parted = folds[0]
+    assert expected == set(outputs) == set(rep.requests) and len(outputs) == 4 * 2
+    assert all(len(toks) == 8 for toks in outputs.values()) and parted == 0
+    assert rep.tolerance is not None and not rep.tolerance.widened
+    assert rep.outputs["A"].ok and rep.outputs["B"].ok
