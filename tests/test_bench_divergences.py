@@ -53,5 +53,15 @@ def test_divergences_name_the_position_and_the_reference_margin():
     # the same request parting where stock was surest: beyond, at its margin
     d = bt.divergences([ref[0], other(p_high), ref[2]], ref, margins)
     assert forced.margin[p_high] > d["epsilon"]      # fp32: stock's noise is ~1e-6
-    assert d == {"differ": 1, "near_ties": 0, "epsilon": d["epsilon"],
-                 "beyond": [(1, p_high, pytest.approx(forced.margin[p_high], abs=1e-5))]}
+    part = [(1, p_high, pytest.approx(forced.margin[p_high], abs=1e-5))]
+    assert d == {"differ": 1, "near_ties": 0, "epsilon": d["epsilon"], "beyond": part,
+                 "found": part}
+    # widened by stock's own batching as the controller widens it (fold_batch_noise): twice
+    # the largest margin at which stock's batched AR parted; a parting above that stays beyond
+    m = forced.margin[p_high]
+    outs = [ref[0], other(p_high), ref[2]]
+    wide = bt.divergences(outs, ref, margins, batching=m / 2)
+    assert wide["epsilon"] == pytest.approx(max(d["epsilon"], m))
+    assert wide["near_ties"] == 1 and wide["beyond"] == []
+    narrow = bt.divergences(outs, ref, margins, batching=m / 2.5)
+    assert narrow["near_ties"] == 0 and narrow["beyond"] == part
