@@ -370,9 +370,10 @@ def main() -> None:
         ref = dict(enumerate(outs))
     margins = Margins(single, reqs, ref) if args.margins else None
     batching = {}   # C -> the largest margin at which stock's batched AR parted from C = 1
+    stock_rows = {}   # C -> stock's batched AR row's divergences (its own row reuses them)
     for c in args.conc if margins else ():
         if f"ar@{c}" in res:
-            d = divergences(res[f"ar@{c}"]["outputs"], ref, margins)
+            d = stock_rows[c] = divergences(res[f"ar@{c}"]["outputs"], ref, margins)
             batching[c] = max((m for _i, _p, m in d["found"] if m is not None), default=0.0)
             if d["found"]:
                 log(f"ar@{c}: stock's batching parted {len(d['found'])} outputs from C = 1, at "
@@ -386,8 +387,8 @@ def main() -> None:
         if margins and same is not None and same < len(r["outputs"]):   # near-ties, or not?
             # stock's batched AR row itself against the near-tie alone; the others also
             # against what stock's batching moved at their C (the controller's rule)
-            widen = 0.0 if mode == "ar" else batching.get(c, 0.0)
-            r["divergences"] = d = divergences(r["outputs"], ref, margins, widen)
+            r["divergences"] = d = (stock_rows[c] if mode == "ar" and c in stock_rows else
+                                    divergences(r["outputs"], ref, margins, batching.get(c, 0.0)))
             if d["beyond"]:
                 log(f"{key}: {len(d['beyond'])} outputs part from AR beyond a near-tie "
                     f"(epsilon {d['epsilon']:.3g}): (request, position, margin) "
