@@ -151,7 +151,8 @@ class BatchEngine:
         if self.batch_drafter is not None:   # its context update meets the runner's T
             top = self.runner._fit(self.runner.buckets, t_run, "a step of")   # buckets:
             n += self.batch_drafter.capture_upto(                  # verify, prefill chunks
-                end, tuple(t for t in self.runner.buckets if t <= top))
+                end, tuple(t for t in self.runner.buckets if t <= top),
+                top1=self._chains_on_device())     # the drafts as the steps will take them
         return n
 
     # -- requests ----------------------------------------------------------------------------

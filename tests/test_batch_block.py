@@ -148,18 +148,21 @@ def test_batched_block_speculation_gives_single_request_outputs(toy, toy_trained
         assert be.prepare(200) == 0                   # the dynamic path: nothing to make
 
 
+@pytest.mark.parametrize("chains", [True, False])
 def test_the_batched_drafter_through_compiled_regions_drafts_bit_for_bit(toy, toy_trained,
-                                                                          monkeypatch):
+                                                                          monkeypatch, chains):
     """With `compiled` (the engine's option compile and block_compile, CUDA only: forced
     here) the batched draft and context update run through stock/compiled.py's regions;
-    dynamo traces them with its "eager" backend on this CPU: every lattice bit for bit the
-    uncompiled static path's, the served outputs the single-request ones, no fallback, every
-    region of the drafter compiled, and serving the same requests again compiles nothing."""
+    dynamo traces them with its "eager" backend on this CPU: every draft (the top-1 chains
+    left on the device, or with batch_chain_device off the lattices read to the host) bit
+    for bit the uncompiled static path's, the served outputs the single-request ones, no
+    fallback, every region of the drafter compiled, and serving the same requests again
+    compiles nothing."""
     from stock import compiled as C
 
     target, prompts, _ = toy
     net = toy_trained[0]
-    opts = Options({"draft_len": 3, "block_size": 4})
+    opts = Options({"draft_len": 3, "block_size": 4, "batch_chain_device": chains})
     single = Engine(target, opts, 256)
     want = [single.generate(p, 20, BlockDrafter(net, target, 256)).tokens for p in prompts]
     C.reset()
@@ -171,8 +174,8 @@ def test_the_batched_drafter_through_compiled_regions_drafts_bit_for_bit(toy, to
                                    compiled=compiled)
             seen = served[compiled] = []
             lattices = bd._lattices   # both draft() and draft_chains() draft through it
-            monkeypatch.setattr(bd, "_lattices", lambda rows, pend, f=lattices, seen=seen:
-                                seen.append(f(rows, pend).clone()) or seen[-1])
+            monkeypatch.setattr(bd, "_lattices", lambda rows, pend, top1=False, f=lattices,
+                                seen=seen: seen.append(f(rows, pend, top1).clone()) or seen[-1])
             be = BatchEngine(target, opts, max_batch=3, max_context=256, static=True,
                              capture=False, prefill_chunk=8, batch_drafter=bd)
             assert C.graphs_compiled() == 0   # nothing compiled before the compiled drafter
@@ -184,11 +187,13 @@ def test_the_batched_drafter_through_compiled_regions_drafts_bit_for_bit(toy, to
                 counts.append(C.graphs_compiled())
         assert counts[0] > 0 and counts[1] == counts[0]   # the second round: no new compile
         assert not C.fallbacks()
+        last = "batch_block_chain" if chains else "batch_block_lattice"
         assert {n for n, _ in C._compiled} >= {"batch_block_prologue", "batch_block_context",
-                                               "batch_block_lattice", "attn_in", "attn_out_mlp"}
+                                               last, "attn_in", "attn_out_mlp"}
         plain, traced = served[False], served[True]
         assert len(plain) == len(traced) > 10
         for a, b in zip(plain, traced):
+            assert a.dim() == (2 if chains else 4)   # chains [rows, T]; lattices [2, rows, T, k]
             assert torch.equal(a, b)
     finally:
         C.reset()

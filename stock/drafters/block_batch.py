@@ -13,8 +13,8 @@ layer context K/V [rows, Hkv, slots, D] and each row's context length. Two calls
   [R, T] tokens; each row attends to its own context and its whole block (keys before
   ctx_len_r + T of its own cache row); the target's head, then each row's lattice (top-k
   ids and log-probs) in one host read; or `draft_chains(rows, pendings, ks)`: the same
-  forward, each row's top-1 chain left on the device for the verify step (the BatchEngine's
-  static path), no host read.
+  forward ending in an argmax instead (no log-softmax, no top-k), each row's top-1 chain
+  left on the device for the verify step (the BatchEngine's static path), no host read.
 
 Both forwards are regions (stock/drafters/block_batch_step.py), whose arithmetic is
 BlockDrafter's plain path row by row, so a row drafts what a single-request BlockDrafter
@@ -93,7 +93,8 @@ class BatchBlockDrafter:
         self.spare = rows - 1   # padding's scratch row (the engine's requests use 0..rows-2)
         self.b_buckets = request_buckets(max(1, rows - 1))
         self.kv_buckets = kv_buckets(self.slots, MIN_KV)
-        self._graphs: dict[tuple[int, int], tuple] = {}   # (B, keys) -> (inp, host, graph, out)
+        # (B, keys, top-1 chains only) -> (inp, host, graph, out)
+        self._graphs: dict[tuple[int, int, bool], tuple] = {}
         self._ext: dict[tuple[int, int], tuple] = {}      # (B, T) -> (feat, inp, host, graph)
         self._pool = None
 
@@ -206,35 +207,37 @@ class BatchBlockDrafter:
     def draft_chains(self, rows: list[int], pendings: list[int],
                      ks: list[int]) -> torch.Tensor | None:
         """Each row's top-1 chain as the device holds it, with no host read: [len(rows), T]
-        token ids (float64, as the packed lattice holds them; positions past ks[i] are
-        drafted too and mean nothing; a row with ks[i] = 0 gets zeros), or None when no row
-        drafts. On the static path a view of the slot's output, rewritten by the next
-        draft: a consumer copies it before then (the BatchRunner's step does)."""
+        token ids (int64; positions past ks[i] are drafted too and mean nothing; a row with
+        ks[i] = 0 gets zeros), or None when no row drafts. The same forward as `draft`'s,
+        ending in an argmax instead of the lattice's log-softmax and top-k (the lattice's
+        top-1 but where two logits tie exactly). On the static path a view of the slot's
+        output, rewritten by the next draft: a consumer copies it before then (the
+        BatchRunner's step does)."""
         live = [i for i, k in enumerate(ks) if k > 0]
         if not live:
             return None
-        top1 = self._lattices([rows[i] for i in live], [pendings[i] for i in live])[0, :, :, 0]
+        top1 = self._lattices([rows[i] for i in live], [pendings[i] for i in live], top1=True)
         if len(live) == len(rows):
             return top1
         out = top1.new_zeros(len(rows), top1.shape[1])
         return out.index_copy_(0, torch.tensor(live, device=out.device), top1)
 
-    def _lattices(self, rows: list[int], pend: list[int]) -> torch.Tensor:
+    def _lattices(self, rows: list[int], pend: list[int], top1: bool = False) -> torch.Tensor:
         """The rows' packed lattices [2, len(rows), T, top-k] on the device (block_step.
         pack_lattice: top-k ids, then log-probs, float64) from one forward, each row's block
-        after its context."""
+        after its context; with `top1` only each position's top-1 id [len(rows), T]."""
         ends = [self.ctx_len[r] for r in rows]
         if self.static:
-            return self._static_draft(rows, ends, pend)
+            return self._static_draft(rows, ends, pend, top1)
         inp = torch.tensor(rows + ends + pend, device=self.target.device)
-        return draft_step(self, inp, max(ends) + self.net.cfg.block_size)
+        return draft_step(self, inp, max(ends) + self.net.cfg.block_size, top1)
 
-    def capture_upto(self, end: int, ts: tuple[int, ...] = ()) -> int:
+    def capture_upto(self, end: int, ts: tuple[int, ...] = (), top1: bool = False) -> int:
         """The static path: make (on CUDA: capture) the slot of every batch bucket and KV
-        bucket a block drafted from a context below `end` meets, and the context update's
-        slot of every batch bucket and the CONTEXT_TOKENS bucket of every verification
-        tokens bucket in `ts`; returns how many
-        exist (0 off the static path)."""
+        bucket a block drafted from a context below `end` meets (of the lattices, or with
+        `top1` of the chains: `draft_chains`), and the context update's slot of every
+        batch bucket and the CONTEXT_TOKENS bucket of every verification tokens bucket in
+        `ts`; returns how many exist (0 off the static path)."""
         if not self.static:
             return 0
         for b in self.b_buckets:
@@ -245,22 +248,23 @@ class BatchBlockDrafter:
         last = next((x for x in self.kv_buckets if x >= top), self.kv_buckets[-1])
         for b in self.b_buckets:
             for kv in (x for x in self.kv_buckets if x <= last):
-                if (b, kv) not in self._graphs:
-                    self._graphs[(b, kv)] = self._slot(b, kv)
+                if (b, kv, top1) not in self._graphs:
+                    self._graphs[(b, kv, top1)] = self._slot(b, kv, top1)
         return len(self._graphs) + len(self._ext)
 
-    def _static_draft(self, rows: list[int], ends: list[int], pend: list[int]) -> torch.Tensor:
-        """The lattices [2, len(rows), T, top-k] on the device from the slot of this batch's
-        shape (a view of its output)."""
+    def _static_draft(self, rows: list[int], ends: list[int], pend: list[int],
+                      top1: bool = False) -> torch.Tensor:
+        """The lattices [2, len(rows), T, top-k] (`top1`: the chains [len(rows), T]) on the
+        device from the slot of this batch's shape (a view of its output)."""
         n, t = len(rows), self.net.cfg.block_size
         b = next(x for x in self.b_buckets if x >= n)
         kv = next((x for x in self.kv_buckets if x >= max(ends) + t), None)
         if kv is None:
             raise BlockDrafterError(f"a block at {max(ends)} passes the drafter's "
                                     f"{self.slots} slots")
-        slot = self._graphs.get((b, kv))
+        slot = self._graphs.get((b, kv, top1))
         if slot is None:
-            slot = self._graphs[(b, kv)] = self._slot(b, kv)
+            slot = self._graphs[(b, kv, top1)] = self._slot(b, kv, top1)
         inp, host, graph, res = slot
         buf = host.numpy()
         buf[:] = 0
@@ -270,10 +274,10 @@ class BatchBlockDrafter:
         if graph is not None:
             graph.replay()
         else:
-            res = draft_step(self, inp, kv)
-        return res[:, :n]
+            res = draft_step(self, inp, kv, top1)
+        return res[:n] if top1 else res[:, :n]
 
-    def _slot(self, b: int, kv: int) -> tuple:
+    def _slot(self, b: int, kv: int, top1: bool = False) -> tuple:
         dev = self.target.device
         inp = torch.zeros(3 * b, dtype=torch.long, device=dev)
         host = torch.zeros(3 * b, dtype=torch.long, pin_memory=dev.type == "cuda")
@@ -282,6 +286,5 @@ class BatchBlockDrafter:
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         inp[:b] = self.spare             # warm-up and capture write only the spare row
-        graph, res = capture(lambda: draft_step(self, inp, kv),
-                             dev, self._pool)
+        graph, res = capture(lambda: draft_step(self, inp, kv, top1), dev, self._pool)
         return inp, host, graph, res

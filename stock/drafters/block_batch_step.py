@@ -15,7 +15,10 @@ block_step.py). Here the batched forwards are regions too:
   (stock/compiled.py, their batched form: each row's K/V written in its own cache row),
   with SDPA over the rows' gathered keys between them (stock/body.py's `attend`);
 - `batch_block_lattice`: final norm, the target's head, log-softmax, top-k, packed
-  [2, B, T, top-k] for one host read (block_step.pack_lattice);
+  [2, B, T, top-k] for one host read (block_step.pack_lattice); or `batch_block_chain`:
+  final norm, head, argmax [B, T], where only the top-1 chains are wanted (they stay on the
+  device for the verify step: at 16 rows the lattice's log-softmax and top-k run over
+  256 x 49152 logits on the embedded default);
 - `batch_block_context`: a verification step's committed spans (fixed shape [B, T] of
   features, padding to the spare row) -> every layer's context K/V, one GEMM, one RoPE.
 
@@ -91,16 +94,25 @@ def batch_block_lattice(x, norm, lm_head, topk: int):
     return pack_lattice(head(x, norm, lm_head), topk)
 
 
+def batch_block_chain(x, norm, lm_head):
+    """x [B, T, H] -> each position's top-1 id [B, T] (int64): the lattices' first column
+    (`batch_block_lattice`) without the log-softmax and top-k over the vocabulary, for a
+    step that verifies only the chains (the same ids but where two logits tie exactly)."""
+    return head(x, norm, lm_head).argmax(-1)
+
+
 for _name, _fn in (("batch_block_prologue", batch_block_prologue),
                    ("batch_block_context", batch_block_context),
-                   ("batch_block_lattice", batch_block_lattice)):
+                   ("batch_block_lattice", batch_block_lattice),
+                   ("batch_block_chain", batch_block_chain)):
     register_region(_name, _fn)
 
 
-def draft_step(d, inp: torch.Tensor, kv_len: int) -> torch.Tensor:
+def draft_step(d, inp: torch.Tensor, kv_len: int, top1: bool = False) -> torch.Tensor:
     """Every row's block of BatchBlockDrafter `d` in one forward over key slots [0, kv_len):
     inp [3B] int64 (rows, context ends, pending ids); the packed lattices [2, B, T, top-k]
-    (float64 on the device). Each row's block K/V written into its cache row."""
+    (float64 on the device), or with `top1` only each position's top-1 id [B, T] (int64,
+    `batch_block_chain`). Each row's block K/V written into its cache row."""
     run = run_region if d.compiled else _eager   # as block_step.packed_step
     net, target = d.net, d.target
     layers = list(net.layers)
@@ -123,6 +135,8 @@ def draft_step(d, inp: torch.Tensor, kv_len: int) -> torch.Tensor:
             else:
                 x = run("attn_out_mlp", x, out, layer.self_attn, layer.post_attention_layernorm,
                         layer.mlp, d._gate_up_w[i])
+        if top1:
+            return run("batch_block_chain", x, net.norm, target.lm_head)
         return run("batch_block_lattice", x, net.norm, target.lm_head, d.topk)
 
 

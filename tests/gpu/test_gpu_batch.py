@@ -61,7 +61,9 @@ def test_the_compiled_batched_drafter_drafts_what_the_eager_regions_draft():
     and context update run inductor-compiled regions inside their CUDA graphs. Against the
     same regions run eagerly in graphs: the same served tokens (the target decides them),
     the same top-1 draft wherever it leads by more than 0.05 in log-probability and
-    log-probs within bf16 rounding, every drafter region compiled, no fallback."""
+    log-probs within bf16 rounding, every drafter region compiled, no fallback; the chains
+    left on the device (option batch_chain_device, its argmax region) are the lattices'
+    top-1 wherever it leads so."""
     from stock import compiled as C
     from stock.drafters.block import BlockConfig, BlockNet
     from stock.drafters.block_batch import BatchBlockDrafter
@@ -72,20 +74,32 @@ def test_the_compiled_batched_drafter_drafts_what_the_eager_regions_draft():
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(1, 512, (n,), generator=gen).tolist() for n in (5, 17, 9, 30, 3)]
     runs = {}
-    for compiled in (False, True):
-        bd = BatchBlockDrafter(net, model, 256, rows=5, compiled=compiled)
-        seen, lattices = [], bd._lattices   # draft() and draft_chains() draft through it
-        bd._lattices = lambda rows, pend, f=lattices, seen=seen: \
-            seen.append(f(rows, pend).clone()) or seen[-1]
-        be = BatchEngine(model, Options({"draft_len": 3, "block_size": 4}), max_batch=4,
-                         max_context=256, batch_drafter=bd)
-        reqs = [be.submit(p, 24) for p in prompts]
-        be.run()
-        runs[compiled] = ([r.tokens for r in reqs], seen)
-    assert runs[True][0] == runs[False][0]
+    for chains in (False, True):
+        for compiled in (False, True):
+            bd = BatchBlockDrafter(net, model, 256, rows=5, compiled=compiled)
+            seen, lattices = [], bd._lattices   # draft() and draft_chains() draft through it
+            bd._lattices = lambda rows, pend, top1=False, f=lattices, seen=seen: \
+                seen.append(f(rows, pend, top1).clone()) or seen[-1]
+            be = BatchEngine(model, Options({"draft_len": 3, "block_size": 4,
+                                             "batch_chain_device": chains}),
+                             max_batch=4, max_context=256, batch_drafter=bd)
+            reqs = [be.submit(p, 24) for p in prompts]
+            be.run()
+            runs[chains, compiled] = ([r.tokens for r in reqs], seen)
+    assert all(r[0] == runs[False, False][0] for r in runs.values())
     assert not C.fallbacks()
     assert {n for n, _ in C._compiled} >= {"batch_block_prologue", "batch_block_context",
-                                           "batch_block_lattice"}
+                                           "batch_block_lattice", "batch_block_chain"}
+    for compiled in (False, True):   # chains [rows, T] against the eager lattices' top-1
+        sure = 0
+        for lat, ch in zip(runs[False, False][1], runs[True, compiled][1]):
+            if lat.shape[1:3] != ch.shape:   # the drafts parted
+                break
+            lead = lat[1, :, :, 0] - lat[1, :, :, 1] > 0.05
+            assert torch.equal(lat[0, :, :, 0][lead].long(), ch[lead])
+            sure += int(lead.sum())
+        assert sure > 20, (compiled, sure)
+    runs = {c: runs[False, c] for c in (False, True)}
     sure = worst = 0.0
     for a, b in zip(runs[False][1], runs[True][1]):   # [2, rows, T, top-k] each
         if a.shape != b.shape:   # the drafts parted: acceptance, then the batches, differ

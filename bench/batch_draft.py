@@ -1,0 +1,209 @@
+"""What a batched block-speculation step is made of: the draft's last region (lattice or
+chain), and the device's kernels over a whole run against the run's wall time.
+
+At concurrency C on the embedded default (the shipped block drafter) the script builds
+stock's BatchEngine with the batched block drafter (and one without a drafter, AR), warms
+it on 2C dev requests, then:
+
+1. **The draft, replayed from its CUDA graphs**, all C rows drafting 15 tokens from their
+   contexts: `draft_chains` (the forward ending in an argmax, the chains left on the device,
+   what the static step takes) against the same forward ending in the lattice (log-softmax
+   and top-k over the vocabulary, packed; `draft` then reads it to the host), CUDA-event
+   times, median of --iters.
+2. **The last region alone** on [C, block, H] inputs, each captured in a CUDA graph: the
+   target's head (final norm, lm_head, fp32 logits), head + argmax (`batch_block_chain`),
+   head + log-softmax + top-k (`batch_block_lattice`).
+3. **A whole run under torch.profiler** for AR and block: the sum of kernel times against
+   the run's wall time (how much of the run the GPU is busy: the rest is the host's), and
+   the kernels that take most of it (kernels replayed from CUDA graphs are listed where the
+   profiler sees them).
+
+    python3 bench/batch_draft.py --conc 16 --out $OUT    # H200, the embedded GGUF staged
+    python3 bench/batch_draft.py --smoke                  # CPU: random:tiny-qwen3, a random
+                                                          # drafter, steps 1-2 only (eager)
+
+Prints the tables; writes batch_draft.json to --out (default $OUT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import common  # noqa: F401  (the repository on sys.path)
+from common import log, print_table, smoke_device, timed, write_json
+
+import torch  # noqa: E402
+
+from stock.drafters.block_batch_step import (batch_block_chain,  # noqa: E402
+                                             batch_block_lattice)
+from stock.engine import Engine  # noqa: E402
+from stock.options import Options  # noqa: E402
+from stock.system import batch_engine  # noqa: E402
+
+
+def load(args):
+    """(single-request engine, requests [(prompt ids, max_new)]) for --target."""
+    n = 2 * args.conc
+    if args.target.startswith("random:"):
+        from stock.config import PRESETS
+        from stock.model import Transformer
+
+        dev = torch.device(args.device)
+        dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+        net = Transformer.random(PRESETS[args.target[7:]], dev, dtype, seed=0)
+        gen = torch.Generator().manual_seed(1)
+        reqs = [(torch.randint(1, net.cfg.vocab_size, (12,), generator=gen).tolist(),
+                 args.max_new) for _ in range(n)]
+        return Engine(net, Options(), 64 + args.max_new), reqs
+    from specpilot.requests import load_dev, select
+    from stock.system import load_system
+
+    system = load_system(args.target, Options(), device=args.device, max_context=4096)
+    tok = system.tokenizer
+    dev_reqs = select(load_dev(), None, None)
+    reqs = [(tok.chat(r.prompt), min(args.max_new, r.max_new_tokens)) for r in dev_reqs]
+    reqs = [reqs[i % len(reqs)] for i in range(n)]
+    ctx = max(len(p) for p, _ in reqs) + args.max_new + 8
+    eng = system.engine
+    return Engine(eng.model, eng.options, ctx, set(eng.stop_ids)), reqs
+
+
+def block_engine(single: Engine, conc: int, smoke: bool):
+    """The batched engine with the block drafter: the shipped weights, or on --smoke a
+    random drafter of the tiny target's shape."""
+    if not smoke:
+        return batch_engine(single, "block", conc)
+    from stock.batch import BatchEngine
+    from stock.drafters.block import BlockConfig, BlockNet
+    from stock.drafters.block_batch import BatchBlockDrafter
+
+    model = single.model
+    net = BlockNet(BlockConfig.for_target(model.cfg, num_layers=2, block_size=4))
+    net = net.init_from_target(model)
+    bd = BatchBlockDrafter(net, model, single.max_context, rows=conc + 1, static=True,
+                           capture=False)
+    return BatchEngine(model, single.options, max_batch=conc, max_context=single.max_context,
+                       static=True, capture=False, batch_drafter=bd,
+                       stop_ids=single.stop_ids)
+
+
+def run(engine, reqs) -> float:
+    """Submit every request at once and step to the end; the wall seconds."""
+    t0 = time.perf_counter()
+    for p, m in reqs:
+        engine.submit(p, m)
+    engine.run()
+    return time.perf_counter() - t0
+
+
+def draft_times(bd, conc: int, iters: int, dev: str) -> list[list]:
+    """Step 1: the draft of `conc` rows, chains (argmax) against lattices, as replayed."""
+    rows = list(range(conc))
+    pend = [1] * conc
+    ks = [bd.net.cfg.block_size - 1] * conc
+    ends = list(bd.ctx_len[:conc])
+    out = []
+    for name, fn in (("draft_chains (argmax, on the device)",
+                      lambda: bd.draft_chains(rows, pend, ks)),
+                     ("lattices (log-softmax + top-k, on the device)",
+                      lambda: bd._lattices(rows, pend)),
+                     ("draft (lattices read to the host)", lambda: bd.draft(rows, pend, ks))):
+        t = timed(fn, iters, dev)
+        bd.ctx_len[:conc] = ends   # drafting never moves the contexts; kept as they were
+        out.append([name, f"{t['median_ms']:.3f}", f"{t['p10_ms']:.3f}-{t['p90_ms']:.3f}"])
+    return out
+
+
+def region_times(bd, conc: int, iters: int, dev: str) -> list[list]:
+    """Step 2: the draft's last region alone on [conc, block, H], in CUDA graphs on CUDA."""
+    from stock.compiled import head
+    from stock.graphs import capture
+
+    model, net = bd.target, bd.net
+    x = torch.randn(conc, net.cfg.block_size, model.cfg.hidden_size, device=dev,
+                    dtype=model.dtype)
+    fns = {"head (norm, lm_head, fp32 logits)": lambda: head(x, net.norm, model.lm_head),
+           "head + argmax (batch_block_chain)": lambda: batch_block_chain(
+               x, net.norm, model.lm_head),
+           "head + log-softmax + top-k (batch_block_lattice)": lambda: batch_block_lattice(
+               x, net.norm, model.lm_head, bd.topk)}
+    out = []
+    pool = torch.cuda.graph_pool_handle() if dev.startswith("cuda") else None
+    for name, fn in fns.items():
+        call = fn
+        if pool is not None:
+            compiled = torch.compile(fn, dynamic=False)
+            graph, _ = capture(compiled, torch.device(dev), pool)
+            call = graph.replay
+        with torch.inference_mode():
+            t = timed(call, iters, dev)
+        out.append([name, f"{t['median_ms']:.3f}", f"{t['p10_ms']:.3f}-{t['p90_ms']:.3f}"])
+    return out
+
+
+def profiled_run(engine, reqs, top: int) -> tuple[dict, list[list]]:
+    """Step 3: one run under torch.profiler: kernel time against wall time, top kernels."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        wall = run(engine, reqs)
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
+    total_us = sum(e.self_device_time_total for e in kernels)
+    kernels.sort(key=lambda e: -e.self_device_time_total)
+    rows = [[e.key[:70], e.count, f"{e.self_device_time_total / 1e3:.2f}",
+             f"{100 * e.self_device_time_total / max(total_us, 1e-9):.1f}"]
+            for e in kernels[:top]]
+    return {"wall_s": wall, "kernel_s": total_us / 1e6, "kernels": len(kernels)}, rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--target", default="embedded")
+    ap.add_argument("--conc", type=int, default=16)
+    ap.add_argument("--max-new", type=int, default=128)
+    ap.add_argument("--iters", type=int, default=200)
+    ap.add_argument("--top", type=int, default=14, help="kernels listed per profiled run")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--out", default=os.environ.get("OUT", ""))
+    ap.add_argument("--smoke", action="store_true", help="CPU: random:tiny-qwen3, small")
+    args = ap.parse_args()
+    if args.smoke:
+        args.target, args.conc, args.max_new, args.iters = "random:tiny-qwen3", 2, 8, 3
+    args.device = smoke_device(args)
+    single, reqs = load(args)
+    cuda = args.device.startswith("cuda")
+    log(f"{args.target} on {args.device}: C = {args.conc}, {len(reqs)} requests a run")
+    engines = {"ar": batch_engine(single, None, args.conc),
+               "block": block_engine(single, args.conc, args.smoke)}
+    for name, eng in engines.items():
+        run(eng, reqs)   # warm: graphs captured, regions compiled
+        log(f"{name}: warm run {run(eng, reqs):.3f} s")
+    bd = engines["block"].batch_drafter
+    res = {"target": args.target, "device": args.device, "conc": args.conc}
+    res["draft"] = draft_times(bd, args.conc, args.iters, args.device)
+    print_table(["the draft of C rows", "ms (median)", "p10-p90"], res["draft"],
+                f"step 1: the batched block drafter's draft at C = {args.conc}, "
+                f"{'replayed from CUDA graphs' if bd.capture else 'eager'}")
+    res["regions"] = region_times(bd, args.conc, args.iters, args.device)
+    print_table(["the draft's last region", "ms (median)", "p10-p90"], res["regions"],
+                f"step 2: on [{args.conc}, {bd.net.cfg.block_size}, hidden]"
+                + (", compiled, in CUDA graphs" if cuda else ", eager"))
+    if cuda:
+        res["profiled"] = {}
+        for name, eng in engines.items():
+            info, rows = profiled_run(eng, reqs, args.top)
+            res["profiled"][name] = {**info, "top": rows}
+            print_table(["kernel", "calls", "ms", "% of kernel time"], rows,
+                        f"step 3: {name} at C = {args.conc}, one run of {len(reqs)} requests "
+                        f"under the profiler: wall {info['wall_s']:.3f} s, kernels "
+                        f"{info['kernel_s']:.3f} s ({100 * info['kernel_s'] / info['wall_s']:.0f}"
+                        f"% busy), {info['kernels']} distinct")
+    write_json(args.out, "batch_draft.json", res)
+
+
+if __name__ == "__main__":
+    main()
