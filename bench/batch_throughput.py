@@ -277,7 +277,7 @@ def main() -> None:
     ap.add_argument("--target", default="random:dense-27b")
     ap.add_argument("--modes", default=None, help="default ar (--smoke: ar,ngram, and with "
                     "--entry a stacked batch-mechanisms mode)")
-    ap.add_argument("--conc", default="1,4,16,32")
+    ap.add_argument("--conc", default=None, help="concurrencies (default 1,4,16,32; --smoke 1,2)")
     ap.add_argument("--prompt", type=int, default=128, help="random targets: prompt tokens")
     ap.add_argument("--max-new", type=int, default=64)
     ap.add_argument("--device", default=None)
@@ -304,13 +304,14 @@ def main() -> None:
                          "then gives the medians of the rounds done, and says how many")
     args = ap.parse_args()
     if args.smoke:
-        args.target, args.conc, args.prompt, args.max_new = "random:tiny-qwen3", "1,2", 12, 8
+        args.target, args.prompt, args.max_new = "random:tiny-qwen3", 12, 8
+        args.conc = args.conc or "1,2"
         args.modes = args.modes or ("ar,ngram" if not ENTRY
                                     else "ar,ngram,ngram:admit_chunk=8+node_budget=4")
         args.repeats = min(args.repeats, 2)
     args.modes = args.modes or "ar"
     args.device = smoke_device(args)
-    args.conc = [int(c) for c in args.conc.split(",")]
+    args.conc = [int(c) for c in (args.conc or "1,4,16,32").split(",")]
     modes = args.modes.split(",")
     opts = Options()
     model, reqs, stops = load(args)
@@ -368,7 +369,9 @@ def main() -> None:
         base = BatchEngine(model, opts, max_batch=1, max_context=ctx, stop_ids=stops)
         outs = run(base, reqs[: args.waves * max(args.conc)])["outputs"]
         ref = dict(enumerate(outs))
-    margins = Margins(single, reqs, ref) if args.margins else None
+    if not ref and args.margins:   # nothing to compare outputs with
+        log("no C = 1 AR row (modes ar, conc 1): outputs not compared with single-request AR")
+    margins = Margins(single, reqs, ref) if args.margins and ref else None
     batching = {}   # C -> the largest margin at which stock's batched AR parted from C = 1
     stock_rows = {}   # C -> stock's batched AR row's divergences (its own row reuses them)
     for c in args.conc if margins else ():

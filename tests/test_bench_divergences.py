@@ -65,3 +65,19 @@ def test_divergences_name_the_position_and_the_reference_margin():
     assert wide["near_ties"] == 1 and wide["beyond"] == []
     narrow = bt.divergences(outs, ref, margins, batching=m / 2.5)
     assert narrow["near_ties"] == 0 and narrow["beyond"] == part
+
+
+def test_a_run_without_the_single_request_row_prints_its_table(tmp_path):
+    """Concurrencies without C = 1 (so no single-request AR reference): the outputs are not
+    compared, the table still prints (it once failed looking up the missing reference)."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    res = subprocess.run([sys.executable, str(root / "bench" / "batch_throughput.py"),
+                          "--smoke", "--conc", "2", "--modes", "ar", "--repeats", "1"],
+                         cwd=root, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "OUT": str(tmp_path)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "outputs not compared" in res.stdout
+    assert "| ar | 2 |" in res.stdout
