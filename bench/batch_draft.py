@@ -10,9 +10,11 @@ it on 2C dev requests, then:
    what the static step takes) against the same forward ending in the lattice (log-softmax
    and top-k over the vocabulary, packed; `draft` then reads it to the host), CUDA-event
    times, median of --iters.
-2. **The last region alone** on [C, block, H] inputs, each captured in a CUDA graph: the
-   target's head (final norm, lm_head, fp32 logits), head + argmax (`batch_block_chain`),
-   head + log-softmax + top-k (`batch_block_lattice`).
+2. **The last region alone** on [C, block, H] and [1, block, H] inputs, each compiled and
+   captured in a CUDA graph: the target's head (final norm, lm_head, fp32 logits), head +
+   argmax (`batch_block_chain`), head + log-softmax + top-k (`batch_block_lattice`), and
+   the same lattice packed two other ways (top-k of the logits with logsumexp, and a
+   two-stage top-k over chunks of 1024 ids), with how far each is from the lattice.
 3. **A whole run under torch.profiler** for AR and block: the sum of kernel times against
    the run's wall time (how much of the run the GPU is busy: the rest is the host's), and
    the kernels that take most of it (kernels replayed from CUDA graphs are listed where the
@@ -116,30 +118,68 @@ def draft_times(bd, conc: int, iters: int, dev: str) -> list[list]:
     return out
 
 
+def topk_logits(logits: torch.Tensor, k: int) -> torch.Tensor:
+    """A lattice packed as block_step.pack_lattice packs it, without the log-softmax's
+    [rows, vocab] tensor: top-k of the logits themselves (the same order: log-softmax is
+    monotone), their log-probs as logit - logsumexp."""
+    top = logits.topk(k, dim=-1)
+    lp = top.values - torch.logsumexp(logits, dim=-1, keepdim=True)
+    return torch.stack([top.indices.double(), lp.double()])
+
+
+def topk_two_stage(logits: torch.Tensor, k: int, chunk: int = 1024) -> torch.Tensor:
+    """As `topk_logits`, the top-k found in two stages: every chunk of `chunk` ids' top-k,
+    then the top-k of those (many short slices instead of one long one per row)."""
+    v = logits.shape[-1]
+    pad = -v % chunk
+    x = torch.nn.functional.pad(logits, (0, pad), value=float("-inf")) if pad else logits
+    part = x.view(*x.shape[:-1], -1, chunk).topk(k, dim=-1)
+    base = torch.arange(0, v + pad, chunk, device=logits.device)[:, None]
+    ids = (part.indices + base).flatten(-2)
+    top = part.values.flatten(-2).topk(k, dim=-1)
+    lp = top.values - torch.logsumexp(logits, dim=-1, keepdim=True)
+    return torch.stack([ids.gather(-1, top.indices).double(), lp.double()])
+
+
 def region_times(bd, conc: int, iters: int, dev: str) -> list[list]:
-    """Step 2: the draft's last region alone on [conc, block, H], in CUDA graphs on CUDA."""
+    """Step 2: the draft's last region alone on [conc, block, H] (and [1, block, H]: the
+    single-request drafter's shape), in CUDA graphs on CUDA: the head, head + argmax, the
+    lattice as packed now, and two ways of packing the same lattice with less traffic."""
     from stock.compiled import head
     from stock.graphs import capture
 
     model, net = bd.target, bd.net
-    x = torch.randn(conc, net.cfg.block_size, model.cfg.hidden_size, device=dev,
-                    dtype=model.dtype)
-    fns = {"head (norm, lm_head, fp32 logits)": lambda: head(x, net.norm, model.lm_head),
-           "head + argmax (batch_block_chain)": lambda: batch_block_chain(
-               x, net.norm, model.lm_head),
-           "head + log-softmax + top-k (batch_block_lattice)": lambda: batch_block_lattice(
-               x, net.norm, model.lm_head, bd.topk)}
     out = []
     pool = torch.cuda.graph_pool_handle() if dev.startswith("cuda") else None
-    for name, fn in fns.items():
-        call = fn
-        if pool is not None:
-            compiled = torch.compile(fn, dynamic=False)
-            graph, _ = capture(compiled, torch.device(dev), pool)
-            call = graph.replay
+    for rows in dict.fromkeys((conc, 1)):
+        x = torch.randn(rows, net.cfg.block_size, model.cfg.hidden_size, device=dev,
+                        dtype=model.dtype)
+        fns = {"head (norm, lm_head, fp32 logits)": lambda: head(x, net.norm, model.lm_head),
+               "head + argmax (batch_block_chain)": lambda: batch_block_chain(
+                   x, net.norm, model.lm_head),
+               "head + log-softmax + top-k (batch_block_lattice)": lambda: batch_block_lattice(
+                   x, net.norm, model.lm_head, bd.topk),
+               "head + top-k of logits + logsumexp": lambda: topk_logits(
+                   head(x, net.norm, model.lm_head), bd.topk),
+               "head + two-stage top-k + logsumexp": lambda: topk_two_stage(
+                   head(x, net.norm, model.lm_head), bd.topk)}
         with torch.inference_mode():
-            t = timed(call, iters, dev)
-        out.append([name, f"{t['median_ms']:.3f}", f"{t['p10_ms']:.3f}-{t['p90_ms']:.3f}"])
+            want = fns["head + log-softmax + top-k (batch_block_lattice)"]()
+            for name, fn in fns.items():
+                call, res = fn, None
+                if pool is not None:   # compiled, captured; the replay's output is `res`
+                    graph, res = capture(torch.compile(fn, dynamic=False), torch.device(dev),
+                                         pool)
+                    call = graph.replay
+                call()
+                res = fn() if res is None else res
+                same = ""
+                if res.dim() == 4:   # a lattice: its ids and log-probs against the lattice's
+                    same = (f"ids {float((res[0] == want[0]).float().mean()):.4f}, "
+                            f"log-probs within {float((res[1] - want[1]).abs().max()):.1e}")
+                t = timed(call, iters, dev)
+                out.append([rows, name, f"{t['median_ms']:.3f}",
+                            f"{t['p10_ms']:.3f}-{t['p90_ms']:.3f}", same])
     return out
 
 
@@ -189,8 +229,9 @@ def main() -> None:
                 f"step 1: the batched block drafter's draft at C = {args.conc}, "
                 f"{'replayed from CUDA graphs' if bd.capture else 'eager'}")
     res["regions"] = region_times(bd, args.conc, args.iters, args.device)
-    print_table(["the draft's last region", "ms (median)", "p10-p90"], res["regions"],
-                f"step 2: on [{args.conc}, {bd.net.cfg.block_size}, hidden]"
+    print_table(["rows", "the draft's last region", "ms (median)", "p10-p90",
+                 "= the lattice (eager)"], res["regions"],
+                f"step 2: on [rows, {bd.net.cfg.block_size}, hidden]"
                 + (", compiled, in CUDA graphs" if cuda else ", eager"))
     if cuda:
         res["profiled"] = {}
