@@ -90,6 +90,20 @@ def test_rebasing_one_entry_moves_its_ancestors_and_descendants(project):
     assert verify(project.memory()).ok
 
 
+def test_a_descendant_brings_its_other_dependencies_along(project):
+    """Rebasing b moves d, which also depends on w: w moves with it (d cannot sit on a
+    moved b and an unmoved w). It once failed with KeyError 'w' (two-level, of
+    w12-weights and tree-verify, when batch-tree-verify was rebased)."""
+    project.entry("w", {5: "'w'"})
+    project.entry("b", {10: "'b'"})
+    project.entry("d", {20: "'d'"}, ["w", "b"])
+    project.entry("z", {50: "'z'"})
+    project.make_commit(project.base, {"README.md": "new\n"}, "s", branch="stock2")
+    moved = {r.id: r.status for r in rebase(project.memory(), "stock2", ["b"])}
+    assert moved == {"w": "moved", "b": "moved", "d": "moved"}
+    assert verify(project.memory()).ok
+
+
 def test_rebase_cli_exit_code_and_json(project):
     project.entry("c", {30: "'c'"})
     project.make_commit(project.base, {"stock/engine.py": engine_text({30: "'x'"})}, "s",
@@ -134,6 +148,37 @@ def test_a_conflict_merged_by_hand_moves_with_resolved(moved):
     assert moved.git("rev-parse", f"refs/specpilot/attic/c/{merged[:12]}") == merged
     assert "resolved_from" not in meta_of(moved, "d")["rebased"][-1]   # d moved by 3-way
     assert verify(moved.memory()).ok
+
+
+def test_after_a_conflict_the_conflicted_entrys_descendants_move_with_its_resolution(project):
+    """q (on p) conflicts while p moves; q merged by hand moves with --resolved; r (on q),
+    whose old replay can no longer be made (p is on the new stock now), moves by its
+    recorded patch (memory/r.patch) only where that is the change its note names."""
+    project.entry("p", {1: "'p'"})
+    project.entry("q", {30: "'q'"}, ["p"])
+    project.entry("r", {40: "'r'"}, ["q"])
+    onto = project.make_commit(project.base, {
+        "stock/engine.py": engine_text({30: "'stock'"})}, "new stock", branch="stock2")
+    first = {r.id: r.status for r in rebase(project.memory(), "stock2")}
+    assert first == {"p": "moved", "q": "conflict", "r": "blocked"}
+    p_new = project.git("rev-parse", "refs/specpilot/entries/p")
+    merged = project.make_commit(p_new, {
+        "stock/engine.py": engine_text({1: "'p'", 30: "'stock and q'"})}, "q merged by hand",
+        branch="q-merged")
+    assert project.git("merge-base", merged, onto) == onto
+    recorded = project.path / "memory" / "r.patch"
+    good = recorded.read_bytes()
+    recorded.write_bytes(good.replace(b"'r'", b"'x'"))   # not the change r's note names
+    second = {r.id: (r.status, r.error) for r in rebase(project.memory(), "stock2",
+                                                        resolved={"q": "q-merged"})}
+    assert second["q"][0] == "moved" and second["r"][0] == "failed", second
+    recorded.write_bytes(good)
+    third = {r.id: (r.status, r.error) for r in rebase(project.memory(), "stock2")}
+    assert third["q"][0] == "unchanged" and third["r"][0] == "moved", third
+    r = project.git("rev-parse", "refs/specpilot/entries/r")
+    text = project.git("show", f"{r}:stock/engine.py")
+    assert "line_30 = 'stock and q'" in text and "line_40 = 'r'" in text
+    assert verify(project.memory()).ok
 
 
 def test_a_resolution_must_sit_on_the_new_stock_and_name_an_entry(moved):

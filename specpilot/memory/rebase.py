@@ -6,13 +6,16 @@ a new commit, base, source tree, patch hash and note; its results are marked sta
 re-measured; its old commit stays reachable under `refs/specpilot/attic/<id>/<sha>`. An
 entry that conflicts keeps its old ref untouched and is reported with the conflicting paths;
 entries that depend on it are reported as blocked. Rebasing chosen ids moves their
-ancestors and descendants with them.
+ancestors and descendants with them (and the descendants' other ancestors).
 
 A conflict is resolved by hand and given back: `resolved={id: SRC}` (the CLI's
 `--resolved ID=SRC`), SRC a branch, commit or clean worktree on the new stock with the
 entry's moved dependencies and its change merged by hand (`git specpilot replay DEP --onto
 NEW --worktree DIR`, edit, commit). Its change is then what SRC adds over them, which must
-replay to SRC's system tree; the move records the resolution's commit.
+replay to SRC's system tree; the move records the resolution's commit. The entries
+blocked behind it move in the same run: where their old replay can no longer be made (an
+ancestor moved in the earlier run), their change is their recorded patch (memory/<id>.patch
+with the patch_sha256 their note names).
 """
 
 from __future__ import annotations
@@ -71,8 +74,11 @@ def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
                 continue
             outcome = old.run(eid) if eid not in resolutions else None
             if outcome is not None and not outcome.ok:   # (a resolution replaces the change)
-                out.error = f"does not reproduce on its old base: {outcome.error}"
-                continue
+                recorded = _recorded_patch(memory, refs, old, eid)
+                if recorded is None:
+                    out.error = f"does not reproduce on its old base: {outcome.error}"
+                    continue
+                old.patches[eid] = recorded
             if meta.base == onto and all(results[d].status == "unchanged" for d in meta.deps):
                 out.status, out.new_commit = "unchanged", entry.commit
                 new_commits[eid], new_patches[eid] = entry.commit, old.patches[eid]
@@ -136,6 +142,22 @@ def rebase(memory: Memory, onto: str, ids: list[str] | None = None,
     return list(results.values())
 
 
+def _recorded_patch(memory: Memory, refs, old, eid: str) -> bytes | None:
+    """An entry's change when its old replay cannot be made because an ancestor already
+    moved (an earlier rebase moved it while this entry waited behind a conflict): its
+    recorded patch, memory/<id>.patch, if that is the change its note names (the same
+    patch_sha256). None otherwise (the replay failed for another reason)."""
+    meta = refs[eid].meta
+    ancestors = replay_sequence(old.deps, old.order, eid)[:-1]
+    if all(refs[a].meta.base == meta.base for a in ancestors):
+        return None
+    path = memory.folder / f"{eid}.patch"
+    if not path.is_file():
+        return None
+    patch = path.read_bytes()
+    return patch if patches.sha256(patch) == meta.patch_sha256 else None
+
+
 def _resolutions(memory: Memory, onto: str, refs, resolved: dict[str, str]) -> dict[str, str]:
     """Each hand resolution's commit; it must be an entry's and contain the new stock."""
     out = {}
@@ -168,12 +190,19 @@ def replace_entry(memory: Memory, eid: str, old_commit: str, tree: str, new_meta
 
 def _selection(refs, order: list[str], ids: list[str] | None) -> list[str]:
     """The chosen entries with their ancestors (they move first) and their descendants
-    (which would otherwise be left depending on moved entries from the old base)."""
+    (which would otherwise be left depending on moved entries from the old base), and the
+    descendants' other ancestors too, until nothing is added (a descendant of several
+    dependencies cannot sit on moved and unmoved ones at once)."""
     chosen = set(_closure(refs, order, ids))
-    for eid in order:
-        if any(dep in chosen for dep in refs[eid].meta.deps):
-            chosen.add(eid)
-    return [e for e in order if e in chosen]
+    while True:
+        grown = set(chosen)
+        for eid in order:
+            if any(dep in grown for dep in refs[eid].meta.deps):
+                grown.add(eid)
+        grown = set(_closure(refs, order, sorted(grown)))
+        if grown == chosen:
+            return [e for e in order if e in chosen]
+        chosen = grown
 
 
 def _tree_after(memo, seq, new_patches, index, for_id) -> str:
