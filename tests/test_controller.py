@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -305,25 +306,40 @@ def test_resident_pairs_run_one_session_after_another_on_the_same_rounds(tmp_pat
 def test_prepare_asks_every_worker_for_the_longest_request_before_any_is_timed():
     """Before the warm-up each worker prepares its graphs up to the job's longest prompt +
     max_new + the largest step bucket (a first use of a shape inside a timed request costs
-    that request a capture); batched rounds ask for their concurrency's batched engine."""
-    asked = []
+    that request a capture); batched rounds ask for their concurrency's batched engine.
+    The workers prepare at once (every one has begun before any has finished), and a
+    worker's failure reaches the caller."""
+    import threading
+
+    asked, spans = [], {}
+    lock = threading.Lock()
 
     class Channel:   # the controller's side of a worker: records what it is asked
-        def __init__(self, label):
-            self.label = label
+        def __init__(self, label, fail=False):
+            self.label, self.fail = label, fail
 
         def call(self, cmd, rid, **fields):
-            asked.append((self.label, cmd, fields))
+            t = time.perf_counter()
+            time.sleep(0.2)
+            with lock:
+                asked.append((self.label, cmd, fields))
+                spans[self.label] = (t, time.perf_counter())
+            if self.fail:
+                raise RuntimeError(f"{self.label} failed to prepare")
             return {"graphs": 3}
 
     rows = [[("a", None, [1] * 40), ("b", None, [1] * 90)], [("c", None, [1] * 70)]]
     job = Job(rows, 128, "block", ["cuda:0"], 1, 1, "embedded")
     lines = []
     prepare({label: Channel(label) for label in job.names}, job, lines.append)
-    assert asked == [(label, "prepare", {"end": 90 + 128 + 64}) for label in job.names]
+    assert sorted(asked) == [(label, "prepare", {"end": 90 + 128 + 64})
+                             for label in sorted(job.names)]
+    assert max(t for t, _ in spans.values()) < min(e for _, e in spans.values())
     assert "282" in lines[0] and len(lines) == 1 + len(job.names)
     asked.clear()
     prepare({label: Channel(label) for label in job.names},
             Job(rows, 128, "block", ["cuda:0"], 1, 1, "embedded", batch=4))
-    assert asked == [(label, "prepare", {"end": 90 + 128 + 64, "max_batch": 4})
-                     for label in job.names]
+    assert sorted(asked) == [(label, "prepare", {"end": 90 + 128 + 64, "max_batch": 4})
+                             for label in sorted(job.names)]
+    with pytest.raises(RuntimeError, match="B0 failed"):
+        prepare({label: Channel(label, fail=label == "B0") for label in job.names}, job)
