@@ -401,8 +401,8 @@ def prepare(workers: dict, job: Job, progress: Callable[[str], None] = lambda s:
     request of 12, which turned a faster tree-verify into a 9.8% loss. Batched rounds
     (throughput mode) prepare the batched engine of their concurrency (BatchEngine.prepare:
     every requests, tokens and KV bucket). The workers prepare at once, each in a thread
-    of its own (nothing is timed yet): on the H200 a throughput verdict's four workers
-    took 96, 162, 32 and 42 s one after another, mostly compiling and capturing."""
+    of its own (nothing is timed yet): a throughput verdict's four workers
+    took 96, 162, 32 and 42 s one after another (H100), compiling and capturing."""
     lengths = [len(ids) for row in job.round_requests for _rid, _p, ids in row
                if ids is not None]
     if not lengths:
