@@ -210,9 +210,9 @@ class BatchBlockDrafter:
         token ids (int64; positions past ks[i] are drafted too and mean nothing; a row with
         ks[i] = 0 gets zeros), or None when no row drafts. The same forward as `draft`'s,
         ending in an argmax instead of the lattice's log-softmax and top-k (the lattice's
-        top-1 but where two logits tie exactly). On the static path a view of the slot's
-        output, rewritten by the next draft: a consumer copies it before then (the
-        BatchRunner's step does)."""
+        top-1 but at ties, exact or within the log-softmax's rounding). On the static path
+        a view of the slot's output, rewritten by the next draft: a consumer copies it
+        before then (the BatchRunner's step does)."""
         live = [i for i, k in enumerate(ks) if k > 0]
         if not live:
             return None

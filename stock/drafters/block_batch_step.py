@@ -97,7 +97,8 @@ def batch_block_lattice(x, norm, lm_head, topk: int):
 def batch_block_chain(x, norm, lm_head):
     """x [B, T, H] -> each position's top-1 id [B, T] (int64): the lattices' first column
     (`batch_block_lattice`) without the log-softmax and top-k over the vocabulary, for a
-    step that verifies only the chains (the same ids but where two logits tie exactly)."""
+    step that verifies only the chains (the same ids but at ties, exact or within the
+    log-softmax's rounding)."""
     return head(x, norm, lm_head).argmax(-1)
 
 
