@@ -78,8 +78,9 @@ def refs(model):
 
 @pytest.fixture(scope="module")
 def server(model, tmp_path_factory):
-    """The base URL of a running `specpilot serve` (n-gram drafter, as by default; with
-    --prepare, which on the CPU has no graph to capture and says so)."""
+    """The base URL of a running `specpilot serve` (the default drafter, auto: n-gram on
+    this folder, which has no block drafter weights; with --prepare, which on the CPU has
+    no graph to capture and says so)."""
     folder, _ = model
     errlog = tmp_path_factory.mktemp("serve-log") / "stderr.txt"
     with errlog.open("w") as err:
@@ -425,6 +426,25 @@ def test_both_backends_stream_the_engines_tokens_the_batched_one_a_step_at_a_tim
         assert [t for c in chunks for t in c] == refs[prompt][1]
         assert len(chunks) > 1 or len(refs[prompt][1]) == 1
         assert list(serial.stream(ids, MAX_TOKENS)) == [refs[prompt][1]]
+
+
+def test_the_default_drafter_is_the_block_drafter_where_the_model_has_its_weights(
+        model, smol, dev_prompts, ar_32):
+    """`specpilot serve`'s default drafter "auto": on the embedded default (whose block
+    drafter weights ship) the batched block drafter, serving the AR output; on a model
+    without such weights (the tiny folder) the n-gram drafter. Each backend names the
+    drafter it uses, not "auto"."""
+    from specpilot.serve.backend import BatchBackend, SerialBackend
+
+    _, tiny = model
+    assert BatchBackend(tiny, "auto", "tiny", max_batch=2).drafter_name == "ngram"
+    assert SerialBackend(tiny, "auto", "tiny").drafter_name == "ngram"
+    assert BatchBackend(tiny, "ar", "tiny", max_batch=2).drafter_name == "ar"
+    backend = BatchBackend(smol, "auto", "embedded", max_batch=2)
+    assert backend.drafter_name == "block" and backend.engine.batch_drafter is not None
+    assert SerialBackend(smol, "auto", "embedded").drafter_name == "block"
+    for ids, want in list(zip(dev_prompts, ar_32))[:2]:
+        assert [t for c in backend.stream(ids, 32) for t in c] == want
 
 
 def test_a_prepared_batch_backend_serves_without_making_a_slot(model, refs):

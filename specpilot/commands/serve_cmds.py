@@ -14,7 +14,7 @@ from specpilot.config import load_config
 from specpilot.errors import SpecPilotError
 from specpilot.requests import load_dev, load_jsonl
 
-DRAFTER_NAMES = ("ngram", "draft", "block", "ar")
+DRAFTER_NAMES = ("auto", "block", "ngram", "draft", "ar")
 
 
 def _model_name(model: str) -> str:
@@ -23,8 +23,10 @@ def _model_name(model: str) -> str:
 
 
 @click.command("serve")
-@click.option("--drafter", default="ngram", show_default=True,
-              type=click.Choice(DRAFTER_NAMES), help="the drafter; 'ar': autoregressive")
+@click.option("--drafter", default="auto", show_default=True,
+              type=click.Choice(DRAFTER_NAMES),
+              help="the drafter; 'auto': the block drafter where the model has its weights "
+                   "(the embedded default ships them), else n-gram; 'ar': autoregressive")
 @click.option("--max-batch", default=8, show_default=True, type=click.IntRange(1, 256),
               help="requests sharing each engine step (continuous batching)")
 @click.option("--host", default="127.0.0.1", show_default=True)

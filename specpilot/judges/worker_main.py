@@ -29,7 +29,8 @@ teacher-forced lattices included, `teacher_forced`);
 served together by the system's batched engine (stock.batch.BatchEngine, at most
 max_batch at once: the controller's throughput mode), or with `count` and no items, the
 items then arriving as {"cmd": "submit", id, item} at their arrival times (a load trace);
-"serve" {max_batch, prepare} -> {"event": "serving", graphs, max_context, stop_ids}, then
+"serve" {max_batch, prepare} -> {"event": "serving", graphs, max_context, stop_ids,
+batch_drafter (its name, or null: drafters per request)}, then
 the batched engine stepping for as long as the channel is open: {"cmd": "submit", id, ids,
 max_new} joins it; each step's new tokens of a request come as {"event": "tokens", id,
 tokens}, its end as {"event": "end", id, reason} (`specpilot serve --system`: the server
@@ -441,7 +442,8 @@ class Server:
             prep = getattr(be, "prepare", None)
             graphs = int(prep()) if prep is not None else 0
         reply({"event": "serving", "id": msg.get("id"), "graphs": graphs,
-               "max_context": be.max_context, "stop_ids": sorted(int(t) for t in be.stop_ids)})
+               "max_context": be.max_context, "stop_ids": sorted(int(t) for t in be.stop_ids),
+               "batch_drafter": getattr(getattr(be, "batch_drafter", None), "name", None)})
         live: dict[int, str] = {}   # the engine's request id -> the server's
         while True:
             try:   # block for a message only when there is nothing to step

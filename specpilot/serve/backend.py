@@ -62,6 +62,17 @@ class TurnLock:
             self._cond.notify_all()
 
 
+def drafter_in_use(asked: str | None, batch_drafter: str | None) -> str:
+    """The drafter a batched engine built for `asked` speculates with, by name: its batch
+    drafter's ("block"), else "auto" resolved as stock.system.batch_engine resolves it
+    without block weights (the n-gram drafter), "ar" for none."""
+    if batch_drafter:
+        return batch_drafter
+    if asked in (None, "", "none", "ar"):
+        return "ar"
+    return "ngram" if asked == "auto" else asked
+
+
 class Text:
     """What every backend shares: a stock tokenizer and its chat template, the drafter's
     name, the context and the stop tokens."""
@@ -119,6 +130,7 @@ class SerialBackend(_Text):
     def __init__(self, system: System, drafter: str | None, name: str):
         super().__init__(system, drafter, name)
         self._drafter = system.drafter(drafter)   # built once, reset by every generate()
+        self.drafter_name = getattr(self._drafter, "name", None) or "ar"   # "auto" resolved
         self._lock = TurnLock()
 
     def stream(self, prompt_ids: list[int], max_new: int) -> Iterator[list[int]]:
@@ -143,6 +155,7 @@ class BatchBackend(_Text):
         super().__init__(system, drafter, name)
         self.max_batch = max_batch
         engine = batch_engine(system.engine, drafter, max_batch, **engine_kw)
+        self.drafter_name = drafter_in_use(drafter, getattr(engine.batch_drafter, "name", None))
         self.prepared = engine.prepare() if prepare else 0
         self.engine = engine
         self._batch = BackgroundBatch(engine)

@@ -20,7 +20,7 @@ from pathlib import Path
 from specpilot.errors import SpecPilotError
 from specpilot.judges.worker_proc import Worker, WorkerError, clean_checkout
 from specpilot.memory.store import Memory
-from specpilot.serve.backend import Text
+from specpilot.serve.backend import Text, drafter_in_use
 from specpilot.serve.systems import named_system, option_values
 from stock.system import default_device
 from stock.tokenizer import Tokenizer
@@ -47,6 +47,7 @@ class ConfinedBackend(Text):
             raise
         super().__init__(tokenizer, worker.drafter, name, int(serving["max_context"]),
                          serving["stop_ids"])
+        self.drafter_name = drafter_in_use(worker.drafter, serving.get("batch_drafter"))
         self.max_batch = max_batch
         self.prepared = int(serving.get("graphs", 0))
         self._ids = itertools.count(1)
