@@ -152,8 +152,9 @@ class Engine:
         end = min(end or self.max_context, self.max_context)
         layers = tuple(drafter.hidden_layers) if drafter is not None else ()
         n = self.runner.capture_upto(end, layers)
-        if hasattr(drafter, "capture_upto"):
-            n += drafter.capture_upto(end)
+        if hasattr(drafter, "capture_upto"):   # the chain's graphs where steps take it
+            chain = hasattr(drafter, "draft_chain") and self._device_chain(drafter, None)
+            n += drafter.capture_upto(end, top1=True) if chain else drafter.capture_upto(end)
         return n
 
     # -- one verification step -------------------------------------------------------------
@@ -187,18 +188,19 @@ class Engine:
         return logits, out.hidden, None
 
     def _device_chain(self, drafter, recorder) -> bool:
-        """Whether chain steps take their draft from the drafter's lattice on the device
-        (`draft_packed`, the block drafter) instead of reading it to the host: the static
-        path, unprofiled, no lattice log (it records host lattices), no test fault (applied
-        to host logits)."""
+        """Whether chain steps take their draft on the device (the block drafter: its chain,
+        `draft_chain`, or a drafter's lattice, `draft_packed`) instead of reading it to the
+        host: the static path, unprofiled, no lattice log (it records host lattices), no
+        test fault (applied to host logits)."""
         return (self.runner is not None and hasattr(drafter, "draft_packed")
                 and recorder is None and not profile_active()
                 and self.options["fault_logit_bias_after"] < 0)
 
     def _verify_device_chain(self, packed: torch.Tensor, pending: int, start: int, k: int,
                              hidden_layers=()):
-        """Verify [pending] + the top-1 chain of the first k positions of a lattice left on
-        the device; (n accepted draft tokens, the target's k + 1 tokens, hidden states)."""
+        """Verify [pending] + the first k tokens of a chain left on the device (a chain, or
+        a lattice's top-1); (n accepted draft tokens, the target's k + 1 tokens, hidden
+        states)."""
         for _ in range(1 + self.options["repeat_work"]):  # repeats: identical writes
             out = self.runner.chain_step(packed, pending, start, k, tuple(hidden_layers))
         got = out.packed[: k + 2].tolist()  # the one host sync of a step
@@ -285,11 +287,12 @@ class Engine:
                     if k > 0 and device_chain and k < self.runner.buckets[-1]:
                         # the draft stays on the device: no host read between the drafter's
                         # step and this one
-                        with region("drafter"):
-                            draft = drafter.draft_packed(DraftContext(prompt + res.tokens,
-                                                                      hidden), k)
+                        with region("drafter"):   # its chain alone where it gives one
+                            draft = getattr(drafter, "draft_chain", drafter.draft_packed)(
+                                DraftContext(prompt + res.tokens, hidden), k)
+                        depth = draft.shape[0] if draft.dim() == 1 else draft.shape[1]
                         n, target, hid = self._verify_device_chain(
-                            draft, pending, start, min(k, draft.shape[1]), layers)
+                            draft, pending, start, min(k, depth), layers)
                     else:
                         if k > 0 and drafter is not None:
                             with region("drafter"):

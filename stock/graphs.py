@@ -235,17 +235,19 @@ class GraphRunner:
 
     def chain_step(self, lattice: torch.Tensor, pending: int, start: int, k: int,
                    hidden_layers: tuple[int, ...] = ()) -> StepOut:
-        """`step` for [pending] + the top-1 tokens of the first k positions of a drafter's
-        packed lattice [2, D, K] on this device (stock/drafters/block_step.pack_lattice):
-        the draft tokens are copied into the slot on the device, so the drafter's step and
-        this one run back to back with no host read between them."""
-        if not 0 < k <= lattice.shape[1]:
-            raise GraphError(f"a chain of {k} draft tokens from a lattice of "
-                             f"{lattice.shape[1]} positions")
+        """`step` for [pending] + the first k tokens of a drafter's chain on this device:
+        its top-1 chain [D] (int64, `draft_chain`) or the top-1 tokens of its packed lattice
+        [2, D, K] (stock/drafters/block_step.pack_lattice). The draft tokens are copied into
+        the slot on the device, so the drafter's step and this one run back to back with no
+        host read between them."""
+        chain = lattice if lattice.dim() == 1 else lattice[0, :, 0]   # float64 ids are exact
+        if not 0 < k <= chain.shape[0]:
+            raise GraphError(f"a chain of {k} draft tokens from a draft of "
+                             f"{chain.shape[0]} positions")
         s = self.slot(self.bucket(k + 1), self.kv_bucket(start + k + 1), hidden_layers)
         self.load(s, [pending] * (k + 1), start, k)   # placeholders for the draft tokens
         with torch.inference_mode():
-            s.inp[1:k + 1].copy_(lattice[0, :k, 0])   # float64 ids, exact, to int64
+            s.inp[1:k + 1].copy_(chain[:k])
         return self.launch(s)
 
     def capture_all(self, start: int, hidden_layers: tuple[int, ...] = ()) -> None:

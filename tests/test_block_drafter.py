@@ -149,6 +149,32 @@ def test_static_chain_steps_take_the_draft_on_the_device(toy, toy_trained):
     assert len(used) == before
 
 
+def test_the_device_chain_is_the_lattices_top_one_and_chain_steps_take_it(toy, toy_trained):
+    """`draft_chain` (the static step ending in an argmax) gives the top-1 tokens of
+    `draft_packed`'s lattice from the same context; the engine's device chain steps take
+    the chain (never the lattice) and serve AR's tokens."""
+    target, prompts, _ = toy
+    net = toy_trained[0]
+    for p in prompts[:3]:
+        a, b = (BlockDrafter(net, target, 256, static=True) for _ in range(2))
+        ctx = prefilled(target, p, a)   # the same context for both (neither changes it)
+        lat, chain = a.draft_packed(ctx, 4), b.draft_chain(ctx, 4)
+        assert chain.dtype == torch.long and chain.shape == (net.cfg.block_size,)
+        assert torch.equal(lat[0, :, 0].long(), chain)
+        assert a.draft_packed(DraftContext(ctx.tokens, ctx.hidden), 0) is None
+    static = Engine(target, Options({"draft_len": 4}), max_context=256, static=True)
+    d = BlockDrafter(net, target, 256, static=True)
+    calls = {"draft_chain": 0, "draft_packed": 0}
+    for name in calls:
+        def spy(*a, inner=getattr(d, name), name=name):
+            calls[name] += 1
+            return inner(*a)
+        setattr(d, name, spy)
+    for p in prompts[:2]:
+        assert static.generate(p, 30, d).tokens == static.generate(p, 30).tokens
+    assert calls["draft_chain"] > 0 and calls["draft_packed"] == 0
+
+
 def _drafts(engine, prompt, drafter, max_new=40):
     """(result, every lattice the drafter returned)."""
     seen, inner = [], drafter.draft

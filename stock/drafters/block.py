@@ -332,7 +332,8 @@ class BlockDrafter(Drafter):
         self.graphs, self.compiled = graphs, compiled
         self.static = bool(static or graphs or compiled)
         self._copied = None  # CUDA event after the last staged copy of the step inputs
-        self._graphs: dict[int, tuple] = {}  # kv bucket -> (CUDA graph, its packed output)
+        # (kv bucket, top-1 chain only) -> (CUDA graph, its output: the packed lattice or chain)
+        self._graphs: dict[tuple[int, bool], tuple] = {}
         self._pool = None
 
     def reset(self) -> None:
@@ -447,19 +448,21 @@ class BlockDrafter(Drafter):
         self._load(pending)
         return self._forward(self.kv_bucket(self.ctx_len + self.net.cfg.block_size))[:k]
 
-    def _packed(self, kv_len: int) -> torch.Tensor:
-        """The packed lattice [2, T, topk] float64 on the device (block_step.pack_lattice): the
-        fixed-shape step (context update included) where `static`, else the block forward."""
+    def _packed(self, kv_len: int, top1: bool = False) -> torch.Tensor:
+        """The packed lattice [2, T, topk] float64 on the device (block_step.pack_lattice),
+        or with `top1` only the top-1 chain [T] (int64): the fixed-shape step (context update
+        included) where `static`, else the block forward."""
         if self.static:
-            return packed_step(self, kv_len, self.compiled)
-        return pack_lattice(self._forward(kv_len), self.topk)
+            return packed_step(self, kv_len, self.compiled, top1)
+        logits = self._forward(kv_len)
+        return logits.argmax(-1) if top1 else pack_lattice(logits, self.topk)
 
-    def _replay(self, kv_len: int) -> torch.Tensor:
-        """The packed lattice from this bucket's CUDA graph, captured on first use (after
-        two warm-up runs on a side stream, where compiled regions compile; they and the
-        capture write K/V only at the step's own positions, with the step's own inputs, so
-        the replay rewrites the same values)."""
-        entry = self._graphs.get(kv_len)
+    def _replay(self, kv_len: int, top1: bool = False) -> torch.Tensor:
+        """The packed lattice (`top1`: the chain) from this bucket's CUDA graph, captured on
+        first use (after two warm-up runs on a side stream, where compiled regions compile;
+        they and the capture write K/V only at the step's own positions, with the step's own
+        inputs, so the replay rewrites the same values)."""
+        entry = self._graphs.get((kv_len, top1))
         if entry is None:
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
@@ -468,21 +471,22 @@ class BlockDrafter(Drafter):
             side.wait_stream(main)
             with torch.cuda.stream(side):
                 for _ in range(2):
-                    self._packed(kv_len)
+                    self._packed(kv_len, top1)
             main.wait_stream(side)
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph, pool=self._pool):
-                out = self._packed(kv_len)
-            entry = self._graphs[kv_len] = (graph, out)
+                out = self._packed(kv_len, top1)
+            entry = self._graphs[(kv_len, top1)] = (graph, out)
         entry[0].replay()
         return entry[1]
 
     @torch.inference_mode()
-    def capture_upto(self, end: int) -> int:
+    def capture_upto(self, end: int, top1: bool = False) -> int:
         """Capture the CUDA graph of every key bucket that a step with its context ending
-        before `end` can use (benchmarks: no capture inside a timed run); returns how many
-        graphs exist. Between requests only: the warm-ups and replays write K/V at the
-        current context end, past the context."""
+        before `end` can use (of the lattice, or with `top1` of the chain: `draft_chain`;
+        benchmarks: no capture inside a timed run); returns how many graphs exist. Between
+        requests only: the warm-ups and replays write K/V at the current context end, past
+        the context."""
         if not self.graphs:
             return 0
         last = self.kv_bucket(min(end + self.net.cfg.block_size, self.slots))
@@ -490,7 +494,7 @@ class BlockDrafter(Drafter):
         for b in self.kv_buckets:
             if b > last:
                 break
-            self._replay(b)
+            self._replay(b, top1)
         return len(self._graphs)
 
     @torch.inference_mode()
@@ -512,6 +516,19 @@ class BlockDrafter(Drafter):
         block_size, topk] float64 (block_step.pack_lattice; rows past k are drafted too and
         mean nothing), or None when nothing is drafted (k <= 0). A static output, rewritten
         by the next draft: a consumer copies it (a tree step built on the device does)."""
+        return self._draft_device(ctx, k, False)
+
+    @torch.inference_mode()
+    def draft_chain(self, ctx: DraftContext, k: int) -> torch.Tensor | None:
+        """The draft's top-1 chain as the device holds it, with no host read: [block_size]
+        token ids (int64; past k drafted too, meaning nothing), or None when nothing is
+        drafted: the same step as `draft_packed`'s, ending in an argmax instead of the
+        lattice's log-softmax and top-k (the lattice's top-1 but at ties, exact or within
+        the log-softmax's rounding). A static output, rewritten by the next draft (the
+        engine's chain step copies it into its own slot)."""
+        return self._draft_device(ctx, k, True)
+
+    def _draft_device(self, ctx: DraftContext, k: int, top1: bool) -> torch.Tensor | None:
         end = len(ctx.tokens) - 1
         k = min(k, self.net.cfg.block_size)
         n = self._span(ctx.hidden, end) if self.static and k > 0 else 0
@@ -529,4 +546,4 @@ class BlockDrafter(Drafter):
             return None
         self._load(ctx.tokens[-1], start)
         kv_len = self.kv_bucket(self.ctx_len + self.net.cfg.block_size)
-        return self._replay(kv_len) if self.graphs else self._packed(kv_len)
+        return self._replay(kv_len, top1) if self.graphs else self._packed(kv_len, top1)
