@@ -14,9 +14,11 @@ from specpilot.requests import load_dev
 from stock.config import PRESETS
 from stock.drafters.block import BlockDrafter, BlockDrafterError
 from stock.drafters.block_weights import load_block
+from stock.engine import Engine
 from stock.model import Transformer
+from stock.options import Options
 from training.cli import main, toy_setup
-from training.data import generate_data, merge_data
+from training.data import SORT_GROUP, generate_data, merge_data
 from training.loop import (TrainConfig, block_forward, evaluate, extract_features, init_layers,
                            sample_anchors, train, validation_split)
 from training.prompts import MIX, _math_more, build_prompts, dev_prompts, prompt_group
@@ -71,12 +73,32 @@ def test_train_command_writes_a_manifest(tmp_path):
 
 
 def test_answering_stops_at_its_time_limit(toy):
+    """--gen-seconds: groups of SORT_GROUP batches after the limit are not started; the rows
+    kept are a prefix of the prompts, answered as in a run without the limit."""
     target, prompts, data = toy
-    short = generate_data(target, prompts, 8, 2, set(), progress=lambda m: None,
+    short = generate_data(target, prompts, 8, 1, set(), progress=lambda m: None,
                           max_seconds=1e-9)
-    assert short.tokens.shape[0] == 2 and len(short.end) == 2  # only the first batch
+    n = SORT_GROUP   # the first group only: SORT_GROUP batches of one prompt
+    assert short.tokens.shape[0] == n < len(prompts) and len(short.end) == n
     assert torch.equal(short.tokens[:, : short.prompt_cols + 8],
-                       data.tokens[:2, : data.prompt_cols + 8])
+                       data.tokens[:n, : data.prompt_cols + 8])
+
+
+def test_answers_are_the_targets_greedy_outputs_in_prompt_order(toy):
+    """Each row holds its prompt right-aligned to the data's prompt column and the target's
+    own greedy answer (Engine.generate), whichever batch answered it: the prompts are
+    sorted by length within a group and each batch is padded only to its own longest, but
+    the rows come back in the prompts' order."""
+    target, prompts, _ = toy
+    assert len({len(p) for p in prompts}) > 2   # lengths differ: batches pad differently
+    data = generate_data(target, prompts, 12, 3, set(), progress=lambda m: None)
+    eng = Engine(target, Options(), 256)
+    p_cols = data.prompt_cols
+    assert p_cols == max(map(len, prompts))
+    for i, p in enumerate(prompts):
+        row, pad, end = data.tokens[i], int(data.pad[i]), int(data.end[i])
+        assert pad == p_cols - len(p) and row[pad:p_cols].tolist() == p
+        assert row[p_cols:end].tolist() == eng.generate(p, 12).tokens, i
 
 
 def test_training_blocks_see_what_the_drafter_sees(toy, toy_trained):

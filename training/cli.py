@@ -14,7 +14,10 @@
    for 300,000 asked from seed 0 on Python 3.11, against the base corpus's 101,010: issue
    24's 5x data; summarisation grows further through --summaries).
 2. Data: the target answers them greedily, many prompts at once (left-padded batches with
-   per-sequence positions and masks); each answer ends at its first stop token. With
+   per-sequence positions and masks, of prompts of similar length: sorted by length within
+   groups of training.data.SORT_GROUP batches, each batch padded to its own longest; the
+   rows stay in the prompts' order, and --gen-seconds keeps whole groups, a prefix of the
+   prompts); each answer ends at its first stop token. With
    --summaries N, N of its long-form/chat answers become passages of summarisation prompts
    that the target answers too (stage 2).
 3. Features: one target forward over prompt + answer returns the hidden states of the chosen

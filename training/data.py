@@ -43,11 +43,22 @@ def _mask(valid_from: torch.Tensor, q_cols: torch.Tensor, k_len: int) -> torch.T
     return m.unsqueeze(1)
 
 
+# Batches answered as one group: their prompts sorted by length together, so that each
+# batch pads only to its own longest prompt. The wide corpus' chat prompts (max_prompt 256)
+# run from 34 to 256 tokens, median 64, p75 117 (30,000 drawn, 2026-12-05): padded to the
+# longest, a batch prefilled four times its real tokens and every decode step attended over
+# the padding. A group is also the unit of --gen-seconds (whole groups, in order).
+SORT_GROUP = 4
+
+
 @torch.inference_mode()
 def generate_data(target, prompts: list[list[int]], max_new: int, batch: int,
                   stop_ids, progress=log, max_seconds: float = 0.0) -> Data:
-    """Greedy answers of `target` to every prompt, batched; one padded tensor. With
-    `max_seconds`, batches after that time are not started (the data then has fewer rows)."""
+    """Greedy answers of `target` to every prompt, batched; one padded tensor, rows in the
+    prompts' order. The prompts are answered SORT_GROUP batches at a time, sorted by length
+    within that group, each batch left-padded only to its own longest prompt. With
+    `max_seconds`, groups after that time are not started (the data then has the rows of
+    the groups answered: a prefix of the prompts)."""
     dev = target.device
     p_cols = max(len(p) for p in prompts)
     s = p_cols + max_new
@@ -56,44 +67,57 @@ def generate_data(target, prompts: list[list[int]], max_new: int, batch: int,
     end = torch.full((len(prompts),), s)
     stops = torch.tensor(sorted(stop_ids) or [-1], device=dev)
     t0 = time.perf_counter()
-    for b0 in range(0, len(prompts), batch):
-        if max_seconds and b0 and time.perf_counter() - t0 > max_seconds:
-            progress(f"  stopped answering after {b0} prompts: --gen-seconds {max_seconds}")
-            tokens, pad, end = tokens[:b0], pad[:b0], end[:b0]
+    group = batch * SORT_GROUP
+    for g0 in range(0, len(prompts), group):
+        if max_seconds and g0 and time.perf_counter() - t0 > max_seconds:
+            progress(f"  stopped answering after {g0} prompts: --gen-seconds {max_seconds}")
+            tokens, pad, end = tokens[:g0], pad[:g0], end[:g0]
             break
-        part = prompts[b0:b0 + batch]
-        n = len(part)
-        ids = torch.zeros(n, s, dtype=torch.long, device=dev)
-        for i, p in enumerate(part):
-            ids[i, p_cols - len(p):p_cols] = torch.tensor(p)
-        vfrom = pad[b0:b0 + n].to(dev)
-        cache = target.new_cache(s, n)
-        cols = torch.arange(p_cols, device=dev).expand(n, p_cols)
-        pos = (cols - vfrom[:, None]).clamp(min=0)
-        out = target(ids[:, :p_cols], cache, 0, positions=pos, mask=_mask(vfrom, cols, p_cols),
-                     logits="last")
-        nxt = out.logits[:, -1].argmax(-1)
-        done = torch.zeros(n, dtype=torch.bool, device=dev)
-        stop_at = torch.full((n,), s, device=dev)
-        for j in range(max_new):
-            col = p_cols + j
-            ids[:, col] = nxt
-            hit = torch.isin(nxt, stops) & ~done
-            stop_at = torch.where(hit, torch.full_like(stop_at, col + 1), stop_at)
-            done |= hit
-            if j == max_new - 1 or (j % 16 == 15 and bool(done.all())):
-                break
-            c = torch.full((n, 1), col, device=dev)
-            out = target(ids[:, col:col + 1], cache, col, positions=c - vfrom[:, None],
-                         mask=_mask(vfrom, c, col + 1), logits="last")
-            nxt = out.logits[:, -1].argmax(-1)
-        tokens[b0:b0 + n] = ids.cpu()
-        end[b0:b0 + n] = stop_at.cpu()
-        progress(f"  generated {b0 + n}/{len(prompts)} answers "
+        order = sorted(range(g0, min(g0 + group, len(prompts))), key=lambda i: len(prompts[i]))
+        for b0 in range(0, len(order), batch):
+            idx = order[b0:b0 + batch]
+            ids, stop_at, width = _answer(target, [prompts[i] for i in idx], max_new, stops)
+            tokens[idx, p_cols - width:] = ids.cpu()   # right-aligned to column p_cols
+            end[idx] = stop_at.cpu() + (p_cols - width)
+        progress(f"  generated {min(g0 + group, len(prompts))}/{len(prompts)} answers "
                  f"({time.perf_counter() - t0:.1f}s)")
     for i in range(len(tokens)):  # zero what follows each stop (never read, but tidy)
         tokens[i, int(end[i]):] = 0
     return Data(tokens, pad, end, p_cols)
+
+
+def _answer(target, part: list[list[int]], max_new: int, stops: torch.Tensor):
+    """One batch's greedy answers: (ids [n, width + max_new] on the device, prompts
+    right-aligned to column `width` (the batch's longest prompt), answers after; each row's
+    end [n] (one past its stop token, else width + max_new); width)."""
+    dev = target.device
+    n, width = len(part), max(len(p) for p in part)
+    s = width + max_new
+    ids = torch.zeros(n, s, dtype=torch.long, device=dev)
+    for i, p in enumerate(part):
+        ids[i, width - len(p):width] = torch.tensor(p)
+    vfrom = torch.tensor([width - len(p) for p in part], device=dev)
+    cache = target.new_cache(s, n)
+    cols = torch.arange(width, device=dev).expand(n, width)
+    pos = (cols - vfrom[:, None]).clamp(min=0)
+    out = target(ids[:, :width], cache, 0, positions=pos, mask=_mask(vfrom, cols, width),
+                 logits="last")
+    nxt = out.logits[:, -1].argmax(-1)
+    done = torch.zeros(n, dtype=torch.bool, device=dev)
+    stop_at = torch.full((n,), s, device=dev)
+    for j in range(max_new):
+        col = width + j
+        ids[:, col] = nxt
+        hit = torch.isin(nxt, stops) & ~done
+        stop_at = torch.where(hit, torch.full_like(stop_at, col + 1), stop_at)
+        done |= hit
+        if j == max_new - 1 or (j % 16 == 15 and bool(done.all())):
+            break
+        c = torch.full((n, 1), col, device=dev)
+        out = target(ids[:, col:col + 1], cache, col, positions=c - vfrom[:, None],
+                     mask=_mask(vfrom, c, col + 1), logits="last")
+        nxt = out.logits[:, -1].argmax(-1)
+    return ids, stop_at, width
 
 
 def merge_data(a: Data, b: Data) -> Data:
