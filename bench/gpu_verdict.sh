@@ -44,8 +44,12 @@ CMP="python3 -m specpilot compare main cand --opt-b $OPT_B --model $MODEL \
 echo "$CMP"
 # One H200 holds two 27B-class workers: the pairs run one session after another (not in the
 # smoke: one session of four tiny workers saves a second round of process starts).
-[ -z "$SMOKE" ] && [ "${MODEL#random:dense}" != "$MODEL" ] \
-    && printf '\n[controller]\nresident = 1\n' >> .specpilot/config.toml
+# A small target (the embedded default) computes stock's references in two processes.
+if [ -z "$SMOKE" ] && [ "${MODEL#random:dense}" != "$MODEL" ]; then
+    printf '\n[controller]\nresident = 1\n' >> .specpilot/config.toml
+elif [ -z "$SMOKE" ]; then
+    printf '\n[controller]\nreference_processes = 2\n' >> .specpilot/config.toml
+fi
 # No widened near-tie by hand: the reference's noise pass measures stock's own bf16 noise
 # and the judges widen the near-tie to gates.noise_factor times it (judges/outputs.py).
 tail -6 .specpilot/config.toml

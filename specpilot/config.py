@@ -47,6 +47,12 @@ class ControllerSection(BaseModel):
     # after another on the same rounds, for a target of which only two copies fit in one
     # device (a 27B-class model on one H200); sessions' drift counts in the same-side spread.
     resident: int = Field(0, ge=0, le=8)
+    # Processes that compute stock's reference outputs before any candidate starts, the
+    # measured requests shared among them (each a resident copy of the model, loaded one
+    # after another): 2 halved the reference's time on a small target on one GPU (a
+    # verdict's 128 references took 94 s in one on the H100); 1 for a target of which
+    # only one more copy fits.
+    reference_processes: int = Field(1, ge=1, le=8)
     rounds: int = Field(4, ge=2)                   # measured rounds (A B B A ...)
     warmup_rounds: int = Field(1, ge=0)            # run first, never counted
     requests: int = Field(4, ge=1)                 # dev requests per round

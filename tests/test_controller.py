@@ -9,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from specpilot.config import load_config
 from specpilot.errors import SpecPilotError
-from specpilot.judges import confine
-from specpilot.judges.controller import Job, compare, labels, prepare, round_order
+from specpilot.judges import confine, prompts
+from specpilot.judges.controller import (Job, compare, labels, prepare, round_order,
+                                         stock_outputs)
 from specpilot.judges.worker_main import compute_dtype, tree_hash
 from specpilot.gitstore import GitStore
 from specpilot.judges.worker_proc import Checkout, Worker, WorkerError, clean_checkout
@@ -301,6 +303,27 @@ def test_resident_pairs_run_one_session_after_another_on_the_same_rounds(tmp_pat
     # the A/A test above asserts it; CI once saw this 4-pair, 2-df design adopt stock)
     assert not rep.faults and rep.estimate.df == 2 and rep.estimate.pairs == 4
     assert set(rep.estimate.aa_gains) == {"A1/A0", "B1/B0"}
+
+
+def test_references_dealt_among_processes_are_the_ones_of_one(project, tmp_path):
+    """controller.reference_processes: the measured requests dealt among two reference
+    workers give exactly one worker's references (tokens, margins, noise), in the job's
+    order, with the same tokenized prompts; the second worker logs beside the first."""
+    cfg = load_config(project)
+    rows = prompts.draw("random:tiny-qwen3", "fresh", 3, 3, seed=5)
+    job = Job(rows, 6, "ngram", ["cpu"], 2, 1, "random:tiny-qwen3")
+    co = clean_checkout(GitStore(project), "HEAD", ["stock", "kernels"], project)
+    got = {}
+    for n in (1, 2):
+        c = cfg.model_copy(update={"controller": cfg.controller.model_copy(
+            update={"reference_processes": n})})
+        got[n] = stock_outputs(co, job, c, tmp_path / f"n{n}", "cpu")
+    (job1, exp1), (job2, exp2) = got[1], got[2]
+    assert job1.round_requests == job2.round_requests and exp1 == exp2
+    assert list(exp2) == [rid for rid, _t, _i in job2.measured] and len(exp2) == 6
+    assert all(e.tokens and len(e.margins) == len(e.tokens) for e in exp2.values())
+    assert (tmp_path / "n2" / "stock-reference1.log").exists()
+    assert not (tmp_path / "n1" / "stock-reference1.log").exists()
 
 
 def test_prepare_asks_every_worker_for_the_longest_request_before_any_is_timed():

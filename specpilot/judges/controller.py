@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -198,38 +199,55 @@ def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path, devi
                   progress: Callable[[str], None] = lambda s: None
                   ) -> tuple[Job, dict[str, Expected]]:
     """Stock's greedy reference for every measured request, from a clean checkout of stock at
-    defaults in a worker of its own (run before, never beside, the candidates); prompts are
-    tokenized there too, so every worker is sent the same ids. Returns the job with ids."""
+    defaults in workers of its own (run before, never beside, the candidates:
+    `controller.reference_processes` of them, started one after another, the requests dealt
+    out among them); prompts are tokenized in the first, so every worker is sent the same
+    ids. Returns the job with ids."""
     g = cfg.gates
-    ref = Worker("stock", co_stock, cfg.system_paths, job.model, {}, device,
-                 log_dir / "stock-reference.log", None, job.max_context, cfg.judges.confine)
+    n_ref = cfg.controller.reference_processes
+    refs = [Worker("stock" if i == 0 else f"stock{i}", co_stock, cfg.system_paths, job.model,
+                   {}, device, log_dir / ("stock-reference.log" if i == 0 else
+                                          f"stock-reference{i}.log"),
+                   None, job.max_context, cfg.judges.confine) for i in range(n_ref)]
     expected: dict[str, Expected] = {}
     try:
-        ref.start()
+        for ref in refs:   # one at a time: a model load's transient memory is never stacked
+            ref.start()
         rows = []
         for row in job.round_requests:
             rows.append([(rid, text, ids if ids is not None else
-                          ref.call("tokenize", rid, prompt=text)["ids"])
+                          refs[0].call("tokenize", rid, prompt=text)["ids"])
                          for rid, text, ids in row])
         job = dataclasses.replace(job, round_requests=rows)
-        eta = Eta("stock's reference, request", len(job.measured), progress)
-        for rid, _text, ids in job.measured:
-            rep = ref.call("reference", rid, ids=ids, length=job.max_new,
-                           draft_len=g.reference_draft_len, chunk=g.chunk)
-            expected[rid] = Expected(request_id=rid, prompt_ids=ids, max_new=job.max_new,
-                                     tokens=rep["tokens"], margins=rep["margin"],
-                                     stop_reason=rep["stop_reason"],
-                                     noise=rep.get("noise") or [],
-                                     noise_flips=rep.get("noise_flips") or [])
-            eta.done()
+        measured = job.measured
+        eta = Eta("stock's reference, request", len(measured), progress)
+        lock = threading.Lock()
+
+        def deal(k: int) -> None:   # worker k: requests k, k + n_ref, ...
+            for rid, _text, ids in measured[k::n_ref]:
+                rep = refs[k].call("reference", rid, ids=ids, length=job.max_new,
+                                   draft_len=g.reference_draft_len, chunk=g.chunk)
+                with lock:
+                    expected[rid] = Expected(
+                        request_id=rid, prompt_ids=ids, max_new=job.max_new,
+                        tokens=rep["tokens"], margins=rep["margin"],
+                        stop_reason=rep["stop_reason"], noise=rep.get("noise") or [],
+                        noise_flips=rep.get("noise_flips") or [])
+                    eta.done()
+
+        with ThreadPoolExecutor(n_ref) as pool:
+            for fut in [pool.submit(deal, k) for k in range(n_ref)]:
+                fut.result()
+        expected = {rid: expected[rid] for rid, _t, _i in measured}   # in the job's order
         if job.batch and any(e.noise for e in expected.values()):
-            progress(f"stock's own batching, {len(job.measured)} requests at C = {job.batch}")
-            outputs, _seconds = ref.batch("stock-batched", [(rid, ids) for rid, _t, ids
-                                                            in job.measured],
-                                          job.max_new, job.batch)
+            progress(f"stock's own batching, {len(measured)} requests at C = {job.batch}")
+            outputs, _seconds = refs[0].batch("stock-batched", [(rid, ids) for rid, _t, ids
+                                                                in measured],
+                                              job.max_new, job.batch)
             fold_batch_noise(expected, outputs)
     finally:
-        ref.stop()
+        for ref in refs:
+            ref.stop()
     return job, expected
 
 
