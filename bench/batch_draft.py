@@ -32,12 +32,14 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from types import SimpleNamespace
 
 import common  # noqa: F401  (the repository on sys.path)
 from common import log, print_table, smoke_device, timed, write_json
 
 import torch  # noqa: E402
 
+from batch_throughput import load as load_target  # noqa: E402
 from stock.drafters.block_batch_step import (batch_block_chain,  # noqa: E402
                                              batch_block_lattice)
 from stock.engine import Engine  # noqa: E402
@@ -46,30 +48,13 @@ from stock.system import batch_engine  # noqa: E402
 
 
 def load(args):
-    """(single-request engine, requests [(prompt ids, max_new)]) for --target."""
-    n = 2 * args.conc
-    if args.target.startswith("random:"):
-        from stock.config import PRESETS
-        from stock.model import Transformer
-
-        dev = torch.device(args.device)
-        dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-        net = Transformer.random(PRESETS[args.target[7:]], dev, dtype, seed=0)
-        gen = torch.Generator().manual_seed(1)
-        reqs = [(torch.randint(1, net.cfg.vocab_size, (12,), generator=gen).tolist(),
-                 args.max_new) for _ in range(n)]
-        return Engine(net, Options(), 64 + args.max_new), reqs
-    from specpilot.requests import load_dev, select
-    from stock.system import load_system
-
-    system = load_system(args.target, Options(), device=args.device, max_context=4096)
-    tok = system.tokenizer
-    dev_reqs = select(load_dev(), None, None)
-    reqs = [(tok.chat(r.prompt), min(args.max_new, r.max_new_tokens)) for r in dev_reqs]
-    reqs = [reqs[i % len(reqs)] for i in range(n)]
+    """(single-request engine, 2C requests [(prompt ids, max_new)]) for --target, loaded as
+    bench/batch_throughput.py loads it (random targets: 12-token random prompts)."""
+    model, reqs, stops = load_target(SimpleNamespace(
+        target=args.target, device=args.device, waves=2, conc=[args.conc], prompt=12,
+        max_new=args.max_new))
     ctx = max(len(p) for p, _ in reqs) + args.max_new + 8
-    eng = system.engine
-    return Engine(eng.model, eng.options, ctx, set(eng.stop_ids)), reqs
+    return Engine(model, Options(), ctx, set(stops)), reqs
 
 
 def block_engine(single: Engine, conc: int, smoke: bool):
