@@ -293,51 +293,23 @@ def check_outputs(workers: dict, job: Job, replies: dict, expected: dict[str, Ex
     a side's processes returned (P copies of each reference). Returns the checks (one per
     side) and, per label and request, what to charge its timed run (outputs.check_request:
     the share of its time, the continuations' seconds). `checks` from an earlier session of
-    the same run are continued (one budget for the whole run).
-
-    In two passes, so that the workers generate their continuations at once while the
-    judgement stays the sequential one: first every worker, in a thread of its own, runs
-    every continuation its outputs lead to (check_request with no budget, its results
-    kept); then the sides are judged in order with the real budget, each continuation
-    taken from those kept (one a budget stops early is never asked for; one never kept
-    would run then). On the H100 a throughput verdict's check ran past 40 s one worker
-    after another."""
+    the same run are continued (one budget for the whole run)."""
     tol = near_tie(expected, cfg)
     budget = near_tie_budget(job.processes * sum(len(e.tokens) for e in expected.values()),
                              tol.rate)
-    kept: dict[tuple[str, str, int], tuple[list[int] | None, float]] = {}
-
-    def live(label: str, rid: str):
-        w = workers[label]
-
-        def rerun(ids, k):
-            # twice: the first pays any compilation for the new prompt length; the faster is
-            # charged, and both must agree
-            one, two = (w.run(f"{rid}+{len(ids)}.{n}", k, ids=ids) for n in (1, 2))
-            res = (one.tokens if one.tokens == two.tokens else None,
-                   min(one.seconds, two.seconds))
-            kept[(label, rid, len(ids))] = res
-            return res
-        return rerun
-
-    def scout(label: str) -> None:   # every continuation this worker's outputs lead to
-        scratch = OutputCheck(side=label[0])
-        for rid, got in replies[label].items():
-            check_request(scratch, expected[rid], got, live(label, rid), tol.epsilon,
-                          budget=10 ** 9)   # none: every near-tie is continued
-
-    with ThreadPoolExecutor(len(job.names)) as pool:
-        for fut in [pool.submit(scout, label) for label in job.names]:
-            fut.result()
     checks, charges = dict(checks or {}), {}
     for side in ("A", "B"):
         check = checks.get(side) or OutputCheck(side=side)
         for label in (lab for lab in job.names if lab.startswith(side)):
+            w = workers[label]
             charges[label] = {}
             for rid, got in replies[label].items():
-                def rerun(ids, k, label=label, rid=rid):
-                    hit = kept.get((label, rid, len(ids)))
-                    return hit if hit is not None else live(label, rid)(ids, k)
+                def rerun(ids, k, w=w, rid=rid):
+                    # twice: the first pays any compilation for the new prompt length; the
+                    # faster is charged, and both must agree
+                    one, two = (w.run(f"{rid}+{len(ids)}.{n}", k, ids=ids) for n in (1, 2))
+                    same = one.tokens == two.tokens
+                    return (one.tokens if same else None), min(one.seconds, two.seconds)
                 charges[label][rid] = check_request(check, expected[rid], got, rerun,
                                                     tol.epsilon, budget)
         checks[side] = check
