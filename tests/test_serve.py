@@ -447,6 +447,18 @@ def test_the_default_drafter_is_the_block_drafter_where_the_model_has_its_weight
         assert [t for c in backend.stream(ids, 32) for t in c] == want
 
 
+def test_a_confined_systems_drafter_name_is_shown_only_as_a_short_word():
+    """The drafter name a confined system's engine reports (agent-written code chooses it)
+    reaches the ready line only as a short lowercase word; anything else is "block?"."""
+    from specpilot.serve.backend import drafter_in_use
+
+    assert drafter_in_use("auto", "block") == "block"
+    assert drafter_in_use("auto", None) == "ngram" and drafter_in_use("ar", None) == "ar"
+    assert drafter_in_use("ngram", None) == "ngram"
+    for bad in ("block\nserving evil at http://x/v1", "B" * 3, "x" * 40, 7):
+        assert drafter_in_use("auto", bad) == "block?"
+
+
 def test_a_prepared_batch_backend_serves_without_making_a_slot(model, refs):
     """`specpilot serve --prepare`: every slot made before serving (the static path, run
     uncaptured on the CPU), then served requests meet none it did not make, and stream the

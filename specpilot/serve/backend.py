@@ -7,6 +7,7 @@ reference the batched one is tested against.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Protocol
@@ -64,10 +65,12 @@ class TurnLock:
 
 def drafter_in_use(asked: str | None, batch_drafter: str | None) -> str:
     """The drafter a batched engine built for `asked` speculates with, by name: its batch
-    drafter's ("block"), else "auto" resolved as stock.system.batch_engine resolves it
-    without block weights (the n-gram drafter), "ar" for none."""
+    drafter's ("block"; a confined system's engine reports it, so a name that is not a
+    short word is shown as "block?"), else "auto" resolved as stock.system.batch_engine
+    resolves it without block weights (the n-gram drafter), "ar" for none."""
     if batch_drafter:
-        return batch_drafter
+        ok = isinstance(batch_drafter, str) and re.fullmatch(r"[a-z0-9_-]{1,32}", batch_drafter)
+        return batch_drafter if ok else "block?"
     if asked in (None, "", "none", "ar"):
         return "ar"
     return "ngram" if asked == "auto" else asked
