@@ -20,7 +20,7 @@ from stock.options import Options
 from training.cli import main, toy_setup
 from training.data import SORT_GROUP, generate_data, merge_data
 from training.loop import (TrainConfig, block_forward, evaluate, extract_features, init_layers,
-                           sample_anchors, train, validation_split)
+                           sample_anchors, train, validation_split, walk_tau)
 from training.prompts import MIX, _math_more, build_prompts, dev_prompts, prompt_group
 
 from block_fixtures import *  # noqa: F401,F403
@@ -137,7 +137,7 @@ def test_validation_keeps_the_best_checkpoint_and_patience_stops(toy):
     net, stats, _ = train(target, prompts, cfg, progress=lambda m: None, data=data)
     hist = stats["val_history"]
     assert [h["step"] for h in hist] == list(range(5, 41, 5))
-    best = max(hist, key=lambda h: (h["val_acc_len"], -h["val_loss"]))
+    best = max(hist, key=lambda h: (h["val_tau"], -h["val_loss"]))
     assert stats["kept_step"] == best["step"] < stats["steps"] == 40
     _, val = validation_split(data, cfg)
     vsel = val[: cfg.val_seqs]
@@ -149,6 +149,25 @@ def test_validation_keeps_the_best_checkpoint_and_patience_stops(toy):
                                                             patience=2, **TOY),
                                progress=lambda m: None, data=data)
     assert stats2["steps"] == best["step"] + 10 and len(losses2) == stats2["steps"]
+
+
+def test_walk_tau_is_the_engines_tau_on_the_greedy_answers(toy, toy_trained):
+    """The validation's τ (walk_tau: every answer column's block scored by teacher forcing,
+    then walked as decoding walks) is the τ the engine measures decoding the same prompts
+    with the same drafter, to the last step; across batches and anchor chunks."""
+    target, prompts, data = toy
+    net = toy_trained[0]
+    k = net.cfg.block_size - 1
+    engine = Engine(target, Options({"draft_len": k}), max_context=256)
+    gained = steps = 0
+    for i, p in enumerate(prompts[:6]):
+        res = engine.generate(p, TOY["max_new"], BlockDrafter(net, target, 256))
+        assert res.tokens == data.tokens[i, data.prompt_cols:int(data.end[i])].tolist()
+        gained, steps = gained + sum(res.accepted), steps + len(res.accepted)
+    assert steps < gained  # drafts were accepted: a τ above 1 to match
+    tau = walk_tau(net, target, data, data_feats(target, data, net), torch.arange(6), k,
+                   batch=4, chunk=5, autocast=torch.autocast("cpu", enabled=False))
+    assert tau == pytest.approx(gained / steps, abs=1e-12)
 
 
 def data_feats(target, data, net):

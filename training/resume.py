@@ -104,7 +104,7 @@ def history(folder: Path) -> list[dict]:
     own = {"command": man.command, "seed": man.seed, "steps": t.get("steps"),
            "kept_step": t.get("kept_step"), "train_s": t.get("train_s"),
            "answers": t.get("answers"), "answer_tokens": t.get("answer_tokens"),
-           "val_block_accept_len": t.get("val_block_accept_len"),
+           "val_block_accept_len": t.get("val_block_accept_len"), "val_tau": t.get("val_tau"),
            "val_loss": t.get("val_loss"), "init": t.get("init"),
            "resumed_from_state": t.get("resumed_from_state"),
            "saved": t.get("saved"), "device": t.get("device")}
