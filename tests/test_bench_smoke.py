@@ -28,6 +28,7 @@ SMOKES = [
     pytest.param("kernels_vs_cublas.py", id="kernels_vs_cublas"),
     pytest.param("w12_mma.py", id="w12_mma"),   # the CUDA kernel's emulator
     pytest.param("drafter_tau.py", id="drafter_tau"),   # the embedded model, shipped weights
+    pytest.param("drafter_positions.py", id="drafter_positions"),   # the same, teacher-forced
     pytest.param("device_facts.py", id="device_facts"),
     pytest.param("memory_verify.py", id="memory_verify"),
     pytest.param("peers.py", id="peers"),

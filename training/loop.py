@@ -219,18 +219,13 @@ def evaluate(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torch.
     return vl / max(n, 1), va / max(n, 1)
 
 
-def walk_tau(net: BlockNet, target, data: Data, feats, idx: torch.Tensor, draft_len: int,
-             batch: int, chunk: int, autocast) -> float:
-    """The τ the engine gets decoding answers idx with this drafter (tokens gained per
-    verification step, bonus included; the first answer token is prefill's): every answer
-    column's block is scored by teacher forcing (its leading run of top-1 hits, at most
-    draft_len), then each answer is walked as decoding walks it, from the first answer
-    token, each step gaining its anchor's run + 1. Greedy answers make the walk's anchors
-    the engine's (tests/test_training_block.py checks they give the engine's τ). Unlike
-    the mean block acc-len over uniform anchors, hard stretches weigh as much as the steps
-    they cost."""
-    gained = steps = 0
-    pc = data.prompt_cols
+def anchor_runs(net: BlockNet, target, data: Data, feats, idx: torch.Tensor, draft_len: int,
+                batch: int, chunk: int, autocast) -> list[torch.Tensor]:
+    """Per sequence of idx, the block at every answer column that has a label, scored by
+    teacher forcing: its leading run of top-1 hits (at most draft_len; no labels past the
+    answer, so a run never passes it), column P first. `batch` sequences and `chunk`
+    anchors a forward."""
+    pc, out = data.prompt_cols, []
     with torch.no_grad(), autocast:
         for v0 in range(0, len(idx), batch):
             sel = idx[v0:v0 + batch]
@@ -242,14 +237,33 @@ def walk_tau(net: BlockNet, target, data: Data, feats, idx: torch.Tensor, draft_
                 p = torch.minimum(cols[None], last[:, None])
                 logits, labels = block_forward(net, target, data, feats, sel, p)
                 hit = (logits.argmax(-1) == labels) & (labels >= 0)
-                run = hit[:, :, :draft_len].long().cumprod(-1).sum(-1)
-                lead[:, c0:c0 + len(cols)] = run.cpu()
-            for r, e in enumerate(data.end[sel].tolist()):
-                i = pc
-                while i < e - 1:   # a run is at most the tokens left (no labels past them)
-                    gain = int(lead[r, i - pc]) + 1   # the last step's bonus may pass the
-                    i, gained, steps = i + gain, gained + gain, steps + 1   # end, as there
-    return gained / max(steps, 1)
+                lead[:, c0:c0 + len(cols)] = hit[:, :, :draft_len].long().cumprod(-1).sum(-1).cpu()
+            out += [lead[r, :int(last[r]) - pc + 1] for r in range(len(sel))]
+    return out
+
+
+def walk(runs: torch.Tensor) -> list[int]:
+    """Tokens gained by each verification step decoding one answer whose anchor runs are
+    `runs` (anchor_runs): from the first answer token, each step gains its anchor's run + 1,
+    as the engine's steps do (the last step's bonus may pass the answer's end: the engine
+    counts it too)."""
+    i, gains = 0, []
+    while i < len(runs):
+        gains.append(int(runs[i]) + 1)
+        i += gains[-1]
+    return gains
+
+
+def walk_tau(net: BlockNet, target, data: Data, feats, idx: torch.Tensor, draft_len: int,
+             batch: int, chunk: int, autocast) -> float:
+    """The τ the engine gets decoding answers idx with this drafter (tokens gained per
+    verification step, bonus included; the first answer token is prefill's): `walk` over
+    `anchor_runs`. Greedy answers make the walk's anchors the engine's
+    (tests/test_training_block.py checks they give the engine's τ). Unlike the mean block
+    acc-len over uniform anchors, hard stretches weigh as much as the steps they cost."""
+    gains = [g for r in anchor_runs(net, target, data, feats, idx, draft_len, batch, chunk,
+                                    autocast) for g in walk(r)]
+    return sum(gains) / max(len(gains), 1)
 
 
 def validation_split(data: Data, cfg: TrainConfig, groups: list | None = None

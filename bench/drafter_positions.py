@@ -1,0 +1,110 @@
+"""Where the block drafter's blocks fail: per category, the hit rate at each draft depth, and
+the engine's τ beside the τ the training validation computes (training.loop.walk_tau) and
+the mean block acc-len over every anchor (the metric that overstates τ).
+
+For each request: the AR output, the engine's speculative decode with the weights (τ =
+tokens gained per verification step), then every answer column's block scored by teacher
+forcing on the AR output (training.loop.anchor_runs: the leading run of top-1 hits, draft
+length block_size - 1) and walked as decoding walks it. Depth d's rate is P(draft token d
+right | tokens 1..d-1 right) over every anchor. CPU fp32 gives walk τ = engine τ up to the
+last step of answers that end at a stop token (the engine's last step may accept drafts past
+it).
+
+    python bench/drafter_positions.py --per-category 4 --max-new 128       # CPU, ~4 min
+    python bench/drafter_positions.py --weights DIR --sets dev,heldout
+    python bench/drafter_positions.py --smoke
+
+Prints one table; writes drafter_positions.json to --out (default $OUT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+
+from common import log, print_table, smoke_device, write_json  # noqa: E402 - sets sys.path first
+
+import torch  # noqa: E402
+
+from drafter_tau import HELDOUT_SEED, request_set, weights_label  # noqa: E402
+from specpilot.requests import CATEGORIES  # noqa: E402
+from stock.drafters.block_weights import load_block  # noqa: E402
+from stock.engine import Engine  # noqa: E402
+from stock.options import Options  # noqa: E402
+from stock.system import load_system, make_drafter  # noqa: E402
+from training.data import Data  # noqa: E402
+from training.loop import LiveFeatures, anchor_runs, walk  # noqa: E402
+
+DEPTHS = 4
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--weights", default="shipped", help="a block-drafter folder ('shipped')")
+    ap.add_argument("--sets", default="dev")
+    ap.add_argument("--per-category", type=int, default=4)
+    ap.add_argument("--max-new", type=int, default=128)
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--out", default=os.environ.get("OUT", ""))
+    ap.add_argument("--smoke", action="store_true", help="CPU: 1 request a category, 16 tokens")
+    args = ap.parse_args()
+    if args.smoke:
+        args.per_category, args.max_new = 1, 16
+    args.device = smoke_device(args)
+    label, folder = weights_label(args.weights)
+    system = load_system("embedded", Options(), device=args.device, max_context=4096)
+    tok, model = system.tokenizer, system.engine.model
+    net, _ = load_block(folder, model)
+    net = net.to(model.device, model.dtype).eval()
+    k = net.cfg.block_size - 1
+    engine = Engine(model, Options({"block_size": net.cfg.block_size, "draft_len": k,
+                                    "block_weights": str(folder)}), 4096,
+                    set(system.engine.stop_ids))
+    drafter = make_drafter("block", engine)
+    autocast = torch.autocast(model.device.type, enabled=False)
+    rows, result = [], {"weights": label, "device": args.device, "sets": {}}
+    for set_name in [s for s in args.sets.split(",") if s]:
+        per: dict[str, dict] = {}
+        for i, r in enumerate(request_set(set_name, args.per_category, HELDOUT_SEED)):
+            prompt = tok.chat(r.prompt)
+            max_new = min(args.max_new, r.max_new_tokens)
+            ans = system.engine.generate(prompt, max_new).tokens
+            res = engine.generate(prompt, max_new, drafter)
+            if len(ans) < 2:
+                continue
+            data = Data(tokens=torch.tensor([prompt + ans]), pad=torch.tensor([0]),
+                        end=torch.tensor([len(prompt) + len(ans)]), prompt_cols=len(prompt))
+            feats = LiveFeatures(model, data, tuple(net.cfg.target_layers))
+            runs = anchor_runs(net, model, data, feats, torch.tensor([0]), k, 1, 64, autocast)[0]
+            c = per.setdefault(r.category, {"engine": [], "walk": [], "runs": []})
+            c["engine"] += res.accepted
+            c["walk"] += walk(runs)
+            c["runs"] += runs.tolist()
+            log(f"{set_name} {i + 1} {r.id}: engine τ {statistics.mean(res.accepted):.2f}, "
+                f"walk τ {statistics.mean(walk(runs)):.2f}, outputs equal: {res.tokens == ans}")
+        out = {}
+        cats = [c for c in CATEGORIES if c in per]
+        for cat in cats + ["all"]:
+            group = [per[c] for c in cats] if cat == "all" else [per[cat]]
+            eng = [x for g in group for x in g["engine"]]
+            wlk = [x for g in group for x in g["walk"]]
+            runs = torch.tensor([x for g in group for x in g["runs"]])
+            rate = [float((runs >= d).sum() / max(int((runs >= d - 1).sum()), 1))
+                    for d in range(1, DEPTHS + 1)]
+            out[cat] = {"engine_tau": statistics.mean(eng), "walk_tau": statistics.mean(wlk),
+                        "uniform_acc_len": float(runs.float().mean() + 1), "depth_rates": rate,
+                        "anchors": len(runs)}
+            rows.append([set_name, cat, len(runs), f"{out[cat]['engine_tau']:.2f}",
+                         f"{out[cat]['walk_tau']:.2f}", f"{out[cat]['uniform_acc_len']:.2f}"]
+                        + [f"{x:.2f}" for x in rate])
+        result["sets"][set_name] = out
+    write_json(args.out, "drafter_positions.json", result)
+    print_table(["set", "category", "anchors", "engine τ", "walk τ", "acc-len, every anchor"]
+                + [f"depth {d}" for d in range(1, DEPTHS + 1)], rows,
+                f"block drafter {label}: depth d = P(draft token d right, given 1..d-1 right) "
+                f"over every anchor; {args.device}, {args.max_new} new tokens at most")
+
+
+if __name__ == "__main__":
+    main()
