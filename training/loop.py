@@ -4,7 +4,8 @@
 target context before p (the target's hidden states of the chosen layers: cached for every
 row, or computed per step with --features live), the token at p and block_size - 1 masks,
 and is trained against the target's greedy tokens (training/loss.py). Validation holds out
-whole prompt groups; the best checkpoint is kept. `init_net` builds the drafter to train
+whole prompt groups and measures the τ the engine would get decoding those answers
+(`walk_tau`); the checkpoint with the best is kept. `init_net` builds the drafter to train
 (random, --init-from-target, --init-from-weights).
 """
 
@@ -53,7 +54,7 @@ class TrainConfig:
     holdout: float = 0.05  # fraction of sequences kept for validation
     val_every: int = 250  # validate every this many steps; the best checkpoint is kept (0: off)
     val_seqs: int = 128  # validation sequences per periodic check (fixed anchors)
-    patience: int = 0  # stop after this many checks without a better val acc-len (0: never)
+    patience: int = 0  # stop after this many checks without a better validation τ (0: never)
     max_seconds: float = 0.0  # stop the training loop after this long (0: never)
     total_seconds: float = 0.0  # stop it so that the whole run ends within this (0: never)
     gen_seconds: float = 0.0  # answer no more prompt batches after this long (0: all)
