@@ -34,7 +34,7 @@ from stock.engine import Engine  # noqa: E402
 from stock.options import Options  # noqa: E402
 from stock.system import load_system, make_drafter  # noqa: E402
 from training.data import Data  # noqa: E402
-from training.loop import LiveFeatures, anchor_runs, walk  # noqa: E402
+from training.loop import LiveFeatures, anchor_runs, depth_rates, walk  # noqa: E402
 
 DEPTHS = 4
 
@@ -90,8 +90,7 @@ def main() -> None:
             eng = [x for g in group for x in g["engine"]]
             wlk = [x for g in group for x in g["walk"]]
             runs = torch.tensor([x for g in group for x in g["runs"]])
-            rate = [float((runs >= d).sum() / max(int((runs >= d - 1).sum()), 1))
-                    for d in range(1, DEPTHS + 1)]
+            rate = depth_rates([runs], DEPTHS)
             out[cat] = {"engine_tau": statistics.mean(eng), "walk_tau": statistics.mean(wlk),
                         "uniform_acc_len": float(runs.float().mean() + 1), "depth_rates": rate,
                         "anchors": len(runs)}

@@ -20,7 +20,8 @@ from stock.options import Options
 from training.cli import main, toy_setup
 from training.data import SORT_GROUP, generate_data, merge_data
 from training.loop import (TrainConfig, block_forward, evaluate, extract_features, init_layers,
-                           sample_anchors, train, validation_split, walk_tau)
+                           sample_anchors, train, validation_split, walk, walk_tau)
+from training.loop import depth_rates
 from training.prompts import MIX, _math_more, build_prompts, dev_prompts, prompt_group
 
 from block_fixtures import *  # noqa: F401,F403
@@ -168,6 +169,16 @@ def test_walk_tau_is_the_engines_tau_on_the_greedy_answers(toy, toy_trained):
     tau = walk_tau(net, target, data, data_feats(target, data, net), torch.arange(6), k,
                    batch=4, chunk=5, autocast=torch.autocast("cpu", enabled=False))
     assert tau == pytest.approx(gained / steps, abs=1e-12)
+
+
+def test_walk_and_depth_rates_count_as_decoding_does():
+    """The walk starts at the first answer token and moves by each step's gain (run + 1):
+    a run of 3 at anchor 0 ends a four-anchor answer in one step; runs 0, 0, 1 at anchors
+    0, 1, 2 gain 1, 1, then 2. Depth d's rate: runs >= d among runs >= d - 1."""
+    assert walk(torch.tensor([3, 0, 1, 0])) == [4]
+    assert walk(torch.tensor([0, 0, 1, 0])) == [1, 1, 2]
+    # depth d: anchors with a run >= d among those with a run >= d - 1
+    assert depth_rates([torch.tensor([0, 1, 2, 3]), torch.tensor([1])], 3) == [4 / 5, 2 / 4, 1 / 2]
 
 
 def data_feats(target, data, net):

@@ -255,6 +255,19 @@ def walk(runs: torch.Tensor) -> list[int]:
     return gains
 
 
+def depth_rates(runs: list[torch.Tensor], depths: int = 4) -> list[float]:
+    """P(draft token d right, given tokens 1..d-1 right) for d = 1..depths, over every anchor
+    of `runs` (anchor_runs): where a drafter's blocks fail."""
+    r = torch.cat(runs) if runs else torch.zeros(0, dtype=torch.long)
+    return [float((r >= d).sum()) / max(int((r >= d - 1).sum()), 1) for d in range(1, depths + 1)]
+
+
+def run_tau(runs: list[torch.Tensor]) -> float:
+    """Tokens gained per step over every answer of `runs`, each walked (`walk`)."""
+    gains = [g for r in runs for g in walk(r)]
+    return sum(gains) / max(len(gains), 1)
+
+
 def walk_tau(net: BlockNet, target, data: Data, feats, idx: torch.Tensor, draft_len: int,
              batch: int, chunk: int, autocast) -> float:
     """The τ the engine gets decoding answers idx with this drafter (tokens gained per
@@ -262,9 +275,7 @@ def walk_tau(net: BlockNet, target, data: Data, feats, idx: torch.Tensor, draft_
     `anchor_runs`. Greedy answers make the walk's anchors the engine's
     (tests/test_training_block.py checks they give the engine's τ). Unlike the mean block
     acc-len over uniform anchors, hard stretches weigh as much as the steps they cost."""
-    gains = [g for r in anchor_runs(net, target, data, feats, idx, draft_len, batch, chunk,
-                                    autocast) for g in walk(r)]
-    return sum(gains) / max(len(gains), 1)
+    return run_tau(anchor_runs(net, target, data, feats, idx, draft_len, batch, chunk, autocast))
 
 
 def validation_split(data: Data, cfg: TrainConfig, groups: list | None = None
@@ -404,11 +415,12 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
         nonlocal best, since_best
         net.eval()
         vl, va = evaluate(net, target, data, feats, vsel, vp, cfg, autocast)
-        vt = walk_tau(net, target, data, feats, vsel, net.cfg.block_size - 1, cfg.batch,
-                      cfg.anchors, autocast)
+        runs = anchor_runs(net, target, data, feats, vsel, net.cfg.block_size - 1, cfg.batch,
+                           cfg.anchors, autocast)
+        vt, d1 = run_tau(runs), depth_rates(runs, 1)[0]
         net.train()
         history.append({"step": step, "val_loss": round(vl, 4), "val_acc_len": round(va, 3),
-                        "val_tau": round(vt, 3)})
+                        "val_tau": round(vt, 3), "val_depth1": round(d1, 3)})
         if best is None or (vt, -vl) > (best["val_tau"], -best["val_loss"]):
             best = {"step": step, "val_loss": vl, "val_acc_len": va, "val_tau": vt,
                     "state": {k: v.detach().clone() for k, v in net.state_dict().items()}}
@@ -416,7 +428,8 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
         else:
             since_best += 1
         progress(f"  validate at step {step}: loss {vl:.4f}  block acc-len {va:.3f}  "
-                 f"τ {vt:.3f}{'  (best)' if best['step'] == step else ''}")
+                 f"τ {vt:.3f}  first draft token right {d1:.3f}"
+                 f"{'  (best)' if best['step'] == step else ''}")
 
     deadline = started + cfg.total_seconds - 30 if cfg.total_seconds else 0.0
 
