@@ -238,7 +238,8 @@ def anchor_runs(net: BlockNet, target, data: Data, feats, idx: torch.Tensor, dra
                 p = torch.minimum(cols[None], last[:, None])
                 logits, labels = block_forward(net, target, data, feats, sel, p)
                 hit = (logits.argmax(-1) == labels) & (labels >= 0)
-                lead[:, c0:c0 + len(cols)] = hit[:, :, :draft_len].long().cumprod(-1).sum(-1).cpu()
+                run = hit[:, :, :draft_len].long().cumprod(-1).sum(-1)
+                lead[:, c0:c0 + len(cols)] = run.cpu()
             out += [lead[r, :int(last[r]) - pc + 1] for r in range(len(sel))]
     return out
 
@@ -402,8 +403,8 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
                               enabled=dev.type == "cuda" or target.dtype == torch.bfloat16)
     losses, t1, steps_done = [], time.perf_counter(), 0
     # periodic validation on fixed sequences and anchors; the best state (by the engine's τ
-    # on those answers (walk_tau), then loss) is what is returned: later steps that only memorise the training answers
-    # (train acc-len up, validation down) are dropped
+    # on those answers, walk_tau, then loss) is what is returned: later steps that only
+    # memorise the training answers (train acc-len up, validation down) are dropped
     vsel = val[: cfg.val_seqs]
     vp = (sample_anchors(data, vsel, cfg.anchors, torch.Generator().manual_seed(cfg.seed + 2))
           if len(vsel) else None)
