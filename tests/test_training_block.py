@@ -19,9 +19,8 @@ from stock.model import Transformer
 from stock.options import Options
 from training.cli import main, toy_setup
 from training.data import SORT_GROUP, generate_data, merge_data
-from training.loop import (TrainConfig, block_forward, evaluate, extract_features, init_layers,
-                           sample_anchors, train, validation_split, walk, walk_tau)
-from training.loop import depth_rates
+from training.loop import (TrainConfig, block_forward, depth_rates, evaluate, extract_features,
+                           init_layers, sample_anchors, train, validation_split, walk, walk_tau)
 from training.prompts import MIX, _math_more, build_prompts, dev_prompts, prompt_group
 
 from block_fixtures import *  # noqa: F401,F403
