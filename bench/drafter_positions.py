@@ -47,10 +47,10 @@ def main() -> None:
     ap.add_argument("--max-new", type=int, default=128)
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
-    ap.add_argument("--smoke", action="store_true", help="CPU: 1 request a category, 16 tokens")
+    ap.add_argument("--smoke", action="store_true", help="CPU: 1 request a category, 8 tokens")
     args = ap.parse_args()
     if args.smoke:
-        args.per_category, args.max_new = 1, 16
+        args.per_category, args.max_new = 1, 8
     args.device = smoke_device(args)
     label, folder = weights_label(args.weights)
     system = load_system("embedded", Options(), device=args.device, max_context=4096)
