@@ -81,7 +81,7 @@ class TimedDrafts:
 
     def __init__(self, drafter, key: str, totals: dict[str, float], packed: bool = True):
         self.inner, self.key, self.totals = drafter, key, totals
-        self.packed = packed   # False (`-host` modes): no draft_packed, the lattice read
+        self.packed = packed   # False (`-host` modes): drafts read to the host
 
     def draft(self, ctx, k):
         t = time.perf_counter()
@@ -91,23 +91,24 @@ class TimedDrafts:
             self.totals[self.key] = self.totals.get(self.key, 0.0) + time.perf_counter() - t
 
     def __getattr__(self, name):
-        if name == "draft_packed":   # absent where the lattice is read to the host
+        if name in ("draft_packed", "draft_chain"):   # absent where drafts are read to the host
             if not self.packed:
                 raise AttributeError(name)
-            return self._draft_packed(getattr(self.inner, name))
+            return self._on_device(getattr(self.inner, name))
         return getattr(self.inner, name)
 
-    def _draft_packed(self, inner):
-        """The lattice left on the device (the block drafter's chains on the static path,
-        and its trees with tree_build=device): no host read, so its wall time is the
-        drafter's launches alone; its GPU work lands in the verify step's."""
-        def draft_packed(ctx, k):
+    def _on_device(self, inner):
+        """A draft left on the device (the block drafter's chain on the static path,
+        `draft_chain`; its lattice for trees with tree_build=device, `draft_packed`): no
+        host read, so its wall time is the drafter's launches alone; its GPU work lands in
+        the verify step's."""
+        def timed(ctx, k):
             t = time.perf_counter()
             try:
                 return inner(ctx, k)
             finally:
                 self.totals[self.key] = self.totals.get(self.key, 0.0) + time.perf_counter() - t
-        return draft_packed
+        return timed
 
 
 def tree_budget(mode: str) -> int:
