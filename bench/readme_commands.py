@@ -92,7 +92,8 @@ def why_skipped(line: str, quick: bool) -> str | None:
         return "a template: fill in your own values"
     if "H200" in comment:
         return "for the H200 (device tool)"
-    if any(w[:3] == ["python", "-m", "pytest"] and len(w) <= 4 for w in commands(line)):
+    if any(w[:3] == ["python", "-m", "pytest"] and not any(a.startswith("tests") for a in w[3:])
+           for w in commands(line)):
         return "the whole test suite (.ci/run runs it)"
     if quick and any(code.strip().startswith(p) for p in LONG):
         return "long (--quick)"

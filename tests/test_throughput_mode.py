@@ -15,16 +15,22 @@ from specpilot.judges.controller import compare
 
 MODEL = "random:tiny-qwen3"
 
-# Batching that changes tokens: while more than one request is in flight, every token a
-# request gains is shifted by one. Single-request generation (Engine) is untouched, so
-# every gate that runs requests one at a time passes it; it is also faster, since a wrong
-# token ends nothing early here: only the batched output check can see it.
+# Batching that changes tokens: the second request a batched engine admits, and every
+# other one after it, has every token it gains shifted by one. Single-request generation
+# (Engine) is untouched, so every gate that runs requests one at a time passes it; it is
+# also faster, since a wrong token ends nothing early here: only the batched output check
+# can see it. (It shifted only while two requests were in flight, and passed the gate once
+# under pytest-xdist: a round's first request can end before its second arrives, and then
+# nothing is shifted.)
 WRONG_WHEN_BATCHED = """
 _real_emit = BatchEngine._emit
 
 
 def _shifted_emit(self, req, new):
-    if len(self.active) > 1:
+    seen = self.__dict__.setdefault("_cheat_seen", [])
+    if not any(r is req for r in seen):
+        seen.append(req)
+    if [i for i, r in enumerate(seen) if r is req][0] % 2 == 1:
         new = [(t + 1) % self.model.cfg.vocab_size for t in new]
     return _real_emit(self, req, new)
 
