@@ -191,6 +191,14 @@ def test_validation_holds_out_whole_prompt_groups(toy):
     tr, val = validation_split(data, cfg, groups)
     assert len(val) == 2 and len(tr) == 6
     assert not {groups[i] for i in val.tolist()} & {groups[i] for i in tr.tolist()}
+    # the same groups for every seed (runs that continue one another use other seeds)
+    held = {groups[i] for i in val.tolist()}
+    many = [f"g{i // 3}" for i in range(len(data.end))]
+    for seed in (1, 5):
+        other = TrainConfig(seed=seed, holdout=0.25, **TOY)
+        assert {groups[i] for i in validation_split(data, other, groups)[1].tolist()} == held
+        assert ({many[i] for i in validation_split(data, other, many)[1].tolist()}
+                == {many[i] for i in validation_split(data, cfg, many)[1].tolist()})
     # near-duplicate prompts (one question, other openers and closers) share a group
     pairs = [(c, t) for c, t in build_prompts(1, 300, limit_files=5) if c == "chat"]
     cores = {prompt_group(c, t) for c, t in pairs}

@@ -12,6 +12,7 @@ whole prompt groups and measures the τ the engine would get decoding those answ
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import time
 from dataclasses import dataclass
@@ -279,12 +280,23 @@ def walk_tau(net: BlockNet, target, data: Data, feats, idx: torch.Tensor, draft_
     return run_tau(anchor_runs(net, target, data, feats, idx, draft_len, batch, chunk, autocast))
 
 
+def group_rank(key) -> int:
+    """A prompt group's place in validation's order: a fixed hash of its key, the same in
+    every run and for every seed."""
+    return int.from_bytes(hashlib.blake2b(str(key).encode(), digest_size=8).digest(), "big")
+
+
 def validation_split(data: Data, cfg: TrainConfig, groups: list | None = None
                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """(train, validation) sequence indices: answers of at least 2 tokens, shuffled by the
     seed, `holdout` of them (at least one) for validation. With `groups` (one key per
-    sequence, e.g. `training.prompts.prompt_group`), whole groups are held out, in a seeded
-    order, until the holdout is reached: no validation answer has a near-copy in training."""
+    sequence, e.g. `training.prompts.prompt_group`), whole groups are held out, in the order
+    of `group_rank`, until the holdout is reached: no validation answer has a near-copy in
+    training, and runs that continue one another (--resume) hold out the same groups (the
+    first ones in that order: a run with a larger share holds out a few more), so a
+    continued drafter is not validated on groups its earlier runs trained on. (The order was
+    the seed's until 2026-12-06, so each continued run held out other groups than the runs
+    before it, and could be validated on groups they had trained on.)"""
     keep = torch.nonzero(data.end - data.prompt_cols >= 2).flatten()
     keep = keep[torch.randperm(len(keep), generator=torch.Generator().manual_seed(cfg.seed))]
     n_val = max(1, int(len(keep) * cfg.holdout)) if len(keep) > 1 else 0
@@ -293,17 +305,16 @@ def validation_split(data: Data, cfg: TrainConfig, groups: list | None = None
     members: dict = {}
     for i in keep.tolist():
         members.setdefault(groups[i], []).append(i)
-    keys = list(members)
-    gen = torch.Generator().manual_seed(cfg.seed + 3)
     val: list[int] = []
-    for j in torch.randperm(len(keys), generator=gen).tolist():  # every group equally likely
+    for key in sorted(members, key=group_rank):
         if len(val) >= n_val:
             break
-        if len(val) + len(members[keys[j]]) <= 2 * n_val or not val:
-            val += members[keys[j]]
+        if len(val) + len(members[key]) <= 2 * n_val or not val:
+            val += members[key]
     held = set(val)
     if len(held) == len(keep):  # one group only: fall back to sequences
         return keep[n_val:], keep[:n_val]
+    gen = torch.Generator().manual_seed(cfg.seed + 3)
     val_t = torch.tensor(val, dtype=torch.long)
     val_t = val_t[torch.randperm(len(val_t), generator=gen)]  # any prefix is a fair sample
     return torch.tensor([i for i in keep.tolist() if i not in held], dtype=torch.long), val_t
