@@ -65,3 +65,20 @@ def test_a_training_state_of_other_weights_is_refused(tmp_path):
     with pytest.raises(ValueError, match="belongs to other weights"):
         main(["--out", str(tmp_path / "c"), "--seed", "1", "--resume", str(a),
               "--optimizer-state", other, *TOY])
+
+
+def test_a_continued_run_validates_its_start_and_keeps_it_when_no_step_beats_it(tmp_path,
+                                                                                 capsys):
+    """A run from trained weights validates them at step 0 on its own held-out answers (its
+    log then shows what the run gained), and keeps them when no later check is better: here
+    a learning rate that wrecks the drafter."""
+    first, wrecked = tmp_path / "a", tmp_path / "b"
+    main(["--out", str(first), "--seed", "1", *TOY])
+    main(["--out", str(wrecked), "--seed", "1", "--init-from-weights", str(first), *TOY,
+          "--lr", "30"])
+    out = capsys.readouterr().out
+    assert "validate at step 0:" in out
+    t = _manifest(wrecked)["training"]
+    assert [h["step"] for h in t["val_history"]] == [0, 2, 4]
+    assert t["kept_step"] == 0 and "kept the checkpoint of step 0" in out
+    assert _manifest(wrecked)["shards"][0]["sha256"] == _manifest(first)["shards"][0]["sha256"]

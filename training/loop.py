@@ -455,6 +455,10 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
     params = [prm for prm in net.parameters() if prm.requires_grad]
     dist.broadcast_params(net)
     lr, frac = cfg.lr, 0.0
+    if vp is not None and cfg.val_every and (cfg.resume or cfg.init_from_weights):
+        # the weights it starts from, on this run's validation: the run's gain is read off
+        # its own log, and a run that only makes them worse keeps them (step 0)
+        check(0)
     for step in range(cfg.steps):
         lr = _lr(step, cfg, frac)
         for g in opt.param_groups:
