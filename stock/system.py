@@ -57,7 +57,7 @@ def load_system(model: str = "embedded", options: Options | None = None, device:
     return System(Engine(net, options, ctx, stops), tok, folder, dev)
 
 
-def make_drafter(name: str | None, engine: Engine) -> Drafter | None:
+def make_drafter(name: str | None, engine: Engine, net=None) -> Drafter | None:
     """`name`: one of DRAFTERS, "ar" / "none" / None (no drafter), or "auto": the block
     drafter where its weights (option block_weights, default the shipped ones) were trained
     for this target, else the n-gram drafter."""
@@ -65,10 +65,10 @@ def make_drafter(name: str | None, engine: Engine) -> Drafter | None:
     if name in (None, "", "none", "ar"):
         return None
     if name == "auto":
-        try:
-            return make_drafter("block", engine)
-        except BlockDrafterError:
-            return make_drafter("ngram", engine)
+        if "block" in engine.drafters:
+            return engine.drafters["block"]
+        name, net = resolve_auto(engine)
+        return make_drafter(name, engine, net)
     if name == "ngram":
         return NGramDrafter(opts["ngram_max"], opts["ngram_min"], opts["lattice_topk"])
     if name == "draft":
@@ -79,7 +79,7 @@ def make_drafter(name: str | None, engine: Engine) -> Drafter | None:
     if name == "block":
         if "block" in engine.drafters:  # built once per engine: weights, CUDA graphs
             return engine.drafters["block"]
-        net = block_net(engine)
+        net = net if net is not None else block_net(engine)
         cuda = engine.model.device.type == "cuda"
         # option compile: the drafter's step regions too (stock/drafters/block_step.py)
         drafter = engine.drafters["block"] = BlockDrafter(
@@ -88,6 +88,16 @@ def make_drafter(name: str | None, engine: Engine) -> Drafter | None:
             compiled=compile_enabled(opts, engine.model.device) and opts["block_compile"])
         return drafter
     raise StockError(f"unknown drafter {name!r}; known: {', '.join(DRAFTERS)}, auto, ar")
+
+
+def resolve_auto(engine: Engine):
+    """The drafter "auto" names, as both engines resolve it: ("block", its net) where the
+    block drafter's weights (option block_weights, default the shipped ones) were trained for
+    this target, else ("ngram", None)."""
+    try:
+        return "block", block_net(engine)
+    except BlockDrafterError:
+        return "ngram", None
 
 
 def block_net(engine: Engine):
@@ -111,10 +121,7 @@ def batch_engine(engine: Engine, drafter: str | None, max_batch: int, **kw):
     args = dict(max_batch=max_batch, max_context=engine.max_context, stop_ids=engine.stop_ids)
     net = None
     if drafter == "auto":   # as make_drafter resolves it, so that the block drafter is batched
-        try:
-            net, drafter = block_net(engine), "block"
-        except BlockDrafterError:
-            drafter = "ngram"
+        drafter, net = resolve_auto(engine)
     if drafter == "block":
         opts = engine.options
         static = engine.model.device.type == "cuda" and opts["cuda_graphs"]
@@ -122,7 +129,16 @@ def batch_engine(engine: Engine, drafter: str | None, max_batch: int, **kw):
                                engine.max_context, rows=max_batch + 1, topk=opts["block_topk"],
                                static=static, compiled=static and opts["block_compile"]
                                and compile_enabled(opts, engine.model.device))
-        return BatchEngine(engine.model, engine.options, batch_drafter=bd, **args, **kw)
+        return _named(BatchEngine(engine.model, engine.options, batch_drafter=bd, **args, **kw),
+                      "block")
     make_drafter(drafter, engine)   # an unknown name fails here, before any request
-    return BatchEngine(engine.model, engine.options, **args, **kw,
-                       drafter_factory=lambda: make_drafter(drafter, engine))
+    return _named(BatchEngine(engine.model, engine.options, **args, **kw,
+                              drafter_factory=lambda: make_drafter(drafter, engine)),
+                  "ar" if drafter in (None, "", "none", "ar") else drafter)
+
+
+def _named(batch, drafter: str):
+    """`batch` with `drafter_name`, the drafter it speculates with ("auto" resolved; "ar"
+    for none): what a server shows and a confined worker reports."""
+    batch.drafter_name = drafter
+    return batch

@@ -449,14 +449,20 @@ def test_the_default_drafter_is_the_block_drafter_where_the_model_has_its_weight
 
 def test_a_confined_systems_drafter_name_is_shown_only_as_a_short_word():
     """The drafter name a confined system's engine reports (agent-written code chooses it)
-    reaches the ready line only as a short lowercase word; anything else is "block?"."""
+    reaches the ready line only as a short lowercase word; anything else is "?". The name
+    the engine reports wins (it resolved "auto"), then its batch drafter's (an engine from
+    before the report), then the name asked, never a guess at how "auto" resolved."""
     from specpilot.serve.backend import drafter_in_use
 
-    assert drafter_in_use("auto", "block") == "block"
-    assert drafter_in_use("auto", None) == "ngram" and drafter_in_use("ar", None) == "ar"
-    assert drafter_in_use("ngram", None) == "ngram"
+    assert drafter_in_use("auto", "ngram", None) == "ngram"
+    assert drafter_in_use("auto", "block", "block") == "block"
+    assert drafter_in_use("auto", None, "block") == "block"
+    assert drafter_in_use("auto") == "auto"
+    assert drafter_in_use("ar") == "ar" and drafter_in_use(None) == "ar"
+    assert drafter_in_use("ngram") == "ngram"
     for bad in ("block\nserving evil at http://x/v1", "B" * 3, "x" * 40, 7):
-        assert drafter_in_use("auto", bad) == "block?"
+        assert drafter_in_use("auto", bad) == "?"
+        assert drafter_in_use("auto", None, bad) == "?"
 
 
 def test_a_prepared_batch_backend_serves_without_making_a_slot(model, refs):

@@ -443,6 +443,7 @@ class Server:
             graphs = int(prep()) if prep is not None else 0
         reply({"event": "serving", "id": msg.get("id"), "graphs": graphs,
                "max_context": be.max_context, "stop_ids": sorted(int(t) for t in be.stop_ids),
+               "drafter": getattr(be, "drafter_name", None),
                "batch_drafter": getattr(getattr(be, "batch_drafter", None), "name", None)})
         live: dict[int, str] = {}   # the engine's request id -> the server's
         while True:

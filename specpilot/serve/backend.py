@@ -63,17 +63,17 @@ class TurnLock:
             self._cond.notify_all()
 
 
-def drafter_in_use(asked: str | None, batch_drafter: str | None) -> str:
-    """The drafter a batched engine built for `asked` speculates with, by name: its batch
-    drafter's ("block"; a confined system's engine reports it, so a name that is not a
-    short word is shown as "block?"), else "auto" resolved as stock.system.batch_engine
-    resolves it without block weights (the n-gram drafter), "ar" for none."""
-    if batch_drafter:
-        ok = isinstance(batch_drafter, str) and re.fullmatch(r"[a-z0-9_-]{1,32}", batch_drafter)
-        return batch_drafter if ok else "block?"
-    if asked in (None, "", "none", "ar"):
-        return "ar"
-    return "ngram" if asked == "auto" else asked
+def drafter_in_use(asked: str | None, reported=None, batch_drafter=None) -> str:
+    """The drafter a batched engine speculates with, by name: the one it reports
+    (`drafter_name`, set by stock.system.batch_engine, "auto" resolved there), else its batch
+    drafter's (a system whose batch_engine predates the report), else the name asked ("ar"
+    for none; "auto" stays "auto", unresolved). A confined system's engine reports these, so a
+    name that is not a short word is shown as "?"."""
+    for name in (reported, batch_drafter):
+        if name:
+            ok = isinstance(name, str) and re.fullmatch(r"[a-z0-9_-]{1,32}", name)
+            return name if ok else "?"
+    return "ar" if asked in (None, "", "none", "ar") else asked
 
 
 class Text:
@@ -158,7 +158,8 @@ class BatchBackend(_Text):
         super().__init__(system, drafter, name)
         self.max_batch = max_batch
         engine = batch_engine(system.engine, drafter, max_batch, **engine_kw)
-        self.drafter_name = drafter_in_use(drafter, getattr(engine.batch_drafter, "name", None))
+        self.drafter_name = drafter_in_use(drafter, getattr(engine, "drafter_name", None),
+                                           getattr(engine.batch_drafter, "name", None))
         self.prepared = engine.prepare() if prepare else 0
         self.engine = engine
         self._batch = BackgroundBatch(engine)

@@ -47,7 +47,8 @@ class ConfinedBackend(Text):
             raise
         super().__init__(tokenizer, worker.drafter, name, int(serving["max_context"]),
                          serving["stop_ids"])
-        self.drafter_name = drafter_in_use(worker.drafter, serving.get("batch_drafter"))
+        self.drafter_name = drafter_in_use(worker.drafter, serving.get("drafter"),
+                                           serving.get("batch_drafter"))
         self.max_batch = max_batch
         self.prepared = int(serving.get("graphs", 0))
         self._ids = itertools.count(1)
