@@ -5,7 +5,10 @@ Held-out requests come from the sealed generator's templates (specpilot/requests
 drawn with a public seed (--heldout-seed): drafter training excludes those templates and
 the dev prompts (training/prompts.py), so their τ is what the weights do on prompts of kinds
 they never saw. (The sealed set itself is drawn with a secret seed kept outside the
-repository; this set shares its templates, not its draws.)
+repository; this set shares its templates, not its draws.) The corpus set is the other
+side: prompts of the training corpus itself (training/prompts.py, --corpus-seed, the wide
+corpus), per source, such as the drafter trained on: the gap between its τ and the dev
+requests' is how far the corpus is from the requests.
 
 For each request: the AR output once, then one speculative decode per weights folder (block
 drafter, draft_len = block_size - 1: "block 16"), τ = tokens gained per verification step,
@@ -14,7 +17,8 @@ equal AR's token for token, and the table counts those that do.
 
     python bench/drafter_tau.py --weights shipped,/path/to/new --per-category 4 --max-new 128
     python bench/drafter_tau.py --sets heldout --per-category 8       # the shipped weights
-    python bench/drafter_tau.py --smoke        # CPU: shipped twice, 1 request a category
+    python bench/drafter_tau.py --sets dev,corpus --per-category 4    # requests against corpus
+    python bench/drafter_tau.py --smoke        # CPU: shipped twice, 1 request a category and set
 
 Prints one table; writes drafter_tau.json to --out (default $OUT).
 """
@@ -25,6 +29,7 @@ import argparse
 import os
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from common import log, print_table, smoke_device, write_json  # noqa: E402 - sets sys.path first
@@ -39,13 +44,37 @@ from stock.system import load_system, make_drafter  # noqa: E402
 HELDOUT_SEED = 20261204
 
 
-def request_set(name: str, per_category: int, seed: int):
+@dataclass(frozen=True)
+class CorpusPrompt:
+    id: str
+    category: str   # the corpus source (training/prompts.py MIX)
+    prompt: str
+    max_new_tokens: int = 192   # the answers' length in training (--max-new 192)
+
+
+def corpus_set(per_source: int, seed: int) -> list[CorpusPrompt]:
+    """`per_source` prompts of each source of the wide training corpus drawn from `seed`,
+    dev prompts excluded as training excludes them."""
+    from training.prompts import build_prompts, dev_prompts
+
+    pairs = build_prompts(seed, 200 * per_source, exclude=dev_prompts(), limit_files=20,
+                          corpus="wide")
+    out: list[CorpusPrompt] = []
+    for src in dict.fromkeys(c for c, _ in pairs):
+        mine = [t for c, t in pairs if c == src][:per_source]
+        out += [CorpusPrompt(f"corpus-{src}-{i + 1:03d}", src, t) for i, t in enumerate(mine)]
+    return out
+
+
+def request_set(name: str, per_category: int, seed: int, corpus_seed: int = 0):
     if name == "dev":
         return select(load_dev(), None, per_category)
     if name == "heldout":
         drawn = generate_sealed(seed, per_category * len(CATEGORIES))
         return [r for c in CATEGORIES for r in drawn if r.category == c]   # balanced: n each
-    raise SystemExit(f"drafter_tau: unknown request set {name!r} (dev, heldout)")
+    if name == "corpus":
+        return corpus_set(per_category, corpus_seed)
+    raise SystemExit(f"drafter_tau: unknown request set {name!r} (dev, heldout, corpus)")
 
 
 def weights_label(folder: str) -> tuple[str, Path]:
@@ -67,12 +96,15 @@ def main() -> None:
     ap.add_argument("--max-new", type=int, default=128)
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--heldout-seed", type=int, default=HELDOUT_SEED)
+    ap.add_argument("--corpus-seed", type=int, default=0,
+                    help="the corpus set's draw (training/prompts.py build_prompts)")
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
-    ap.add_argument("--smoke", action="store_true", help="CPU: shipped twice, 1 a category")
+    ap.add_argument("--smoke", action="store_true", help="CPU: shipped twice, 1 a category, every set")
     args = ap.parse_args()
     if args.smoke:
         args.weights, args.per_category, args.max_new = "shipped,shipped", 1, 12
+        args.sets = "dev,heldout,corpus"
     args.device = smoke_device(args)
     folders = [w.strip() for w in args.weights.split(",") if w.strip() != ""] or ["shipped"]
     labels = [weights_label(f) for f in folders]
@@ -86,7 +118,7 @@ def main() -> None:
     result: dict = {"weights": [lab for lab, _ in labels], "sets": {}, "device": args.device}
     rows, t0 = [], time.perf_counter()
     for set_name in [s for s in args.sets.split(",") if s]:
-        reqs = request_set(set_name, args.per_category, args.heldout_seed)
+        reqs = request_set(set_name, args.per_category, args.heldout_seed, args.corpus_seed)
         per: dict[str, list] = {}   # category -> per weights folder: tokens gained a step
         same = [0] * len(labels)
         for i, r in enumerate(reqs):
@@ -102,7 +134,7 @@ def main() -> None:
                 taus.append(statistics.mean(res.accepted) if res.accepted else float("nan"))
             log(f"{set_name} {i + 1}/{len(reqs)} {r.id}: τ "
                 + ", ".join(f"{t:.2f}" for t in taus) + f" ({time.perf_counter() - t0:.0f} s)")
-        cats = [c for c in CATEGORIES if c in per]
+        cats = [c for c in CATEGORIES if c in per] + [c for c in per if c not in CATEGORIES]
         out = {}
         for c in cats + ["all"]:
             gained = ([sum((per[k][j] for k in cats), []) for j in range(len(labels))]
