@@ -33,11 +33,14 @@ top-2 logit, forced through the single-request engine) is within twice stock's o
 stock's batched AR itself, within twice the largest margin at which the `ar` row of the
 same C parted from it (stock's own batching), as the judges widen their near-tie in bf16
 (judges/controller.py fold_batch_noise). Any other divergence is logged with its request,
-position and margin (`--no-margins`: only count).
+position and margin (`--no-margins`: only count; `--no-compare`: not even that, no
+single-request reference run: it decodes every request of the largest C one at a time).
 
     python3 bench/batch_throughput.py --target random:dense-27b --conc 1,4,16,32 --no-margins
         # H200; random weights' flat logits make most outputs part somewhere: forcing each
         # of 64 references in 64 one-token steps (about 20 ms each there) is 80 s or more
+    python3 bench/batch_throughput.py --target random:dense-27b --conc 1,128 --no-compare
+        # the reference at C = 128 would be 256 requests one at a time: about 5 min there
     python3 bench/batch_throughput.py --target embedded --modes ar,ngram,block --conc 1,4,16,32
     python3 bench/batch_throughput.py --entry batch-mechanisms --target embedded --conc 4,16,32 \
         --modes block,block:admit_chunk=64,block:dynamic_draft=true,block:node_budget=96,\
@@ -295,6 +298,9 @@ def main() -> None:
                          "`specpilot serve --prepare`; logs how many and how long")
     ap.add_argument("--no-margins", dest="margins", action="store_false",
                     help="do not force the references where outputs differ (only count)")
+    ap.add_argument("--no-compare", dest="compare", action="store_false",
+                    help="no single-request reference run, so no comparison of outputs (its "
+                         "cost grows with the largest C: every request, one at a time)")
     ap.add_argument("--phases", action="store_true",
                     help="after each timed run, a run synchronised around each phase of a "
                          "step (draft, verify, the drafter's context update): a second table")
@@ -365,11 +371,14 @@ def main() -> None:
             split.append([mode, c, f"{r['step_ms']:.2f}"]
                          + [f"{ph.get(k, float('nan')):.2f}" for k in PHASES] + [f"{rest:.2f}"])
     ref = {}
-    if "ar" in modes and 1 in args.conc:   # the single-request outputs: AR, C = 1, in order
+    if args.compare and "ar" in modes and 1 in args.conc:   # single-request outputs, in order
         base = BatchEngine(model, opts, max_batch=1, max_context=ctx, stop_ids=stops)
-        outs = run(base, reqs[: args.waves * max(args.conc)])["outputs"]
+        todo = reqs[: args.waves * max(args.conc)]
+        log(f"the single-request reference: {len(todo)} requests one at a time "
+            "(--no-compare skips it)")
+        outs = run(base, todo)["outputs"]
         ref = dict(enumerate(outs))
-    if not ref and args.margins:   # nothing to compare outputs with
+    if not ref and args.margins and args.compare:   # nothing to compare outputs with
         log("no C = 1 AR row (modes ar, conc 1): outputs not compared with single-request AR")
     margins = Margins(single, reqs, ref) if args.margins and ref else None
     batching = {}   # C -> the largest margin at which stock's batched AR parted from C = 1
