@@ -81,3 +81,29 @@ def test_a_run_without_the_single_request_row_prints_its_table(tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     assert "outputs not compared" in res.stdout
     assert "| ar | 2 |" in res.stdout
+
+
+def test_no_compare_skips_the_single_request_reference(tmp_path):
+    """--no-compare: no single-request reference run (at C = 128 on the 27B-class target it
+    is 256 requests one at a time) and no "= single AR" count; without it the run is
+    announced and the rows are counted."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHONUNBUFFERED": "1"}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    runs = {}
+    for flags in ((), ("--no-compare",)):
+        res = subprocess.run([sys.executable, "bench/batch_throughput.py", "--smoke",
+                              "--modes", "ar", *flags], cwd=root, env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-2000:]
+        rows = [ln.split("|")[1:-1] for ln in res.stdout.splitlines()
+                if ln.startswith("| ar |")]
+        rows = [r for r in rows if len(r) == 13]   # the first table's (its last: = single AR)
+        runs[flags] = (res.stdout + res.stderr, [r[-1].strip() for r in rows])
+    log, same = runs[()]
+    assert "the single-request reference:" in log and all("/" in s for s in same), same
+    log, same = runs[("--no-compare",)]
+    assert "the single-request reference" not in log and same and set(same) == {"-"}, same
