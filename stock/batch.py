@@ -389,6 +389,8 @@ class BatchEngine:
                 break
         if not req.stop_reason and self.lengths[req.row] >= self.max_context:
             req.stop_reason = "context"
+        if len(out) < len(new) and req.accepted:   # the step's gain: the tokens kept
+            req.accepted[-1] -= len(new) - len(out)
         req.tokens.extend(out)
         if req.on_tokens is not None and out:
             req.on_tokens(out)

@@ -325,14 +325,24 @@ class Engine:
         new = res.accepted[-1] if res.accepted else 1  # only the last step's tokens are new
         for i in range(len(res.tokens) - new, len(res.tokens)):
             if res.tokens[i] in self.stop_ids:
-                del res.tokens[i + 1:]
+                self._cut(res, i + 1)
                 res.stop_reason = "stop"
                 return True
         if len(res.tokens) >= max_new:
-            del res.tokens[max_new:]
+            self._cut(res, max_new)
             res.stop_reason = "length"
             return True
         return False
+
+    @staticmethod
+    def _cut(res: GenResult, keep: int) -> None:
+        """Drop the last step's tokens past `keep`, and count only the kept ones as its
+        gain (τ is tokens kept per verification step)."""
+        dropped = len(res.tokens) - keep
+        if dropped > 0:
+            del res.tokens[keep:]
+            if res.accepted:
+                res.accepted[-1] -= dropped
 
     def _sync(self):
         if self.model.device.type == "cuda":

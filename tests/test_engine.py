@@ -169,3 +169,35 @@ def test_draft_model_rollback_matches_a_fresh_drafter():
     fresh = DraftModelDrafter(model, 128, num_layers=1, topk=3).draft(DraftContext(ctx2), 5)
     assert torch.equal(again.ids, fresh.ids)
     assert torch.allclose(again.logprobs, fresh.logprobs, atol=1e-5)
+
+
+def test_a_steps_gain_counts_only_the_tokens_kept():
+    """τ is tokens kept per verification step: a last step whose accepted drafts pass
+    max_new or a stop token counts only what is kept, in the single-request engine and in
+    the batched one. A drafter with every target layer drafts the target's own tokens, so
+    every step accepts all of its drafts and the last one passes max_new (it counted a
+    token past the end before)."""
+    from stock.system import batch_engine
+
+    net = Transformer.random(PRESETS["tiny-qwen3"], seed=3, std=0.1)
+    n_layers = net.cfg.num_layers
+    opts = Options({"draft_len": 4, "draft_layers": n_layers})
+    engine = Engine(net, opts, 128, set())
+    prompt = list(range(5, 17))
+    full = engine.generate(prompt, 40).tokens
+    for max_new in (6, 9, 10, 11):
+        res = engine.generate(prompt, max_new, make_drafter("draft", engine))
+        assert res.tokens == full[:max_new]
+        assert sum(res.accepted) == len(res.tokens) - 1, (max_new, res.accepted)
+        assert max(res.accepted) == 5                      # every draft accepted
+    stop = full[7]                                         # a stop token inside a step
+    stopping = Engine(net, opts, 128, {stop})
+    res = stopping.generate(prompt, 40, make_drafter("draft", stopping))
+    assert res.tokens == full[:full.index(stop) + 1] and res.stop_reason == "stop"
+    assert sum(res.accepted) == len(res.tokens) - 1, res.accepted
+    batch = batch_engine(engine, "draft", 2)
+    reqs = [batch.submit(prompt, m) for m in (9, 11)]
+    batch.run()
+    for req, m in zip(reqs, (9, 11)):
+        assert req.tokens == full[:m]
+        assert sum(req.accepted) == len(req.tokens) - 1, (m, req.accepted)

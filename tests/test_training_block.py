@@ -176,6 +176,8 @@ def test_walk_and_depth_rates_count_as_decoding_does():
     0, 1, 2 gain 1, 1, then 2. Depth d's rate: runs >= d among runs >= d - 1."""
     assert walk(torch.tensor([3, 0, 1, 0])) == [4]
     assert walk(torch.tensor([0, 0, 1, 0])) == [1, 1, 2]
+    # the last step gains no more than the answer has left (the engine counts what it keeps)
+    assert walk(torch.tensor([0, 2, 0])) == [1, 2]
     # depth d: anchors with a run >= d among those with a run >= d - 1
     assert depth_rates([torch.tensor([0, 1, 2, 3]), torch.tensor([1])], 3) == [4 / 5, 2 / 4, 1 / 2]
 

@@ -248,11 +248,11 @@ def anchor_runs(net: BlockNet, target, data: Data, feats, idx: torch.Tensor, dra
 def walk(runs: torch.Tensor) -> list[int]:
     """Tokens gained by each verification step decoding one answer whose anchor runs are
     `runs` (anchor_runs): from the first answer token, each step gains its anchor's run + 1,
-    as the engine's steps do (the last step's bonus may pass the answer's end: the engine
-    counts it too)."""
+    as the engine's steps do, the last step no more than the answer has left (the engine
+    counts only the tokens it keeps)."""
     i, gains = 0, []
     while i < len(runs):
-        gains.append(int(runs[i]) + 1)
+        gains.append(min(int(runs[i]) + 1, len(runs) - i))
         i += gains[-1]
     return gains
 
