@@ -13,13 +13,13 @@ token output[p] gets; judges/worker_main.teacher_forced records them). The loop 
 engine's: at p, the tree rooted at output[p] (stock.tree.build over lattices[p]; the chain of
 `max_depth` tokens is the tree over the lattice's top-1 column), the greedy walk
 (stock.tree.walk) with each node's target token read off the output, n nodes accepted,
-n + 1 tokens gained (the bonus included, as GenResult.accepted counts them), the next step at
-p + n + 1, until the output is complete.
+n + 1 tokens gained (the bonus included), the last step no more than the output has left
+(GenResult.accepted counts only the tokens the engine keeps), the next step at p + n + 1,
+until the output is complete.
 
 Exact for any drafter whose lattice depends only on the committed prefix (n-gram exactly;
-the block drafter up to fp32 rounding, tests/test_tau.py). One difference from the engine
-is by construction: where a request ends at a stop token, its last step may accept fewer
-draft tokens than the engine's, which verifies tokens after the stop and drops them.
+the block drafter up to fp32 rounding, tests/test_tau.py). Where a request ends at a stop
+token, the engine may verify tokens after it; it drops them and does not count them.
 """
 
 from __future__ import annotations
@@ -124,7 +124,8 @@ def simulate_decode(lattices, output: list[int], budget: int | None,
                     max_depth: int | None = None) -> Decode:
     """The greedy decode of one request with trees of `budget` nodes (None: the chain),
     over its teacher-forced `lattices` (lattices[p] for every p < len(output) - 1) and its
-    greedy `output` (output[0] is the prefill's token: no step gains it)."""
+    greedy `output` (output[0] is the prefill's token: no step gains it). The last step
+    gains no more than the output has left, as the engine counts only the tokens it keeps."""
     if len(output) > 1 and len(lattices) < len(output) - 1:
         raise ValueError(f"{len(lattices)} lattices for an output of {len(output)} tokens: "
                          f"need one at every position before the last")
@@ -135,8 +136,8 @@ def simulate_decode(lattices, output: list[int], budget: int | None,
         n = accepted(tree, output, p)
         starts.append(p)
         nodes.append(len(tree))
-        gained.append(n + 1)
-        p += n + 1
+        gained.append(min(n + 1, len(output) - 1 - p))
+        p += gained[-1]
     return Decode(tuple(starts), tuple(nodes), tuple(gained))
 
 
