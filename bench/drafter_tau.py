@@ -100,7 +100,8 @@ def main() -> None:
                     help="the corpus set's draw (training/prompts.py build_prompts)")
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
-    ap.add_argument("--smoke", action="store_true", help="CPU: shipped twice, 2 requests of every set")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CPU: shipped twice, 2 requests of every set")
     args = ap.parse_args()
     if args.smoke:
         args.weights, args.per_category, args.max_new = "shipped,shipped", 1, 12
