@@ -12,12 +12,14 @@ def _share_cores_between_workers() -> None:
     """Under pytest-xdist (the README's `-n 2`) each worker takes its share of the cores
     for its own torch threads, not every core: two workers of torch's default (all cores
     each) oversubscribe them and wait on each other's OpenMP threads. On this 2-core CPU
-    the suite ran in 808 s so (one thread a worker), 871 s with both at every core, 1099 s
-    in one process. OMP_NUM_THREADS or SPECPILOT_THREADS set by the user wins."""
+    the suite ran in 822 s so (one thread a worker), 871 s with both at every core, 1099 s
+    in one process (docs/results.md). OMP_NUM_THREADS or SPECPILOT_THREADS set by the user
+    wins."""
+    from specpilot import threads
+
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
-    if workers > 1 and not (os.environ.get("OMP_NUM_THREADS")
-                            or os.environ.get("SPECPILOT_THREADS")):
-        torch.set_num_threads(max(1, len(os.sched_getaffinity(0)) // workers))
+    if workers > 1 and not (os.environ.get("OMP_NUM_THREADS") or os.environ.get(threads.ENV)):
+        torch.set_num_threads(max(1, threads.cpus_here() // workers))
 
 
 _share_cores_between_workers()

@@ -27,10 +27,10 @@ _real_emit = BatchEngine._emit
 
 
 def _shifted_emit(self, req, new):
-    seen = self.__dict__.setdefault("_cheat_seen", [])
+    seen = self.__dict__.setdefault("_cheat_seen", [])   # requests in order of admission
     if not any(r is req for r in seen):
         seen.append(req)
-    if [i for i, r in enumerate(seen) if r is req][0] % 2 == 1:
+    if next(i for i, r in enumerate(seen) if r is req) % 2 == 1:
         new = [(t + 1) % self.model.cfg.vocab_size for t in new]
     return _real_emit(self, req, new)
 
