@@ -12,7 +12,11 @@ it).
 
     python bench/drafter_positions.py --per-category 4 --max-new 128       # CPU, ~4 min
     python bench/drafter_positions.py --weights DIR --sets dev,heldout
+    python bench/drafter_positions.py --sets dev --draft-lens 7,8,15   # walk τ at each cap
     python bench/drafter_positions.py --smoke
+
+`--draft-lens` adds the walk τ the engine would get drafting at most k tokens a step (each
+anchor's run capped at k, then walked): one teacher-forced pass answers every draft_len.
 
 Prints one table; writes drafter_positions.json to --out (default $OUT).
 """
@@ -47,11 +51,15 @@ def main() -> None:
     ap.add_argument("--max-new", type=int, default=128)
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
+    ap.add_argument("--draft-lens", default="",
+                    help="comma-separated caps k: the walk τ of draft_len k beside the table")
     ap.add_argument("--smoke", action="store_true", help="CPU: 1 request a category, 8 tokens")
     args = ap.parse_args()
     if args.smoke:
         args.per_category, args.max_new = 1, 8
+        args.draft_lens = args.draft_lens or "1,15"
     args.device = smoke_device(args)
+    caps = [int(x) for x in args.draft_lens.split(",") if x]
     label, folder = weights_label(args.weights)
     system = load_system("embedded", Options(), device=args.device, max_context=4096)
     tok, model = system.tokenizer, system.engine.model
@@ -77,10 +85,11 @@ def main() -> None:
                         end=torch.tensor([len(prompt) + len(ans)]), prompt_cols=len(prompt))
             feats = LiveFeatures(model, data, tuple(net.cfg.target_layers))
             runs = anchor_runs(net, model, data, feats, torch.tensor([0]), k, 1, 64, autocast)[0]
-            c = per.setdefault(r.category, {"engine": [], "walk": [], "runs": []})
+            c = per.setdefault(r.category, {"engine": [], "walk": [], "runs": [], "each": []})
             c["engine"] += res.accepted
             c["walk"] += walk(runs)
             c["runs"] += runs.tolist()
+            c["each"].append(runs)
             log(f"{set_name} {i + 1} {r.id}: engine τ {statistics.mean(res.accepted):.2f}, "
                 f"walk τ {statistics.mean(walk(runs)):.2f}, outputs equal: {res.tokens == ans}")
         out = {}
@@ -91,16 +100,22 @@ def main() -> None:
             wlk = [x for g in group for x in g["walk"]]
             runs = torch.tensor([x for g in group for x in g["runs"]])
             rate = depth_rates([runs], DEPTHS)
+            capped = {k: statistics.mean([x for g in group for r in g["each"]
+                                          for x in walk(r.clamp(max=k))]) for k in caps}
             out[cat] = {"engine_tau": statistics.mean(eng), "walk_tau": statistics.mean(wlk),
                         "uniform_acc_len": float(runs.float().mean() + 1), "depth_rates": rate,
-                        "anchors": len(runs)}
+                        "anchors": len(runs), "walk_tau_at": capped}
+            if k in capped and capped[k] != out[cat]["walk_tau"]:   # no cap: the walk itself
+                raise SystemExit(f"{set_name} {cat}: walk τ at draft_len {k} "
+                                 f"{capped[k]} != walk τ {out[cat]['walk_tau']}")
             rows.append([set_name, cat, len(runs), f"{out[cat]['engine_tau']:.2f}",
                          f"{out[cat]['walk_tau']:.2f}", f"{out[cat]['uniform_acc_len']:.2f}"]
-                        + [f"{x:.2f}" for x in rate])
+                        + [f"{x:.2f}" for x in rate] + [f"{capped[k]:.2f}" for k in caps])
         result["sets"][set_name] = out
     write_json(args.out, "drafter_positions.json", result)
     print_table(["set", "category", "anchors", "engine τ", "walk τ", "acc-len, every anchor"]
-                + [f"depth {d}" for d in range(1, DEPTHS + 1)], rows,
+                + [f"depth {d}" for d in range(1, DEPTHS + 1)]
+                + [f"walk τ, draft_len {k}" for k in caps], rows,
                 f"block drafter {label}: depth d = P(draft token d right, given 1..d-1 right) "
                 f"over every anchor; {args.device}, {args.max_new} new tokens at most")
 
