@@ -17,6 +17,8 @@
     python3 bench/w12_mma.py --no-gemv                      # skip the Triton GEMV column
     (--budget-s, default 420: no new shape starts after that many seconds)
     python3 bench/w12_mma.py --smoke     # CPU: the emulator on a tiny shape (no timings)
+    ncu --clock-control none -k regex:w12_mma python3 bench/w12_mma.py --launch \
+        "4,2,4,xs;2,4,4,xs;2,2,4" --ms 64      # one call a configuration, first shape, for ncu
 """
 
 from __future__ import annotations
@@ -99,6 +101,41 @@ def shape_rows(k: int, n: int, ms, args, copy: float, dev) -> list[dict]:
     return rows
 
 
+def parse_configs(text: str) -> list:
+    """'ng,depth,wk[,xs];...' -> MmaConfig list ('xs': x shared)."""
+    from kernels.w12.mma import MmaConfig
+
+    out = []
+    for part in (p.strip() for p in text.split(";") if p.strip()):
+        f = [v.strip() for v in part.split(",")]
+        if len(f) not in (3, 4) or (len(f) == 4 and f[3] != "xs"):
+            raise SystemExit(f"--launch: {part!r} is not 'ng,depth,wk' or 'ng,depth,wk,xs'")
+        out.append(MmaConfig(int(f[0]), int(f[1]), int(f[2]), share_x=len(f) == 4))
+    return out
+
+
+def launch(text: str, ms: list[int], shape: tuple[int, int]) -> None:
+    """One w12_mma call per configuration and M (nothing timed, nothing tuned), each
+    printed with its output's norm: what a profiler (ncu -k regex:w12_mma) attaches to."""
+    from kernels.w12 import encode, mma
+
+    configs = parse_configs(text)
+    if not torch.cuda.is_available():
+        raise SystemExit("--launch runs the CUDA kernel: no CUDA device here")
+    dev, (k, n) = torch.device("cuda"), shape
+    g = torch.Generator(device=dev).manual_seed(k * 7 + n)
+    t = encode((torch.randn(n, k, device=dev, generator=g) * 0.02).to(torch.bfloat16))
+    rows = []
+    for m in ms:
+        x = torch.randn(m, k, device=dev, generator=g).to(torch.bfloat16)
+        for cfg in configs:
+            y = mma.w12_mma(x, t, "w12", config=cfg)
+            torch.cuda.synchronize()
+            rows.append([f"{k}x{n}", m, repr(cfg).replace("MmaConfig", ""),
+                         f"{float(y.float().norm()):.4g}"])
+    print_table(["K x N", "M", "config", "|y|"], rows, "W12 mma, one call each")
+
+
 def fmt(v, spec: str) -> str:
     return "" if v is None else format(v, spec)
 
@@ -111,9 +148,14 @@ def main() -> None:
     ap.add_argument("--no-gemv", action="store_true")
     ap.add_argument("--budget-s", type=float, default=420.0,
                     help="stop starting new shapes after this many seconds (a device call's limit)")
+    ap.add_argument("--launch", default="",
+                    help="'ng,depth,wk[,xs];...': one call of each configuration at each --ms "
+                         "on the first shape, untimed and untuned (a profiler's target)")
     ap.add_argument("--smoke", action="store_true", help="CPU: the emulator, tiny shapes")
     args = ap.parse_args()
     ms = [int(v) for v in args.ms.split(",") if v]
+    if args.launch:
+        return launch(args.launch, ms, LAYER_SHAPES[0] if args.layers else ISSUE_SHAPES[0])
     dev = torch.device("cpu" if args.smoke else "cuda")
     result: dict = {"ms": ms}
     if args.smoke:
