@@ -70,9 +70,11 @@ C = MmaConfig
 # depth, the warps a block, and x shared. On the H200 (2026-12-05) the tuner took (2, 2, 4)
 # at M <= 32 and, with x shared, (4, 2, 4) at 64 on three 27B-class shapes, (2, 2, 4) on
 # the fourth: 0.50-0.66x cuBLAS there. Those hold one chunk in flight a warp; with x shared
-# the deeper rings (2, 4) and (1, 4) fit too (nvcc for sm_90 at M = 64: 171 and 124
-# registers, no spill, against 207 for (4, 2)), holding three chunks in flight a warp: more
-# weight bytes in flight an SM where the loads, not the mma, set the pace (not yet timed).
+# the deeper rings (2, 4) and (1, 4) fit too, holding three chunks in flight a warp; timed
+# on the H100 (2026-12-06) they were never picked, and Nsight Compute showed every M = 64
+# candidate at two blocks of four warps an SM, held by registers (171-207). Since then the
+# shared-x kernel copies x with cp.async (no staging registers): for sm_90 at M = 64, (2, 2)
+# 114 registers (four blocks an SM), (2, 4) 156 (three), (4, 2) 199 (not yet timed).
 CONFIGS: dict[int, tuple[MmaConfig, ...]] = {
     1: (C(2, 4), C(1, 4), C(2, 2), C(4, 2), C(2, 4, 8), C(1, 4, 8),
         C(2, 2, 4, share_x=True), C(1, 4, 8, share_x=True), C(2, 4, 4, share_x=True)),

@@ -125,6 +125,12 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[MT][NG][4], const Raw (&s
 // accumulators leave room: latency is hidden by warps in flight as much as by the ring.
 template <int MT, int NG>
 constexpr int min_blocks() { return MT * NG >= 8 ? 1 : 2; }
+// The shared-x kernel holds no staging registers (cp.async): at M = 64 with two n-groups it
+// fits 128 (ptxas for sm_90, (ng, depth) = (2, 2): 132 uncapped, 114 capped, no spill), so
+// four blocks of four warps an SM instead of three. Deeper rings and four n-groups stay
+// uncapped (capped, (2, 4) at M = 64 spilled 4 bytes and (4, 2) at M = 32 96 bytes).
+template <int MT, int NG, int DEPTH>
+constexpr int min_blocks_xs() { return NG * DEPTH <= 4 && MT * NG <= 8 ? 2 : 1; }
 
 template <int MT, int NG, int DEPTH, bool W8>
 __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_kernel(Args a) {
@@ -219,11 +225,11 @@ __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_kernel(Args
 // memory serves them all: x crosses L2 once a block and chunk, not once a warp. (With warps
 // splitting K, every warp reads its own chunks' x: at M = 64 those reads were several times
 // the weight bytes, 0.44-0.55x cuBLAS on the H200.) No reduction across warps. Two
-// buffers: the next chunk's x is loaded into registers before the current chunk's mma and
-// stored into the other buffer after them; one barrier a chunk. Needs wk >= 4 (the staging
-// registers are sized for 128 threads: with 2 warps, M <= 32 spilled).
+// buffers: the next chunk's x is copied into the other buffer (cp.async) while the current
+// chunk's mma run; one barrier a chunk. Needs wk >= 4 (each thread copies at most
+// UPT units, sized for 128 threads).
 template <int MT, int NG, int DEPTH, bool W8>
-__global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_xs_kernel(Args a) {
+__global__ void __launch_bounds__(256, min_blocks_xs<MT, NG, DEPTH>()) w12_mma_xs_kernel(Args a) {
   extern __shared__ uint4 xs_raw[];  // [2][MT * 16][XS_ROW] bf16
   uint16_t* const xs = reinterpret_cast<uint16_t*>(xs_raw);
   constexpr int ROWS = MT * TILE_M, BUF = ROWS * XS_ROW, UNITS = ROWS * (CHUNK_K / 8);
@@ -241,26 +247,25 @@ __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_xs_kernel(A
   const uint8_t* lp[NG];
   rows_at<NG>(a, nwarp, K, c0, l, b2, hp, lp);
 
-  uint4 pend[UPT];
-  auto fetch = [&](int chunk) {  // this thread's units of a chunk's x rows, into registers
+  // A chunk's x rows straight into shared buffer buf (cp.async, 16 bytes a unit, L1
+  // bypassed): no staging registers (the register copy held UPT x 4 words a thread through
+  // the chunk's mma), and the copy of chunk c + 1 runs under chunk c's mma.
+  auto fetch = [&](int chunk, int buf) {
 #pragma unroll
     for (int i = 0; i < UPT; ++i) {
       const int u = threadIdx.x + i * blockDim.x;
-      if (u < UNITS)
-        pend[i] = __ldg(reinterpret_cast<const uint4*>(
-            x_row(a.x, a.zero, xs_unit_row(u), a.M, K) + (int64_t)chunk * CHUNK_K +
-            xs_unit_col(u)));
+      if (u < UNITS) {
+        const uint16_t* src = x_row(a.x, a.zero, xs_unit_row(u), a.M, K) +
+                              (int64_t)chunk * CHUNK_K + xs_unit_col(u);
+        const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(
+            xs + buf * BUF + xs_unit_row(u) * XS_ROW + xs_unit_col(u)));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src));
+      }
     }
+    asm volatile("cp.async.commit_group;");
   };
-  auto stage = [&](int buf) {  // ... and into shared buffer buf
-#pragma unroll
-    for (int i = 0; i < UPT; ++i) {
-      const int u = threadIdx.x + i * blockDim.x;
-      if (u < UNITS)
-        *reinterpret_cast<uint4*>(xs + buf * BUF + xs_unit_row(u) * XS_ROW + xs_unit_col(u)) =
-            pend[i];
-    }
-  };
+  // this thread's copies done; after the barrier every thread's are visible
+  auto landed = [] { asm volatile("cp.async.wait_group 0;" ::: "memory"); };
 
   float acc[MT][NG][4];
   zero_acc<MT, NG>(acc);
@@ -280,20 +285,17 @@ __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_xs_kernel(A
     mma_chunk<MT, NG, W8>(acc, slot, b2, xw);
   };
 
-  if (iters > 0) {
-    fetch(c0);
-    stage(0);
-  }
+  if (iters > 0) fetch(c0, 0);
 #pragma unroll
   for (int d = 0; d < DEPTH - 1; ++d)
     if (d < iters) load(ring[d]);
 #pragma unroll 1
   for (int it = 0; it < iters; ++it) {
     if (it + DEPTH - 1 < iters) load(ring[DEPTH - 1]);
+    landed();
     __syncthreads();  // buffer it & 1 staged; nobody still reads buffer (it + 1) & 1
-    if (it + 1 < iters) fetch(c0 + it + 1);
+    if (it + 1 < iters) fetch(c0 + it + 1, (it + 1) & 1);
     compute(ring[0], it & 1);
-    if (it + 1 < iters) stage((it + 1) & 1);
 #pragma unroll
     for (int d = 0; d < DEPTH - 1; ++d)
 #pragma unroll
