@@ -7,6 +7,7 @@
 # branch `cand` is the entry's patch on it.
 #
 #   [ROUNDS=6] [LIMIT=540] bash bench/gpu_verdict.sh [extra compare flags]   # carry .whl
+#     (ROUNDS defaults to 8 with --batch: a throughput round is one pair a process)
 #   ENTRY=tree-verify OPT_B=tree_budget=32 MODEL=embedded DRAFTER=block \
 #     bash bench/gpu_verdict.sh --opt-a draft_len=15 --opt-b draft_len=15 \
 #     --requests 8 --max-new 128       # carry .whl; the embedded GGUF staged (stage.sh gguf)
@@ -39,8 +40,10 @@ stage_repo "$REPO" cand="$ENTRY" || exit 1
 command -v nvidia-smi >/dev/null \
     && nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 export PYTHONUNBUFFERED=1
+# a throughput round (--batch) is one cell a process: controller.min_pairs (8) rounds
+case " $* " in *" --batch "*) ROUNDS_DEFAULT=8 ;; *) ROUNDS_DEFAULT=6 ;; esac
 CMP="python3 -m specpilot compare main cand --opt-b $OPT_B --model $MODEL \
-     --devices 0 --rounds ${ROUNDS:-6} --drafter-a $DRAFTER $*"
+     --devices 0 --rounds ${ROUNDS:-$ROUNDS_DEFAULT} --drafter-a $DRAFTER $*"
 echo "$CMP"
 # One H200 holds two 27B-class workers: the pairs run one session after another (not in the
 # smoke: one session of four tiny workers saves a second round of process starts).

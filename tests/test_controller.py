@@ -331,7 +331,8 @@ def test_prepare_asks_every_worker_for_the_longest_request_before_any_is_timed()
     """Before the warm-up each worker prepares its graphs up to the job's longest prompt +
     max_new + the largest step bucket (a first use of a shape inside a timed request costs
     that request a capture); batched rounds ask for their concurrency's batched engine.
-    The workers prepare at once (every one has begun before any has finished), and a
+    The workers prepare in waves, one process of each side at once (A0 with B0, then A1
+    with B1: a side's later processes read the compile cache its first filled), and a
     worker's failure reaches the caller."""
     asked, spans = [], {}
     lock = threading.Lock()
@@ -356,7 +357,11 @@ def test_prepare_asks_every_worker_for_the_longest_request_before_any_is_timed()
     prepare({label: Channel(label) for label in job.names}, job, lines.append)
     assert sorted(asked) == [(label, "prepare", {"end": 90 + 128 + 64})
                              for label in sorted(job.names)]
-    assert max(t for t, _ in spans.values()) < min(e for _, e in spans.values())
+    assert sorted(job.names) == ["A0", "A1", "B0", "B1"]
+    first, second = ("A0", "B0"), ("A1", "B1")
+    assert max(spans[x][0] for x in first) < min(spans[x][1] for x in first)   # together
+    assert max(spans[x][0] for x in second) < min(spans[x][1] for x in second)
+    assert max(spans[x][1] for x in first) <= min(spans[x][0] for x in second)  # then
     assert "282" in lines[0] and len(lines) == 1 + len(job.names)
     asked.clear()
     prepare({label: Channel(label) for label in job.names},

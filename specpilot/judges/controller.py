@@ -418,9 +418,13 @@ def prepare(workers: dict, job: Job, progress: Callable[[str], None] = lambda s:
     them in whichever timed request first reached a new KV bucket: on the H200, 0.6 s in one
     request of 12, which turned a faster tree-verify into a 9.8% loss. Batched rounds
     (throughput mode) prepare the batched engine of their concurrency (BatchEngine.prepare:
-    every requests, tokens and KV bucket). The workers prepare at once, each in a thread
-    of its own (nothing is timed yet): a throughput verdict's four workers
-    took 96, 162, 32 and 42 s one after another (H100), compiling and capturing."""
+    every requests, tokens and KV bucket). The workers prepare in waves, one process of
+    each side a wave (A0 with B0, then A1 with B1, ...), each in a thread of its own
+    (nothing is timed yet): a side's processes share their tree's compile cache
+    (worker_proc.compile_cache), so its first process compiles and the others read. A
+    throughput verdict's four workers (H100, embedded default, C = 16) took 96, 162, 32 and
+    42 s one after another (session 23), and all four at once no less: A0 and A1 193 s, B0
+    and B1 331 s (session 26), each pair compiling the same shapes side by side."""
     lengths = [len(ids) for row in job.round_requests for _rid, _p, ids in row
                if ids is not None]
     if not lengths:
@@ -436,9 +440,13 @@ def prepare(workers: dict, job: Job, progress: Callable[[str], None] = lambda s:
         if rep.get("graphs"):
             progress(f"  {label}: {rep['graphs']} graphs in {time.perf_counter() - t0:.0f} s")
 
-    with ThreadPoolExecutor(len(job.names)) as pool:
-        for fut in [pool.submit(one, label) for label in job.names]:
-            fut.result()   # a worker's failure is raised here, after all have returned
+    waves: dict[str, list[str]] = {}
+    for label in job.names:   # "A1" -> wave "1"
+        waves.setdefault(label[1:], []).append(label)
+    for wave in waves.values():
+        with ThreadPoolExecutor(len(wave)) as pool:
+            for fut in [pool.submit(one, label) for label in wave]:
+                fut.result()   # a worker's failure is raised here, after its wave returned
 
 
 def measure(workers: dict, job: Job, progress: Callable[[str], None] = lambda s: None
