@@ -46,6 +46,13 @@ class ExploreSection(BaseModel):
     controller_rounds: int = Field(2, ge=2)
     controller_requests: int = Field(2, ge=1)
     controller_max_new: int = Field(16, ge=1)
+    # the serving load the cycle judges: 0, request by request; C > 0, batched: the
+    # pre-screen, every controller verdict (explore, integration, kernel tuning, validation)
+    # in the controller's throughput mode at concurrency C (2C requests a round, at least
+    # [controller] min_pairs rounds: one pair a round and process), and the planner offers
+    # the entries for the batched engine (load = "batched"). The tuner's own search still
+    # times single requests; its pick is pre-screened and judged batched.
+    batch: int = Field(0, ge=0, le=1024)
     # final validation on sealed requests
     validate_requests: int = Field(2, ge=1)
     # 0: [gates] sealed_length on CUDA, 2 x the dev length on CPU; never below 2 x the dev

@@ -165,14 +165,19 @@ def prescreen(root: Path, cfg: Config, base: System, cand: System, requests: int
     one worker process per side, no σ and no decision (a raw gain), after one warm-up round
     (uncounted): a first request pays CUDA-graph capture and kernel autotuning, which on the
     H200 made a W12 candidate look 91% slower in its pre-screen. The timed outputs are
-    checked against stock's, as in the controller."""
+    checked against stock's, as in the controller. On a batched load ([explore] batch C)
+    the round is 2C requests served together by each side's batched engine: one pair, the
+    throughput ratio."""
     store = GitStore(root)
     co_a = clean_checkout(store, base.commit, cfg.system_paths, root)
     co_b = clean_checkout(store, cand.commit, cfg.system_paths, root)
     co_stock = clean_checkout(store, stock, cfg.system_paths, root)
     device = device or default_device()
-    job = controller.Job(prompts.draw(cfg.model.path, "fresh", 2, requests), max_new,
-                         cfg.controller.drafter, [device], 1, 1, cfg.model.path, processes=1)
+    batch = cfg.explore.batch   # batched load: one round of 2C requests served together
+    job = controller.Job(prompts.draw(cfg.model.path, "fresh", 2,
+                                      2 * batch if batch else requests), max_new,
+                         cfg.controller.drafter, [device], 1, 1, cfg.model.path, processes=1,
+                         batch=batch)
     job, expected = controller.stock_outputs(co_stock, job, cfg, log_dir, device)
     paired, _, _, checks = controller.paired_run(co_a, base.options, co_b, cand.options, job,
                                                  cfg, log_dir, expected=expected)
@@ -188,17 +193,22 @@ def compare(root: Path, cfg: Config, base: System, cand: System, rounds: int, re
             devices: list[str] | None = None, family: int = 1) -> dict:
     """The controller's paired A/B of cand against base; a summary plus the full report.
     `family`: how many candidates the cycle judges together (the bound's level is split
-    among them, so a cycle of many directions does not adopt more false gains)."""
+    among them, so a cycle of many directions does not adopt more false gains). On a
+    batched load ([explore] batch C) the controller's throughput mode: 2C requests a round,
+    one pair a round and process, so at least min_pairs rounds."""
+    batch = cfg.explore.batch
     # the controller refuses fewer than min_pairs pairs per process: buy them with rounds
-    rounds = max(rounds, -(-cfg.controller.min_pairs // max(1, requests)))
+    per_pair = 1 if batch else max(1, requests)
+    rounds = max(rounds, -(-cfg.controller.min_pairs // per_pair))
     rep = controller.compare(root, base.commit, cand.commit, base.options, cand.options,
-                             devices, rounds, None, requests, max_new, None, source, progress,
-                             family=family)
+                             devices, rounds, None, None if batch else requests, max_new, None,
+                             source, progress, family=family, batch=batch)
     return {"adopted": rep.decision.adopted, "verdict": rep.decision.verdict,
             "gain": rep.estimate.gain, "lower_bound": rep.estimate.lower_bound,
             "threshold": rep.decision.threshold, "sigma": rep.sigma,
             "sigma_source": rep.sigma_source, "diverged": rep.paired.diverged,
             "pairs": rep.estimate.pairs, "processes": rep.processes, "family": rep.family,
+            "batch": rep.batch,
             "level": rep.estimate.level, "rounds": rep.rounds, "requests": rep.requests,
             "max_new": rep.max_new,
             "a": rep.a.commit, "b": rep.b.commit, "hardware": rep.paired.hardware,

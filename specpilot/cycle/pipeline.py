@@ -72,7 +72,8 @@ def _steps(ctx: CycleContext, ds: DirectionState, device_env: dict) -> None:
             ds.status, ds.step = "prescreen-rejected", "prescreen"
             ds.reasons.append("candidate is the base system itself")
             return
-        if d.backend == "tune":   # the tuner's search is its pre-screen
+        if d.backend == "tune" and not ex.batch:   # the tuner's search is its pre-screen
+            # (single requests: on a batched load its pick is pre-screened batched below)
             gain = cand.predicted_gain or 0.0
             ds.prescreen = {"gain": gain, "source": "tuner (successive halving)"}
         else:

@@ -49,7 +49,8 @@ def plan(ctx: CycleContext) -> list:
                      "anthropic": f"anthropic ({ex.model})"}.get(
         coding, "none (reuse and tuning only)")
     offline = lambda: offline_plan(state.analysis, metas, ctx.cfg.controller.drafter,  # noqa
-                                   ex.max_directions, ex.tune_values, coding)
+                                   ex.max_directions, ex.tune_values, coding,
+                                   load="batched" if ex.batch else "single")
     use_claude = ex.planner == "anthropic" or (ex.planner == "auto" and ctx.client)
     if not use_claude or ctx.client is None:
         state.planner = "offline" + (" (no API key)" if ex.planner != "offline" else "")
