@@ -58,10 +58,13 @@ def test_the_plan_offers_the_batched_engines_entries_only_on_a_batched_load(monk
     monkeypatch.setattr(planning, "memory_metas", lambda root: [])
     monkeypatch.setattr(planning, "offline_plan",
                         lambda *a, **k: asked.append(k.get("load")) or [])
+    loads = []
     for batch in (0, 16):
         ctx = SimpleNamespace(ex=ExploreSection(planner="offline", batch=batch),
                               state=SimpleNamespace(analysis={}, backend=None, planner=None),
                               root=tmp_path, client=None,
                               cfg=SimpleNamespace(controller=SimpleNamespace(drafter="block")))
         planning.plan(ctx)
+        loads.append(ctx.state.load)   # the run record's and the footer's "load:"
     assert asked == ["single", "batched"]
+    assert loads == ["single requests", "batched, C = 16"]

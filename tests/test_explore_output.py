@@ -53,6 +53,7 @@ def test_explore_through_a_pipe_shows_progress_and_one_whole_table(project):  # 
     assert "…" not in text, "a column was cut"
     assert any(ln.startswith("sandbox: ") and ln.rstrip().endswith("no network)")
                for ln in lines), "the footer was wrapped"
+    assert "load: single requests" in lines, text   # [explore] batch 0: what was judged
     assert not re.search(r"\{'|\[\{", text), "a raw dict or list was printed"
     assert lines[-1].startswith(f"run record: .specpilot/runs/{run_id}/")
 

@@ -32,6 +32,8 @@ def summary_table(state: RunState) -> Table:
 
 def footer(state: RunState) -> Text:
     lines = [f"sandbox: {state.sandbox}", f"planner: {state.planner or '-'}"]
+    if state.load:
+        lines.append(f"load: {state.load}")
     if state.analysis:
         f = state.analysis["factors"]
         lines.append("factors: " + ", ".join(f"{k} {v:.2f}" if v is not None else f"{k} n/a"

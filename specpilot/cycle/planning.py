@@ -43,6 +43,7 @@ def coding_backend(ex, client) -> str | None:
 
 def plan(ctx: CycleContext) -> list:
     ex, state = ctx.ex, ctx.state
+    state.load = f"batched, C = {ex.batch}" if ex.batch else "single requests"
     metas = memory_metas(ctx.root)
     coding = coding_backend(ex, ctx.client)
     state.backend = {"command": f"command: {' '.join(ex.agent_command)}",
