@@ -11,6 +11,8 @@
 #                                        # call again while it prints "not finished"
 #   DIRECTIONS=1 bash bench/gpu_explore.sh   # [explore] max_directions (default 3), set
 #                                        # when the first call stages the repository
+#   BATCH=16 bash bench/gpu_explore.sh   # [explore] batch: the cycle judges throughput at
+#                                        # concurrency 16 (set at staging, as DIRECTIONS)
 #   bash bench/gpu_explore.sh --smoke    # CPU: random:tiny-qwen3, stopped before the plan
 #                                        # and resumed to the explore phase
 #
@@ -36,9 +38,9 @@ fi
 if [ ! -f "$XREPO/.specpilot/config.toml" ]; then
     stage_repo "$XREPO" || exit 1
     python3 -m specpilot init >/dev/null || { echo "gpu_explore: specpilot init failed"; exit 1; }
-    python3 - "$MODEL" "$SMOKE" "${DIRECTIONS:-3}" <<'EOF' || exit 1
+    python3 - "$MODEL" "$SMOKE" "${DIRECTIONS:-3}" "${BATCH:-0}" <<'EOF' || exit 1
 import re, sys
-model, smoke, directions = sys.argv[1], sys.argv[2], sys.argv[3]
+model, smoke, directions, batch = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 path = ".specpilot/config.toml"
 text = re.sub(r'(?m)^path = ".*"$', f'path = "{model}"', open(path).read(), count=1)
 # evidence for a GPU (the shipped [explore] defaults are sized for a 2-core CPU); the smoke
@@ -56,7 +58,8 @@ controller_rounds = 3
 controller_requests = 4
 controller_max_new = 128
 validate_requests = 2
-""".format(directions=int(directions))
+batch = {batch}
+""".format(directions=int(directions), batch=batch)
 open(path, "w").write(text + extra)
 EOF
     echo "gpu_explore: staged $XREPO (model $MODEL)"
