@@ -64,10 +64,22 @@ def test_offline_plan_reuses_memory_first_then_tunes_by_factor(project):
     assert reuse["fused-rmsnorm"].target_factor == "kernel"
     assert reuse["w12-weights"].option == "weights"
     tune = dirs[reuses]
-    assert tune.option == "draft_len" and tune.values == ["4", "6"]
+    # where its verify step fills a graph bucket: 7 and 15 (8 + 1 runs in the 16 bucket)
+    assert tune.option == "draft_len" and tune.values == ["7", "15"]
     assert all(d.title and d.hypothesis and d.evidence_plan for d in dirs)
     # the cap keeps the plan's order: memory first
     assert [d.backend for d in offline_plan(ANALYSIS, metas, "ngram", 1, 2)] == ["reuse"]
+
+
+def test_draft_lengths_are_tried_where_their_step_fills_a_graph_bucket():
+    """draft_len + 1 tokens a verify step, run in power-of-two token buckets: nearest the
+    default first, within the option's range, never the default."""
+    from specpilot.cycle.search import bucket_values
+
+    assert bucket_values(8, 2, 1, 256) == ["7", "15"]
+    assert bucket_values(16, 2, 1, 256) == ["15", "31"]
+    assert bucket_values(8, 3, 1, 8) == ["7", "3", "1"]
+    assert bucket_values(7, 2, 1, 256) == ["3", "15"]
 
 
 def test_offline_plan_tunes_the_drafter_the_analysis_measured_for_auto():

@@ -20,7 +20,7 @@ import re
 
 from pydantic import TypeAdapter, ValidationError
 
-from specpilot.cycle.search import default_values
+from specpilot.cycle.search import bucket_values, default_values
 from specpilot.cycle.types import Direction
 from specpilot.judges.analyze import DIRECTIONS
 from stock.options import REGISTRY
@@ -66,8 +66,11 @@ def offline_plan(analysis: dict, memory_entries: list, drafter: str, max_directi
             continue
         factor, why = TUNABLE[name]
         opt = REGISTRY[name]
-        values = default_values(name, opt.default, tune_values, getattr(opt, "min", None),
-                                getattr(opt, "max", None))
+        low, high = getattr(opt, "min", None), getattr(opt, "max", None)
+        if name == "draft_len":   # tried where its verify step fills a CUDA-graph bucket
+            values = bucket_values(opt.default, tune_values, low, high)
+        else:
+            values = default_values(name, opt.default, tune_values, low, high)
         if not values:
             continue
         dirs.append(Direction(

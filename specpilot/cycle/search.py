@@ -26,6 +26,23 @@ def default_values(name: str, default, count: int, low: int | None = None,
     return []
 
 
+def bucket_values(default: int, count: int, low: int | None = None,
+                  high: int | None = None) -> list[str]:
+    """Values v with v + 1 a power of two, nearest `default` first (by the ratio of v + 1 to
+    default + 1), within [low, high], not `default`: for a draft length, whose verify step
+    of draft_len + 1 tokens runs in a CUDA graph of a power-of-two token bucket
+    (stock/graphs.py BUCKETS), so that a step fills its bucket. Stock's 8 runs its 9 tokens
+    in the 16 bucket: on the H100 (batched block at C = 16-32, docs/results.md, 2026-12-06)
+    7 made 1.04-1.08x stock's tokens/s at the same τ, and 15 gave 1.01x."""
+    import math
+
+    out = [2 ** k - 1 for k in range(1, 11)]
+    out = [v for v in out if v >= 1 and v != default and (low is None or v >= low)
+           and (high is None or v <= high)]
+    out.sort(key=lambda v: (abs(math.log2((v + 1) / (default + 1))), v))
+    return [str(v) for v in out[:count]]
+
+
 def halving(configs: list[dict], base_options: dict, timed: Callable[[dict, int], float],
             progress: Callable[[str], None] = lambda s: None) -> dict:
     """Successive halving of `configs` (option dicts applied over `base_options`).
