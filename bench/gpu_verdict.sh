@@ -25,7 +25,7 @@ if [ -n "$SMOKE" ]; then
     tmp=$(mktemp -d /tmp/verdict-smoke.XXXXXX) || exit 1
     trap 'rm -rf "$tmp"' EXIT
     OUT=${OUT:-$tmp/out}; mkdir -p "$OUT"
-    REPO=$tmp/repo MODEL=random:tiny-qwen3 ROUNDS=2 LIMIT=${LIMIT:-240}
+    REPO=$tmp/repo MODEL=random:tiny-qwen3 LIMIT=${LIMIT:-240}
     set -- --requests 4 --max-new 4 "$@"   # 8 pairs: controller.min_pairs
 else
     REPO=${STAGE_REPO:-/tmp/repo} MODEL=${MODEL:-random:dense-27b}
@@ -41,7 +41,9 @@ command -v nvidia-smi >/dev/null \
     && nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 export PYTHONUNBUFFERED=1
 # a throughput round (--batch) is one cell a process: controller.min_pairs (8) rounds
-case " $* " in *" --batch "*) ROUNDS_DEFAULT=8 ;; *) ROUNDS_DEFAULT=6 ;; esac
+# (the smoke's single requests: 2 rounds x 4 requests)
+case " $* " in *" --batch "*) ROUNDS_DEFAULT=8 ;; *) ROUNDS_DEFAULT=${SMOKE:+2} ;; esac
+ROUNDS_DEFAULT=${ROUNDS_DEFAULT:-6}
 CMP="python3 -m specpilot compare main cand --opt-b $OPT_B --model $MODEL \
      --devices 0 --rounds ${ROUNDS:-$ROUNDS_DEFAULT} --drafter-a $DRAFTER $*"
 echo "$CMP"
