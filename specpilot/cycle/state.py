@@ -72,7 +72,7 @@ class RunState(BaseModel):
     planner: str = ""
     backend: str = ""
     sandbox: str = ""                 # "bubblewrap" or "none: <why>"
-    load: str = ""                    # what the cycle judges: "single requests" or "batched, C = 16"
+    load: str = ""                    # what it judges: "single requests", "batched, C = 16"
     analysis: dict | None = None      # Phase 0 report
     directions: list[DirectionState] = Field(default_factory=list)
     integration: dict | None = None

@@ -424,7 +424,8 @@ def prepare(workers: dict, job: Job, progress: Callable[[str], None] = lambda s:
     (worker_proc.compile_cache), so its first process compiles and the others read. A
     throughput verdict's four workers (H100, embedded default, C = 16) took 96, 162, 32 and
     42 s one after another (session 23), and all four at once no less: A0 and A1 193 s, B0
-    and B1 331 s (session 26), each pair compiling the same shapes side by side."""
+    and B1 331 s (session 26; presumably each pair compiling the same shapes side by
+    side; the waves not yet timed)."""
     lengths = [len(ids) for row in job.round_requests for _rid, _p, ids in row
                if ids is not None]
     if not lengths:
