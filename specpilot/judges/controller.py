@@ -35,6 +35,10 @@ change no token beyond a tolerated near-tie). In bf16 the near-tie also widens b
 stock's own batched engine moves (`fold_batch_noise`: stock at defaults serves the measured
 requests at C in its reference worker, before any candidate runs).
 
+While a worker (on two devices, a pair) is timed, every other worker's processes are
+stopped (specpilot/judges/quiet.py): a candidate cannot leave work running after its reply
+to slow the next timed worker.
+
 Warm-up rounds run first and are never counted. Every request's time is measured by the
 controller around the channel and kept, per label (`paired.times[label][round][request]`).
 The gain, its lower bound, the run's own σ (same-side processes: stock against stock,
@@ -64,6 +68,7 @@ from specpilot.judges.eta import Eta
 from specpilot.judges.outputs import (Expected, OutputCheck, Tolerance, check_request,
                                       first_difference, near_tie_budget, tolerance)
 from specpilot.judges.prompts import Req
+from specpilot.judges.quiet import alone
 from specpilot.judges.worker_proc import (Checkout, Reply, Worker, check_options_of,
                                          clean_checkout)
 from specpilot.requests.sealed import logs_dir
@@ -502,11 +507,13 @@ def _alternate(workers, job: Job, reqs: list[Req], m: int, replies: dict):
     rows: dict[str, list[float]] = {label: [] for label in order}
     if job.batch:
         for label in order:
-            rows[label].append(_batch(workers[label], reqs, job, m, replies))
+            with alone(workers, [label]):   # the others stopped while it is timed
+                rows[label].append(_batch(workers[label], reqs, job, m, replies))
         return rows, ",".join(order)
     for req in reqs:
         for label in order:
-            reply = _call(workers[label], req, job)
+            with alone(workers, [label]):
+                reply = _call(workers[label], req, job)
             rows[label].append(reply.seconds)
             replies[label][req[0]] = reply.tokens
     return rows, ",".join(order)
@@ -519,16 +526,18 @@ def _side_by_side(workers, job: Job, reqs: list[Req], m: int, replies: dict):
         if job.batch:
             for i in order:
                 pair = (f"A{i}", f"B{i}")
-                futures = [pool.submit(_batch, workers[label], reqs, job, m, replies)
-                           for label in pair]
-                for label, fut in zip(pair, futures):
-                    rows[label].append(fut.result())
+                with alone(workers, pair):
+                    futures = [pool.submit(_batch, workers[label], reqs, job, m, replies)
+                               for label in pair]
+                    for label, fut in zip(pair, futures):
+                        rows[label].append(fut.result())
         for req in reqs if not job.batch else []:
             for i in order:
                 pair = (f"A{i}", f"B{i}")
-                futures = [pool.submit(_call, workers[label], req, job) for label in pair]
-                for label, fut in zip(pair, futures):
-                    reply = fut.result()
+                with alone(workers, pair):
+                    futures = [pool.submit(_call, workers[label], req, job) for label in pair]
+                    replies_of = [(label, fut.result()) for label, fut in zip(pair, futures)]
+                for label, reply in replies_of:
                     rows[label].append(reply.seconds)
                     replies[label][req[0]] = reply.tokens
     return rows, ";".join(f"A{i}@{device_of(f'A{i}', job.devices)},"
