@@ -14,7 +14,7 @@ import pytest
 from cycle_fixtures import candidate, head, project, shared_cache  # noqa: F401
 
 from specpilot.judges.controller import compare
-from specpilot.judges.quiet import alone, children_map, descendants
+from specpilot.judges.quiet import Held, _stat, _stop_one, alone, children_map, descendants
 
 
 def _state(pid: int) -> str:
@@ -78,6 +78,26 @@ def test_a_held_worker_stops_to_its_last_descendant_and_continues_after(tmp_path
                 os.kill(pid, 9)
             except ProcessLookupError:
                 pass
+        proc.wait()
+
+
+def test_a_pid_that_is_not_the_process_scanned_is_never_stopped():
+    """pids are reused (pid_max 32768 here): a process that took a scanned pid since, seen
+    by its other start time, is left alone; the one scanned is stopped and then continued
+    through its pin."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        start = _stat(proc.pid)[1]
+        held = Held()
+        _stop_one(proc.pid, start + 1, held)   # as if the scan had seen another process
+        time.sleep(0.1)
+        assert _state(proc.pid) != "T" and not (held.pinned or held.plain)
+        _stop_one(proc.pid, start, held)
+        assert _wait_for(lambda: _state(proc.pid) == "T", 5)
+        held.release()
+        assert _wait_for(lambda: _state(proc.pid) != "T", 5)
+    finally:
+        proc.kill()
         proc.wait()
 
 

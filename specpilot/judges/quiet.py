@@ -12,7 +12,9 @@ after: the process it started (bubblewrap, confined) and every descendant, found
 /proc by parent pid (a process that leaves its session, or is orphaned into the sandbox's
 own init, is still a descendant of the process the controller started). Stopping goes top
 down and repeats until a pass finds nothing new, so a process forked during the pass is
-stopped too.
+stopped too. Each stopped process is pinned first (a pidfd, checked against the start time
+the scan saw), and only the pinned ones are continued: a pid freed and reused by another
+program between the scan and the signal is never stopped, nor left stopped.
 
 Not covered: work a worker already handed to the GPU before its reply (kernels run on
 when their process is stopped); only the CPU side of a lingering worker is held.
@@ -29,25 +31,41 @@ PROC = "/proc"
 PASSES = 4   # stop passes at most: each finds the processes forked during the one before
 
 
-def children_map(proc: str = PROC) -> dict[int, list[int]]:
-    """Every process's children, by parent pid, from /proc/<pid>/stat."""
-    out: dict[int, list[int]] = {}
+def _stat(pid: int, proc: str = PROC) -> tuple[int, int] | None:
+    """(parent pid, start time in clock ticks) of a process, None where it is gone."""
+    try:
+        with open(f"{proc}/{pid}/stat", "rb") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    # pid (comm) state ppid ... starttime (field 22): comm may hold spaces and parentheses
+    fields = stat[stat.rfind(b")") + 2:].split()
+    try:
+        return int(fields[1]), int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def processes(proc: str = PROC) -> dict[int, tuple[int, int]]:
+    """Every process: pid -> (parent pid, start time)."""
     try:
         entries = os.listdir(proc)
     except OSError:
-        return out
+        return {}
+    out = {}
     for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"{proc}/{entry}/stat", "rb") as fh:
-                stat = fh.read()
-        except OSError:   # gone since the listing
-            continue
-        # pid (comm) state ppid ...: comm may hold spaces and parentheses
-        fields = stat[stat.rfind(b")") + 2:].split()
-        if len(fields) >= 2:
-            out.setdefault(int(fields[1]), []).append(int(entry))
+        if entry.isdigit():
+            st = _stat(int(entry), proc)
+            if st is not None:   # else gone since the listing
+                out[int(entry)] = st
+    return out
+
+
+def children_map(procs: dict[int, tuple[int, int]] | None = None) -> dict[int, list[int]]:
+    """Every process's children, by parent pid."""
+    out: dict[int, list[int]] = {}
+    for pid, (ppid, _start) in (processes() if procs is None else procs).items():
+        out.setdefault(ppid, []).append(pid)
     return out
 
 
@@ -64,32 +82,72 @@ def descendants(roots: Iterable[int], kids: dict[int, list[int]]) -> list[int]:
     return out
 
 
-def _signal(pid: int, sig: int) -> None:
+class Held:
+    """The processes one `stop` stopped, each pinned (a pidfd where the kernel has them):
+    `release` continues exactly those, never a process that took a freed pid since (pids
+    are reused: pid_max is 32768 on this CPU)."""
+
+    def __init__(self) -> None:
+        self.pinned: list[int] = []          # pidfds
+        self.plain: list[tuple[int, int]] = []   # (pid, start time) without pidfd support
+
+    def release(self) -> None:
+        for fd in self.pinned:
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            finally:
+                os.close(fd)
+        for pid, start in self.plain:
+            if (_stat(pid) or (0, None))[1] == start:
+                _kill(pid, signal.SIGCONT)
+        self.pinned, self.plain = [], []
+
+
+def _kill(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def hold(roots: list[int], on: bool) -> list[int]:
-    """Stop (`on`) or continue every process of the trees under `roots`; returns the pids
-    signalled."""
-    if not roots:
-        return []
-    if not on:
-        pids = descendants(roots, children_map())
-        for pid in pids:
-            _signal(pid, signal.SIGCONT)
-        return pids
-    stopped: list[int] = []
-    for _ in range(PASSES):
-        new = [p for p in descendants(roots, children_map()) if p not in stopped]
+def _stop_one(pid: int, start: int, held: Held) -> None:
+    """Stop `pid` if it is still the process seen at `start`."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return
+    except (AttributeError, OSError):   # no pidfds here: check, then signal by pid
+        if (_stat(pid) or (0, None))[1] == start:
+            _kill(pid, signal.SIGSTOP)
+            held.plain.append((pid, start))
+        return
+    if (_stat(pid) or (0, None))[1] != start:   # the pid was reused before it was pinned
+        os.close(fd)
+        return
+    try:
+        signal.pidfd_send_signal(fd, signal.SIGSTOP)
+    except ProcessLookupError:
+        os.close(fd)
+        return
+    held.pinned.append(fd)
+
+
+def stop(roots: list[int]) -> Held:
+    """Stop every process of the trees under `roots`, top down, until a pass finds no new
+    one (a process forked during a pass is found by the next)."""
+    held, seen = Held(), set()
+    for _ in range(PASSES if roots else 0):
+        procs = processes()
+        new = [p for p in descendants(roots, children_map(procs)) if p not in seen]
         if not new:
             break
         for pid in new:
-            _signal(pid, signal.SIGSTOP)
-        stopped += new
-    return stopped
+            seen.add(pid)
+            if pid in procs:
+                _stop_one(pid, procs[pid][1], held)
+    return held
 
 
 def root_pid(worker) -> int | None:
@@ -103,12 +161,12 @@ def root_pid(worker) -> int | None:
 @contextlib.contextmanager
 def alone(workers: dict, timed: Iterable[str]) -> Iterator[None]:
     """Every worker of `workers` (label -> Worker) but the `timed` labels stopped for the
-    duration; continued after, whatever happens inside."""
+    duration; exactly those processes continued after, whatever happens inside."""
     timed = set(timed)
     roots = [pid for label, w in workers.items() if label not in timed
              for pid in [root_pid(w)] if pid is not None]
-    hold(roots, True)
+    held = stop(roots)
     try:
         yield
     finally:
-        hold(roots, False)
+        held.release()
