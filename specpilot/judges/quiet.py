@@ -95,7 +95,7 @@ class Held:
         for fd in self.pinned:
             try:
                 signal.pidfd_send_signal(fd, signal.SIGCONT)
-            except ProcessLookupError:
+            except OSError:   # gone since: nothing to continue; never stop halfway
                 pass
             finally:
                 os.close(fd)
@@ -108,7 +108,7 @@ class Held:
 def _kill(pid: int, sig: int) -> None:
     try:
         os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
+    except OSError:
         pass
 
 
@@ -128,7 +128,7 @@ def _stop_one(pid: int, start: int, held: Held) -> None:
         return
     try:
         signal.pidfd_send_signal(fd, signal.SIGSTOP)
-    except ProcessLookupError:
+    except OSError:   # gone since it was pinned
         os.close(fd)
         return
     held.pinned.append(fd)
