@@ -34,11 +34,8 @@ def bucket_values(default: int, count: int, low: int | None = None,
     (stock/graphs.py BUCKETS), so that a step fills its bucket. Stock's 8 runs its 9 tokens
     in the 16 bucket: on the H100 (batched block at C = 16-32, docs/results.md, 2026-12-06)
     7 made 1.04-1.08x stock's tokens/s at the same τ, and 15 gave 1.01x."""
-    import math
-
-    out = [2 ** k - 1 for k in range(1, 11)]
-    out = [v for v in out if v >= 1 and v != default and (low is None or v >= low)
-           and (high is None or v <= high)]
+    out = [v for v in (2 ** k - 1 for k in range(1, 11))
+           if v != default and (low is None or v >= low) and (high is None or v <= high)]
     out.sort(key=lambda v: (abs(math.log2((v + 1) / (default + 1))), v))
     return [str(v) for v in out[:count]]
 

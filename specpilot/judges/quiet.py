@@ -46,6 +46,12 @@ def _stat(pid: int, proc: str = PROC) -> tuple[int, int] | None:
         return None
 
 
+def _started(pid: int) -> int | None:
+    """A process's start time, None where it is gone."""
+    st = _stat(pid)
+    return None if st is None else st[1]
+
+
 def processes(proc: str = PROC) -> dict[int, tuple[int, int]]:
     """Every process: pid -> (parent pid, start time)."""
     try:
@@ -100,7 +106,7 @@ class Held:
             finally:
                 os.close(fd)
         for pid, start in self.plain:
-            if (_stat(pid) or (0, None))[1] == start:
+            if _started(pid) == start:
                 _kill(pid, signal.SIGCONT)
         self.pinned, self.plain = [], []
 
@@ -119,11 +125,11 @@ def _stop_one(pid: int, start: int, held: Held) -> None:
     except ProcessLookupError:
         return
     except (AttributeError, OSError):   # no pidfds here: check, then signal by pid
-        if (_stat(pid) or (0, None))[1] == start:
+        if _started(pid) == start:
             _kill(pid, signal.SIGSTOP)
             held.plain.append((pid, start))
         return
-    if (_stat(pid) or (0, None))[1] != start:   # the pid was reused before it was pinned
+    if _started(pid) != start:   # the pid was reused before it was pinned
         os.close(fd)
         return
     try:
