@@ -279,6 +279,21 @@ def _mark_dynamic_buffers(model) -> None:
                 torch._dynamo.maybe_mark_dynamic(buf, 0)
 
 
+def requests_dynamic(*tensors) -> None:
+    """(tensor, dims) pairs of a batched step (rows, positions, RoPE rows, activations): the
+    dims named, the requests bucket and the tokens bucket, made dynamic where their size
+    is over one (dynamo specialises 0 and 1 anyway), so one graph per region serves every
+    bucket pair of two or more. Compiled code then takes its sizes as arguments; each slot
+    still captures its own CUDA graph. Static, the batched engine compiled every region
+    once per (requests, tokens) bucket pair: 140 graphs for up to 16 requests and 64 tokens
+    on the tiny model (24 dynamic), and on the H100 a throughput verdict's worker spent
+    90-200 s preparing its graphs, most of it compiling."""
+    for t, dims in tensors:
+        for d in dims:
+            if t.shape[d] > 1:
+                torch._dynamo.maybe_mark_dynamic(t, d)
+
+
 def uses_kernel(attention: str, device: torch.device, head_dim: int) -> bool:
     """Whether `attention` ("triton" or "sdpa") runs kernels/attention's split-KV kernel: on
     CUDA, for the head dims it takes; SDPA otherwise."""
@@ -322,6 +337,8 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
     cos, sin, mask_g, x = body.step_inputs(model, ids, positions if rope is None else rope,
                                            kv_len, None if kernel else seen, mask=not kernel)
     hidden = {}
+    dyn = requests_dynamic if rows is not None else (lambda *t: None)
+    dyn((x, (0, 1)), (cos, (0, 2)), (sin, (0, 2)), (positions, (0, 1)), (rows, (0,)))
 
     def buffers(layer):
         return cache.k[layer.self_attn.layer], cache.v[layer.self_attn.layer]
@@ -331,9 +348,12 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
 
     def attend(qg, k_buf, v_buf):
         if kernel:
-            return decode_attention(qg, k_buf, v_buf, positions, kv_len, tree=tree,
-                                    rows_of=rows)
-        return body.attend(qg, k_buf, v_buf, kv_len, mask_g, rows)
+            out = decode_attention(qg, k_buf, v_buf, positions, kv_len, tree=tree,
+                                   rows_of=rows)
+        else:
+            out = body.attend(qg, k_buf, v_buf, kv_len, mask_g, rows)
+        dyn((out, (0, 2)))
+        return out
 
     with dynamo_limits():
         _mark_dynamic_buffers(model)
@@ -341,7 +361,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
             if seen is not None and rows is None:
                 raise ValueError("a hybrid target's GDN layers take no tree (stock/model.py)")
             x = _hybrid_layers(layers, x, cos, sin, positions, cache, buffers, attend,
-                               fused, hidden_layers, hidden, rows)
+                               fused, hidden_layers, hidden, rows, dyn)
             if not logits:
                 return Output(None, hidden)
             return Output(run_region("head", x, model.model.norm, model.lm_head), hidden)
@@ -357,9 +377,11 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
                                    layer.post_attention_layernorm, layer.mlp,
                                    nxt.input_layernorm, nxt.self_attn, cos, sin, positions,
                                    *buffers(nxt), gate_up, qkv(nxt), rows)
+                dyn((x, (0, 1)))
             else:
                 x = run_region("attn_out_mlp", x, out, layer.self_attn,
                                layer.post_attention_layernorm, layer.mlp, gate_up)
+                dyn((x, (0, 1)))
             if i in hidden_layers:
                 hidden[i] = x
         if not logits:
@@ -368,7 +390,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
 
 
 def _hybrid_layers(layers, x, cos, sin, positions, cache, buffers, attend, fused,
-                   hidden_layers, hidden, rows=None):
+                   hidden_layers, hidden, rows=None, dyn=lambda *t: None):
     """A hybrid target's layers (called by forward, under dynamo_limits): per GDN layer its
     two regions around the eager recurrence (conv and delta rule: kernels/gdn, stock/gdn.py's
     recur, staging the commit; a static step's start is trusted, as in the eager forward;
@@ -383,6 +405,7 @@ def _hybrid_layers(layers, x, cos, sin, positions, cache, buffers, attend, fused
             mixed, z, beta, g = run_region("gdn_in", x, layer.input_layernorm, gdn,
                                            fused_gdn_in(gdn) if fused else None)
             out = gdn_body.recur(gdn, mixed, beta, g, cache, None, rows)
+            dyn((out, (0, 1)), (z, (0, 1)))
             x = run_region("gdn_out_mlp", x, out, z, gdn, ln, mlp, gate_up)
         else:
             attn = layer.self_attn
@@ -394,7 +417,10 @@ def _hybrid_layers(layers, x, cos, sin, positions, cache, buffers, attend, fused
                 qg, gate = run_region("attn_in", x, layer.input_layernorm, attn, cos, sin,
                                       positions, *buffers(layer), qkv, rows), None
             out = attend(qg, *buffers(layer))
+            if gate is not None:
+                dyn((gate, (0, 1)))
             x = run_region("attn_out_mlp", x, out, attn, ln, mlp, gate_up, gate)
+        dyn((x, (0, 1)))
         if i in hidden_layers:
             hidden[i] = x
     return x

@@ -38,7 +38,7 @@ from contextlib import nullcontext
 import torch
 
 from stock import body
-from stock.compiled import dynamo_limits, head, register_region, run_region
+from stock.compiled import dynamo_limits, head, register_region, requests_dynamic, run_region
 from stock.drafters.block_step import _eager, pack_lattice, rms
 from stock.layers import apply_rope
 from stock.linear import linear
@@ -117,16 +117,20 @@ def draft_step(d, inp: torch.Tensor, kv_len: int, top1: bool = False) -> torch.T
     run = run_region if d.compiled else _eager   # as block_step.packed_step
     net, target = d.net, d.target
     layers = list(net.layers)
+    dyn = requests_dynamic if d.compiled else (lambda *t: None)
     with dynamo_limits() if d.compiled else nullcontext():
+        dyn((inp, (0,)))   # every rows bucket past one: one graph per region
         rows, pos, cos, sin, mask, x = run(
             "batch_block_prologue", inp, d._steps, d._keys, target.cos, target.sin,
             target.model.embed_tokens, d._masks)
         mask = mask[..., :kv_len]   # a view: the compiled prologue serves every key bucket
+        dyn(*((t, (0,)) for t in (rows, pos, cos, sin, x)))
         first = layers[0]
         qg = run("attn_in", x, first.input_layernorm, first.self_attn, cos, sin, pos, d.k[0],
                  d.v[0], d._qkv_w[0], rows)
         for i, layer in enumerate(layers):
             out = body.attend(qg, d.k[i], d.v[i], kv_len, mask, rows)
+            dyn((out, (0,)))
             if i + 1 < len(layers):
                 nxt = layers[i + 1]
                 x, qg = run("attn_out_mlp_next", x, out, layer.self_attn,
@@ -136,6 +140,7 @@ def draft_step(d, inp: torch.Tensor, kv_len: int, top1: bool = False) -> torch.T
             else:
                 x = run("attn_out_mlp", x, out, layer.self_attn, layer.post_attention_layernorm,
                         layer.mlp, d._gate_up_w[i])
+            dyn((x, (0,)))
         if top1:
             return run("batch_block_chain", x, net.norm, target.lm_head)
         return run("batch_block_lattice", x, net.norm, target.lm_head, d.topk)
@@ -146,5 +151,7 @@ def context_step(d, feat: torch.Tensor, inp: torch.Tensor) -> None:
     run = run_region if d.compiled else _eager   # as block_step.packed_step
     net, target = d.net, d.target
     with dynamo_limits() if d.compiled else nullcontext():
+        if d.compiled:   # one graph per CONTEXT_TOKENS bucket for every rows bucket past one
+            requests_dynamic((feat, (0,)), (inp, (0,)))
         run("batch_block_context", feat, inp, d._keys, d.spare, net.fc, net.context_norm,
             d._ctx_w, d._ctx_knorm, target.cos, target.sin, d.k, d.v)
