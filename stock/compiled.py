@@ -50,6 +50,7 @@ static forward, whose regions synchronise.
 from __future__ import annotations
 
 import logging
+import time
 from contextlib import nullcontext
 
 import torch
@@ -70,6 +71,7 @@ RECOMPILE_LIMIT = 256  # per region: T buckets x models x caches in one process
 _TRACED_TYPES = (Linear, nn.Linear, RMSNorm, OffsetRMSNorm)
 
 _graphs = 0
+_compile_s = 0.0   # seconds in the backend (inductor's code generation), this process
 _fallbacks: dict[str, str] = {}
 _compiled: dict[tuple[str, str], object] = {}
 
@@ -85,6 +87,12 @@ def graphs_compiled() -> int:
     return _graphs
 
 
+def compile_seconds() -> float:
+    """Seconds this process spent in the backend compiling graphs (dynamo's tracing not
+    included): how much of a worker's preparation was compilation."""
+    return _compile_s
+
+
 def fallbacks() -> dict[str, str]:
     """Regions that fell back to eager in this process, with the reason."""
     return dict(_fallbacks)
@@ -92,8 +100,8 @@ def fallbacks() -> dict[str, str]:
 
 def reset() -> None:
     """Forget compiled code, counts and fallbacks (tests)."""
-    global _graphs
-    _graphs = 0
+    global _graphs, _compile_s
+    _graphs, _compile_s = 0, 0.0
     _fallbacks.clear()
     _compiled.clear()
     torch._dynamo.reset()
@@ -204,13 +212,17 @@ def register_region(name: str, fn) -> None:
 # -- compilation ---------------------------------------------------------------------------
 def _counting(backend: str):
     def compile_graph(gm, example_inputs):
-        global _graphs
+        global _graphs, _compile_s
         _graphs += 1
-        if backend == "inductor":
-            from torch._inductor.compile_fx import compile_fx
+        if backend != "inductor":
+            return gm.forward  # "eager": the traced graph as is
+        from torch._inductor.compile_fx import compile_fx
 
+        t0 = time.perf_counter()
+        try:
             return compile_fx(gm, example_inputs)
-        return gm.forward  # "eager": the traced graph as is
+        finally:
+            _compile_s += time.perf_counter() - t0
     return compile_graph
 
 

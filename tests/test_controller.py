@@ -84,7 +84,8 @@ def test_worker_proves_tree_and_options_and_refuses_a_wrong_claim(project, tmp_p
         assert ready["dtype"] == "float32"  # stock computes in fp32 on CPU
         assert ok.run("x", 4, ids=[1, 2, 3]).tokens
         # the untimed prepare: stock's Engine.prepare (CPU: the dynamic path, no slots)
-        assert ok.call("prepare", "p", end=64)["graphs"] == 0
+        prep = ok.call("prepare", "p", end=64)
+        assert prep["graphs"] == 0 and prep["compile_s"] == 0.0   # nothing compiled on CPU
         # throughput mode's: the batched engine of that concurrency, built (CPU: no slots)
         assert ok.call("prepare", "q", end=64, max_batch=2)["graphs"] == 0
         assert ok.batch("b", [("y", [1, 2, 3])], 4, 2)[0]["y"]

@@ -446,7 +446,9 @@ def prepare(workers: dict, job: Job, progress: Callable[[str], None] = lambda s:
     def one(label: str) -> None:
         rep = workers[label].call("prepare", f"prepare-{label}", end=end, **extra)
         if rep.get("graphs"):
-            progress(f"  {label}: {rep['graphs']} graphs in {time.perf_counter() - t0:.0f} s")
+            took = f", {rep['compile_s']:.0f} s of it compiling" if rep.get("compile_s") else ""
+            progress(f"  {label}: {rep['graphs']} graphs in {time.perf_counter() - t0:.0f} s"
+                     + took)
 
     waves: dict[str, list[str]] = {}
     for label in job.names:   # "A1" -> wave "1"

@@ -23,7 +23,8 @@ Then: {"cmd": "run", "id", "prompt" | "ids", "max_new"} -> {"event": "done", tok
 the correctness gates; "tokenize" {prompt}; "registry" -> the system's option definitions;
 "measure" {prompts, max_new} -> the cost model's raw measurements (judges/analyze.py;
 teacher-forced lattices included, `teacher_forced`);
-"prepare" {end} -> the graphs captured before any timed request (stock's Engine.prepare);
+"prepare" {end} -> the graphs captured before any timed request (stock's Engine.prepare) and
+    the seconds its compiler took (stock.compiled.compile_seconds, where stock has it);
 "timed" {options, ids, max_new} -> one generation's decode time under other option values
 (the tuner); "batch" {items: [{id, ids}], max_new, max_batch} -> every item's tokens,
 served together by the system's batched engine (stock.batch.BatchEngine, at most
@@ -479,13 +480,17 @@ class Server:
         """Untimed, before the warm-up: every graph a request ending below `end` can meet
         (stock's Engine.prepare; with `max_batch`, the batched engine's BatchEngine.prepare,
         building that engine; a checkout whose stock has none prepares nothing)."""
+        compiled = sys.modules.get("stock.compiled")
+        seconds = getattr(compiled, "compile_seconds", lambda: 0.0)   # an older stock: none
+        before = seconds()
         if msg.get("max_batch"):   # throughput mode: the batched engine's slots
             prep = getattr(self._batcher(int(msg["max_batch"])), "prepare", None)
             n = prep(int(msg["end"])) if prep is not None else 0
-            return {"event": "done", "id": msg.get("id"), "graphs": int(n)}
-        prep = getattr(self.engine, "prepare", None)
-        n = prep(self.drafter, int(msg["end"])) if prep is not None else 0
-        return {"event": "done", "id": msg.get("id"), "graphs": int(n)}
+        else:
+            prep = getattr(self.engine, "prepare", None)
+            n = prep(self.drafter, int(msg["end"])) if prep is not None else 0
+        return {"event": "done", "id": msg.get("id"), "graphs": int(n),
+                "compile_s": round(float(seconds() - before), 1)}
 
     def run(self, msg: dict) -> dict:
         if "ids" in msg:
