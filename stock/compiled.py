@@ -68,6 +68,7 @@ log = logging.getLogger("stock.compiled")
 
 BACKEND = "inductor"  # tests may count graphs with "eager" (no code generation)
 RECOMPILE_LIMIT = 256  # per region: T buckets x models x caches in one process
+DYNAMIC_SIZES = True  # requests_dynamic's marks; bench/batch_prepare.py compares with False
 _TRACED_TYPES = (Linear, nn.Linear, RMSNorm, OffsetRMSNorm)
 
 _graphs = 0
@@ -300,6 +301,8 @@ def requests_dynamic(*tensors) -> None:
     once per (requests, tokens) bucket pair: 140 graphs for up to 16 requests and 64 tokens
     on the tiny model (24 dynamic), and on the H100 a throughput verdict's worker spent
     90-200 s preparing its graphs, most of it compiling."""
+    if not DYNAMIC_SIZES:
+        return
     for t, dims in tensors:
         for d in dims:
             if t.shape[d] > 1:

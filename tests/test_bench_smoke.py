@@ -38,6 +38,7 @@ SMOKES = [
     pytest.param("gpu_hybrid.sh", id="gpu_hybrid"),   # step_hybrid, gdn_tree(_probe): tiny-hybrid
     pytest.param("batch_throughput.py", id="batch_throughput"),
     pytest.param("batch_draft.py", id="batch_draft"),   # a random drafter, eager
+    pytest.param("batch_prepare.py", id="batch_prepare"),   # static and dynamic sizes, eager
     pytest.param("readme_commands.py", id="readme_commands"),   # a fresh clone, a venv
     pytest.param("concurrent_runs.py", id="concurrent_runs"),
     pytest.param("gpu_explore.sh", id="gpu_explore"),   # staged, stopped before the plan, resumed

@@ -1,0 +1,145 @@
+"""What the batched engine's preparation costs: every slot's graphs, static sizes against
+dynamic ones, side by side in one run.
+
+BatchEngine.prepare makes every slot a request below the context can meet: (requests
+bucket, tokens bucket, KV bucket) for the verification step, and the batched block
+drafter's (rows bucket, KV bucket) and context-update slots; on CUDA each is captured into a
+CUDA graph after warm-up forwards, which is where torch.compile compiles the step's regions
+(stock/compiled.py). With static sizes the regions compile once per (requests, tokens)
+bucket pair; with dynamic ones (stock.compiled.requests_dynamic, DYNAMIC_SIZES) once per
+tokens regime. Each configuration runs in a fresh process with an empty inductor cache
+(TORCHINDUCTOR_CACHE_DIR in a temporary folder), so neither reads the other's code. Per
+configuration: slots made, FX graphs compiled, seconds in the compiler
+(stock.compiled.compile_seconds) and seconds for the whole preparation.
+
+On the CPU (`--smoke`, or --device cpu) there are no CUDA graphs: the static path's slots are
+made and each is computed once eagerly through the compiled regions (dynamo's "eager"
+backend by default, `--backend inductor` for inductor's C++ code), which is what compiles.
+
+    python3 bench/batch_prepare.py --target embedded --drafter block --batch 16 --draft-len 15
+        # GPU: the throughput verdict's preparation (controller.prepare), per worker
+    python3 bench/batch_prepare.py --smoke          # CPU: random:tiny-qwen3, AR, eager backend
+
+Prints one table; writes batch_prepare.json to --out (default $OUT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import common  # noqa: F401  (the repository on sys.path)
+from common import ROOT, log, print_table, smoke_device, write_json
+
+
+def child(args) -> dict:
+    """One configuration in this process: the engine built, prepared, counted."""
+    import torch
+
+    import stock.batch as batch_mod
+    from stock import compiled as C
+    from stock.engine import Engine
+    from stock.options import Options
+    from stock.system import batch_engine
+
+    C.DYNAMIC_SIZES = args.child == "dynamic"
+    dev = torch.device(args.device)
+    opts = Options({"draft_len": args.draft_len})
+    if args.target.startswith("random:"):
+        from stock.config import PRESETS
+        from stock.model import Transformer
+
+        dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+        model = Transformer.random(PRESETS[args.target[7:]], dev, dtype, seed=0)
+        engine = Engine(model, opts, args.context)
+    else:
+        from stock.system import load_system
+
+        engine = load_system(args.target, opts, device=args.device,
+                             max_context=args.context).engine
+    if dev.type != "cuda":   # the static path computed eagerly through the compiled regions
+        C.BACKEND = args.backend
+        batch_mod.compile_enabled = lambda options, device: True
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
+    t0 = time.perf_counter()
+    if dev.type == "cuda":
+        be = batch_engine(engine, None if args.drafter == "ar" else args.drafter, args.batch)
+        slots = be.prepare(args.end)
+    else:
+        if args.drafter != "ar":
+            raise SystemExit("on the CPU only --drafter ar (the verification step's slots)")
+        be = batch_mod.BatchEngine(engine.model, opts, max_batch=args.batch,
+                                   max_context=args.context, static=True, capture=False)
+        slots = be.prepare(args.end)
+        runner = be.runner
+        for s in runner.slots.values():
+            runner._scratch(s)
+            runner._compute(s)
+    seconds = time.perf_counter() - t0
+    return {"config": args.child, "slots": slots, "graphs": C.graphs_compiled(),
+            "compile_s": round(C.compile_seconds(), 2), "prepare_s": round(seconds, 2),
+            "fallbacks": len(C.fallbacks())}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--target", default="embedded", help="embedded or random:<preset>")
+    ap.add_argument("--drafter", default="block", help="ar or block (the batched drafter)")
+    ap.add_argument("--batch", type=int, default=16, help="max_batch (concurrency)")
+    ap.add_argument("--draft-len", type=int, default=15)
+    ap.add_argument("--end", type=int, default=425,
+                    help="contexts below this (the controller: longest prompt + max_new + 64)")
+    ap.add_argument("--context", type=int, default=1024, help="the engine's max context")
+    ap.add_argument("--configs", default="static,dynamic")
+    ap.add_argument("--backend", default="eager", help="CPU only: eager or inductor")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--smoke", action="store_true",
+                    help="CPU: random:tiny-qwen3, AR, 4 requests, draft_len 7")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=os.environ.get("OUT"))
+    args = ap.parse_args()
+    args.device = smoke_device(args)
+    if args.smoke:
+        args.target, args.drafter, args.batch, args.draft_len = "random:tiny-qwen3", "ar", 4, 7
+        args.end, args.context = 100, 256
+    if args.child:
+        print(json.dumps(child(args)))
+        return
+    rows, res = [], []
+    for config in args.configs.split(","):
+        with tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=cache)
+            cmd = [sys.executable, __file__, "--child", config, "--target", args.target,
+                   "--drafter", args.drafter, "--batch", str(args.batch), "--draft-len",
+                   str(args.draft_len), "--end", str(args.end), "--context", str(args.context),
+                   "--backend", args.backend, "--device", args.device]
+            log(f"{config}: {args.target}, {args.drafter}, max_batch {args.batch}, "
+                f"draft_len {args.draft_len}, contexts below {args.end}")
+            out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
+            if out.returncode:
+                sys.stderr.write(out.stderr[-3000:])
+                raise SystemExit(f"{config}: the child failed (exit {out.returncode})")
+            r = json.loads(out.stdout.strip().splitlines()[-1])
+        log(f"{config}: {r['slots']} slots, {r['graphs']} graphs compiled, "
+            f"{r['compile_s']} s compiling, {r['prepare_s']} s in all")
+        res.append(r)
+        rows.append([config, r["slots"], r["graphs"], f"{r['compile_s']:.1f}",
+                     f"{r['prepare_s']:.1f}", r["fallbacks"]])
+    base = res[0]["prepare_s"]
+    for row, r in zip(rows, res):
+        row.append(f"{base / r['prepare_s']:.2f}" if r["prepare_s"] else "")
+    print_table(["sizes", "slots", "graphs compiled", "compile s", "prepare s", "fallbacks",
+                 f"{res[0]['config']} / this"], rows,
+                f"BatchEngine.prepare on {args.device} ({args.target}, {args.drafter}, max_batch "
+                f"{args.batch}, draft_len {args.draft_len}, backend "
+                f"{'inductor' if args.device.startswith('cuda') else args.backend})")
+    write_json(args.out, "batch_prepare", {"args": vars(args), "results": res})
+
+
+if __name__ == "__main__":
+    main()
