@@ -19,6 +19,7 @@ backend by default, `--backend inductor` for inductor's C++ code), which is what
     python3 bench/batch_prepare.py --target embedded --drafter block --batch 16 --draft-len 15
         # GPU: the throughput verdict's preparation (controller.prepare), per worker
     python3 bench/batch_prepare.py --smoke          # CPU: random:tiny-qwen3, AR, eager backend
+    python3 bench/batch_prepare.py --smoke --batch 8 --backend inductor   # inductor's C++
 
 Prints one table; writes batch_prepare.json to --out (default $OUT).
 """
@@ -90,7 +91,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--target", default="embedded", help="embedded or random:<preset>")
     ap.add_argument("--drafter", default="block", help="ar or block (the batched drafter)")
-    ap.add_argument("--batch", type=int, default=16, help="max_batch (concurrency)")
+    ap.add_argument("--batch", type=int, default=None,
+                    help="max_batch (concurrency; 16, with --smoke 4)")
     ap.add_argument("--draft-len", type=int, default=15)
     ap.add_argument("--end", type=int, default=425,
                     help="contexts below this (the controller: longest prompt + max_new + 64)")
@@ -99,14 +101,15 @@ def main() -> None:
     ap.add_argument("--backend", default="eager", help="CPU only: eager or inductor")
     ap.add_argument("--device", default=None)
     ap.add_argument("--smoke", action="store_true",
-                    help="CPU: random:tiny-qwen3, AR, 4 requests, draft_len 7")
+                    help="CPU: random:tiny-qwen3, AR, draft_len 7, contexts below 100")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=os.environ.get("OUT"))
     args = ap.parse_args()
     args.device = smoke_device(args)
     if args.smoke:
-        args.target, args.drafter, args.batch, args.draft_len = "random:tiny-qwen3", "ar", 4, 7
+        args.target, args.drafter, args.draft_len = "random:tiny-qwen3", "ar", 7
         args.end, args.context = 100, 256
+    args.batch = args.batch or (4 if args.smoke else 16)
     if args.child:
         print(json.dumps(child(args)))
         return
