@@ -88,9 +88,11 @@ for f in sys.argv[1:2]:
                      f"{flat[0]:.3f}-{flat[-1]:.3f} s" if flat else "-",
                      f"{len(ties)} in {c.get('tokens', '?')} tokens (margins <= "
                      f"{max([t['margin'] for t in ties], default=0):.3f})",
-                     c.get("restarts", ""), len(c.get("faults", [])) if c else ""])
-    print_table(["side", "requests", "median a request", "range", "near-ties",
-                 "continuations", "faults"], rows, f.rsplit("/", 1)[-1])
+                     f"{c.get('restarts', '')} / {c.get('forced', '')}",
+                     len(c.get("faults", [])) if c else ""])
+    cell = "a round (one batch)" if r.get("batch") else "a request"
+    print_table(["side", "cells", f"median {cell}", "range", "near-ties",
+                 "continuations / forced", "faults"], rows, f.rsplit("/", 1)[-1])
     t = r.get("tolerance") or {}
     print(f"\npairs {e['pairs']} gain {e['gain']:+.3%} lower {e['lower_bound']:+.3%} "
           f"sigma {r['sigma']:.3%} ({r['sigma_source']}) threshold {d['threshold']:.3%} "

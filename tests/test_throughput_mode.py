@@ -65,7 +65,11 @@ def test_throughput_mode_times_batches_and_its_batched_gate_rejects_what_batchin
     assert rep.estimate.pairs == 4                          # one cell per round
     assert rep.estimate.gain > 0                            # A's 4x verify is seen
     assert rep.outputs["A"].ok and rep.outputs["A"].requests == 2 * 8
+    assert rep.outputs["A"].forced == 0                     # fp32: stock's own tokens
+    # B's shifted outputs were forced through stock (never continued, never charged)
+    assert rep.outputs["B"].forced > 0 and rep.outputs["B"].restarts == 0
     assert not rep.outputs["B"].ok and rep.faults and rep.faults[0].startswith("B ")
+    assert "stock's argmax after the same tokens" in rep.faults[0]
     assert not rep.decision.adopted
 
 

@@ -180,7 +180,8 @@ def prescreen(root: Path, cfg: Config, base: System, cand: System, requests: int
                          batch=batch)
     job, expected = controller.stock_outputs(co_stock, job, cfg, log_dir, device)
     paired, _, _, checks = controller.paired_run(co_a, base.options, co_b, cand.options, job,
-                                                 cfg, log_dir, expected=expected)
+                                                 cfg, log_dir, expected=expected,
+                                                 co_stock=co_stock)
     ratios = stats.log_ratios(*paired.flat())
     gain = float(np.expm1(np.mean(ratios)))
     return {"gain": gain, "pairs": len(ratios), "diverged": paired.diverged,

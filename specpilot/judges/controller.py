@@ -65,6 +65,7 @@ from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
 from specpilot.judges import prompts, stats
 from specpilot.judges.eta import Eta
+from specpilot.judges.forced_outputs import force_outputs
 from specpilot.judges.outputs import (Expected, OutputCheck, Tolerance, check_request,
                                       first_difference, near_tie_budget, tolerance)
 from specpilot.judges.prompts import Req
@@ -317,74 +318,96 @@ def check_outputs(workers: dict, job: Job, replies: dict, expected: dict[str, Ex
                                     for n in (1, 2))
                     same = one.tokens == two.tokens
                     return (one.tokens if same else None), min(one.seconds, two.seconds)
-                share, extra = check_request(check, expected[rid], got, rerun,
-                                             tol.epsilon, budget)
-                charges[label][rid] = (share, extra, share * len(got),
-                                       len(expected[rid].tokens))
+                charges[label][rid] = check_request(check, expected[rid], got, rerun,
+                                                    tol.epsilon, budget)
         checks[side] = check
     return checks, charges
 
 
 def _charge(times: list[list[float]], rows: list[list[Req]],
-            charges: dict[str, tuple[float, float, float, int]]) -> None:
-    """Charge each request its kept share of the timed run plus its continuations (in place);
-    `charges`: request id -> (share of the timed run kept, the continuations' seconds, the
-    timed run's tokens kept, stock's tokens).
-
-    A round timed as one batch (one cell, throughput mode) is charged at its own rate
-    instead: its time x stock's tokens over the tokens it kept, as if the continuations'
-    tokens came at the rate the batch made the kept ones. Their measured seconds are a
-    single request's, alone: on the H100 (embedded default, C = 16) a batch made 16
-    requests in about 0.15 s while one continuation took up to 0.26 s alone, so charging
-    those seconds made 80 % of stock's charged time in one verdict (12.1 s of
-    continuations over 8 rounds x 2 processes, on rounds of 0.7-1.2 s charged) and decided
-    it by which side met more near-ties (docs/results.md, 2026-12-06, session 27).
-    The continuations still run, as checks: each must equal stock's output to its next
-    near-tie."""
+            charges: dict[str, tuple[float, float]]) -> None:
+    """Charge each request its kept share of the timed run plus its continuations (in place):
+    request by request only. A round timed as one batch (throughput mode) is never charged
+    so: its time cannot be split among its requests, and a continuation run alone costs a
+    single request's seconds, not a batch's share. On the H100 (embedded default, C = 16)
+    such charges were 80 % of stock's charged time in one verdict and decided it by which
+    side met more near-ties (docs/results.md, 2026-12-06, session 27); throughput mode
+    checks its outputs by forcing instead (`_forced_check`) and keeps the batches' times."""
     for r, row in enumerate(rows):
-        got = [charges.get(req[0], (1.0, 0.0, 1.0, 1)) for req in row]
-        if len(times[r]) == 1 and len(row) > 1:
-            kept, want = sum(g[2] for g in got), sum(g[3] for g in got)
-            times[r][0] = times[r][0] * want / max(kept, 1.0)
-            continue
-        for i, (share, extra, _kept, _want) in enumerate(got):
+        if len(times[r]) != len(row):
+            raise ValueError(f"round {r}: {len(times[r])} times for {len(row)} requests: "
+                             "a batched round is checked by forcing, never charged")
+        for i, req in enumerate(row):
+            share, extra = charges.get(req[0], (1.0, 0.0))
             times[r][i] = times[r][i] * share + extra
 
 
 def paired_run(co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict, job: Job,
                cfg: Config, log_dir: Path,
                progress: Callable[[str], None] = lambda s: None,
-               expected: dict[str, Expected] | None = None
+               expected: dict[str, Expected] | None = None, co_stock: Checkout | None = None
                ) -> tuple[Paired, dict, dict, dict[str, OutputCheck]]:
     """Run the paired design; returns the times, each side's worker `ready` report
     (options in effect, tree, drafter) of its first process and, given stock's `expected`
     outputs, each side's output check (empty without). With `controller.resident` pairs
     alive at a time (fewer than P: a target of which only two copies fit in a device), the
-    pairs run the same rounds one session after another; A_i and B_i always share one."""
+    pairs run the same rounds one session after another; A_i and B_i always share one.
+    In throughput mode the outputs are checked by forcing stock (`co_stock`, the
+    references' clean checkout) through them once every session is over
+    (forced_outputs.py), and the batches keep their own times; request by request, by
+    continuations (check_outputs), each request charged its kept share (`_charge`)."""
+    forced = bool(job.batch) and expected is not None
+    if forced and co_stock is None:
+        raise ValueError("throughput mode checks its outputs by forcing stock: give co_stock")
     k = cfg.controller.resident or job.processes
     sessions = [tuple(range(i, min(i + k, job.processes))) for i in range(0, job.processes, k)]
-    parts, checks, ready = [], {}, {}
+    parts, checks, ready, replies = [], {}, {}, {}
     for n, session in enumerate(sessions):
         part = dataclasses.replace(job, session=session if len(sessions) > 1 else None)
         if len(sessions) > 1:
             progress(f"session {n + 1}/{len(sessions)}: {', '.join(part.names)}")
-        paired, checks, got = _session(co_a, opts_a, co_b, opts_b, part, cfg, log_dir,
-                                       progress, expected, checks)
+        paired, checks, got, said = _session(co_a, opts_a, co_b, opts_b, part, cfg, log_dir,
+                                             progress, None if forced else expected, checks)
         parts.append(paired)
         ready.update(got)
+        replies.update(said)
     paired = parts[0] if len(parts) == 1 else Paired(
         times={label: rows for p in parts for label, rows in p.times.items()},
         placement=[" | ".join(p.placement[m] for p in parts) for m in range(job.rounds)],
         diverged=any(p.diverged for p in parts), hardware=parts[0].hardware,
         round_wall_s=[sum(p.round_wall_s[m] for p in parts) for m in range(job.rounds)])
+    if forced:
+        checks = _forced_check(co_stock, job, replies, expected, cfg, log_dir, progress)
     if checks and checks["B"].near_ties:
         paired.diverged = True
     return paired, ready["A0"], ready["B0"], checks
 
 
+def _forced_check(co_stock: Checkout, job: Job, replies: dict, expected: dict[str, Expected],
+                  cfg: Config, log_dir: Path, progress) -> dict[str, OutputCheck]:
+    """Throughput mode: every side's timed outputs checked by a worker of stock forced
+    through them (forced_outputs.py), started after the candidates' workers stopped."""
+    progress("outputs against stock, forced through each that parts from its reference")
+    tol = near_tie(expected, cfg)
+    budget = near_tie_budget(job.processes * sum(len(e.tokens) for e in expected.values()),
+                             tol.rate)
+    names = [label for label in labels(job.processes) if label in replies]
+    stock = Worker("stock-check", co_stock, cfg.system_paths, job.model, {},
+                   job.devices[0], log_dir / "stock-check.log", None, job.max_context,
+                   cfg.judges.confine)
+    try:
+        stock.start()
+        return force_outputs(stock, names, replies, expected, tol, budget, cfg.gates.chunk,
+                             progress=progress)
+    finally:
+        stock.stop()
+
+
 def _session(co_a, opts_a, co_b, opts_b, job: Job, cfg: Config, log_dir: Path, progress,
-             expected, checks) -> tuple[Paired, dict[str, OutputCheck], dict[str, dict]]:
-    """One session's workers: started, measured, their outputs checked, stopped."""
+             expected, checks) -> tuple[Paired, dict[str, OutputCheck], dict[str, dict],
+                                        dict[str, dict[str, list[int]]]]:
+    """One session's workers: started, measured, their outputs checked (given `expected`),
+    stopped. Returns the times, the checks, each worker's ready report and its replies."""
     workers: dict[str, Worker] = {}
     try:
         spawn_workers(workers, co_a, opts_a, co_b, opts_b, job, cfg, log_dir)
@@ -396,7 +419,7 @@ def _session(co_a, opts_a, co_b, opts_b, job: Job, cfg: Config, log_dir: Path, p
             rows = job.round_requests[job.warmup_rounds:]
             for label, times in paired.times.items():
                 _charge(times, rows, charges[label])
-        return paired, checks, {label: w.ready for label, w in workers.items()}
+        return paired, checks, {label: w.ready for label, w in workers.items()}, replies
     finally:
         for w in workers.values():
             w.stop()
@@ -626,7 +649,7 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
     progress("stock's reference outputs")
     job, expected = stock_outputs(co_stock, job, cfg, log_dir, devices[0], progress)
     paired, ready_a, ready_b, checks = paired_run(co_a, opts_a, co_b, opts_b, job, cfg,
-                                                  log_dir, progress, expected)
+                                                  log_dir, progress, expected, co_stock)
     eff_a, eff_b = ready_a["options"], ready_b["options"]
     faults = [f for c in checks.values() for f in c.faults]
     est, decision = stats.judge(paired.times, paired.diverged, cc, family, sigma_floor=sigma)

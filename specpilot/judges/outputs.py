@@ -25,6 +25,16 @@ honest rewrite of a kernel moves them by as much; `noise_factor` times the large
 move, and that factor times the share of positions whose argmax it flipped, widen epsilon
 and the rate. Stock's reference worker measures it from a clean checkout before any
 candidate runs: no candidate can widen it.
+
+Throughput mode (a round is one batch, timed as a whole) checks by forcing instead
+(`check_forced`): a batch's time cannot be split among its requests, and a continuation
+run alone costs a single request's time, not a batch's share (on the H100 such charges were
+80 % of one verdict's charged time). Stock, in a worker of its own, is forced through each
+output that parts from its reference, at the output's own prefix: every token must be
+stock's argmax there, or differ where stock's margin is a near-tie (within the same budget),
+and an output that ends early must end on a stop token. Every token of the timed output is
+then one stock would have given from its prefix (up to near-ties), so the batch is charged
+its own time and nothing else; serving garbage after a near-tie is a fault.
 """
 
 from __future__ import annotations
@@ -92,6 +102,7 @@ class OutputCheck(BaseModel):
     tokens: int = 0                  # reference tokens covered
     near_ties: list[NearTie] = []
     restarts: int = 0                # continuations generated past a tolerated near-tie
+    forced: int = 0                  # outputs checked by forcing stock through them
     continuation_s: dict[str, float] = {}   # per request: the continuations' time
     faults: list[str] = []           # one line each; any fault rejects the side
 
@@ -166,6 +177,55 @@ def check_request(check: OutputCheck, exp: Expected, got: list[int],
             check.faults.append(f"{check.side} {rid}: two runs of its continuation from token "
                                 f"{start} gave different tokens")
             return share, extra
+
+
+def check_forced(check: OutputCheck, exp: Expected, got: list[int], argmax: list[int] | None,
+                 margin: list[float] | None, epsilon: float, budget: int,
+                 stop_ids: set[int] | frozenset[int]) -> None:
+    """Judge one timed output `got` by stock forced through it (throughput mode): `argmax`
+    and `margin` are stock's choice and top-1 minus top-2 logit at each of got's positions,
+    given the prompt and got's tokens before it (None where got is stock's reference
+    output itself: nothing to force). Updates `check`: a token other than stock's argmax is
+    a near-tie where stock's margin there is at most `epsilon` (while fewer than `budget`
+    were met in the comparison), else a fault; so is an output longer than asked, or one
+    that ends early on anything but a stop token."""
+    check.requests += 1
+    check.tokens += len(exp.tokens)
+    rid = exp.request_id
+    if argmax is None:
+        if got != exp.tokens:
+            raise ValueError(f"{rid}: an output that parts from the reference needs forcing")
+        return
+    if len(argmax) != len(got) or len(margin or []) != len(got):
+        check.faults.append(f"{check.side} {rid}: stock's forced pass covered "
+                            f"{len(argmax)} of {len(got)} tokens")
+        return
+    check.forced += 1
+    if len(got) > exp.max_new:
+        check.faults.append(f"{check.side} {rid}: {len(got)} tokens, {exp.max_new} asked")
+        return
+    if len(got) < exp.max_new and (not got or got[-1] not in stop_ids):
+        check.faults.append(f"{check.side} {rid}: stops after {len(got)} tokens without a "
+                            f"stop token ({exp.max_new} asked)")
+        return
+    early = next((i for i, t in enumerate(got[:-1]) if t in stop_ids), None)
+    if early is not None:
+        check.faults.append(f"{check.side} {rid}: goes on past the stop token at {early}")
+        return
+    for at, (mine, theirs, m) in enumerate(zip(got, argmax, margin)):
+        if mine == theirs:
+            continue
+        if m > epsilon:
+            check.faults.append(f"{check.side} {rid}: token {at} is {mine}, stock's argmax "
+                                f"after the same tokens is {theirs} with margin {m:.3f} > "
+                                f"near-tie {epsilon:g}")
+            return
+        if len(check.near_ties) >= budget:
+            check.faults.append(f"{check.side} {rid}: near-tie divergence at token {at} beyond "
+                                f"the {budget} tolerated in one comparison")
+            return
+        check.near_ties.append(NearTie(request_id=rid, position=at, got=mine,
+                                       expected=theirs, margin=m))
 
 
 def near_tie_budget(tokens: int, rate: float) -> int:

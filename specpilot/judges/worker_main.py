@@ -365,7 +365,8 @@ class Server:
                 "stock_file": self.stock_file, "hardware": self.hardware,
                 "torch": torch.__version__, "pid": os.getpid(),
                 "dtype": str(self.engine.model.dtype).removeprefix("torch."),
-                "drafter": type(self.drafter).__name__ if self.drafter is not None else None}
+                "drafter": type(self.drafter).__name__ if self.drafter is not None else None,
+                "stop_ids": sorted(int(t) for t in self.engine.stop_ids)}
 
     def force(self, msg: dict) -> dict:
         fr = self.engine.force(list(msg["ids"]), list(msg["forced"]), chunk=msg.get("chunk"),
