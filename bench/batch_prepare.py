@@ -10,7 +10,12 @@ bucket pair; with dynamic ones (stock.compiled.requests_dynamic, DYNAMIC_SIZES) 
 tokens regime. Each configuration runs in a fresh process with an empty inductor cache
 (TORCHINDUCTOR_CACHE_DIR in a temporary folder), so neither reads the other's code. Per
 configuration: slots made, FX graphs compiled, seconds in the compiler
-(stock.compiled.compile_seconds) and seconds for the whole preparation.
+(stock.compiled.compile_seconds) and seconds for the whole preparation; with `--serve N`
+also the prepared engine's throughput: N requests submitted at once (the dev requests,
+chat-templated, on the embedded default; random prompts of 40 tokens on random weights),
+once untimed, then --repeats timed runs, the median tokens/s and its spread, and every
+configuration's outputs against the first's (dynamic sizes must not change a token in
+fp32; in bf16 the count of outputs that differ is printed, not hidden).
 
 On the CPU (`--smoke`, or --device cpu) there are no CUDA graphs: the static path's slots are
 made and each is computed once eagerly through the compiled regions (dynamo's "eager"
@@ -18,6 +23,8 @@ backend by default, `--backend inductor` for inductor's C++ code), which is what
 
     python3 bench/batch_prepare.py --target embedded --drafter block --batch 16 --draft-len 15
         # GPU: the throughput verdict's preparation (controller.prepare), per worker
+    python3 bench/batch_prepare.py --target embedded --drafter block --serve 32
+        # GPU: and the prepared engine's tokens/s at C = 16, static against dynamic sizes
     python3 bench/batch_prepare.py --smoke          # CPU: random:tiny-qwen3, AR, eager backend
     python3 bench/batch_prepare.py --smoke --batch 8 --backend inductor   # inductor's C++
 
@@ -57,12 +64,12 @@ def child(args) -> dict:
 
         dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
         model = Transformer.random(PRESETS[args.target[7:]], dev, dtype, seed=0)
-        engine = Engine(model, opts, args.context)
+        engine, tok = Engine(model, opts, args.context), None
     else:
         from stock.system import load_system
 
-        engine = load_system(args.target, opts, device=args.device,
-                             max_context=args.context).engine
+        system = load_system(args.target, opts, device=args.device, max_context=args.context)
+        engine, tok = system.engine, system.tokenizer
     if dev.type != "cuda":   # the static path computed eagerly through the compiled regions
         C.BACKEND = args.backend
         batch_mod.compile_enabled = lambda options, device: True
@@ -82,9 +89,45 @@ def child(args) -> dict:
             runner._scratch(s)
             runner._compute(s)
     seconds = time.perf_counter() - t0
-    return {"config": args.child, "slots": slots, "graphs": C.graphs_compiled(),
-            "compile_s": round(C.compile_seconds(), 2), "prepare_s": round(seconds, 2),
-            "fallbacks": len(C.fallbacks())}
+    out = {"config": args.child, "slots": slots, "graphs": C.graphs_compiled(),
+           "compile_s": round(C.compile_seconds(), 2), "prepare_s": round(seconds, 2),
+           "fallbacks": len(C.fallbacks())}
+    if args.serve:
+        out.update(serve(be, engine, tok, args))
+    return out
+
+
+def serve(be, engine, tok, args) -> dict:
+    """`args.serve` requests through the prepared engine: once untimed, then timed."""
+    import statistics
+
+    import torch
+
+    if tok is None:
+        gen = torch.Generator().manual_seed(1)
+        vocab = engine.model.cfg.vocab_size
+        reqs = [(torch.randint(1, vocab, (40,), generator=gen).tolist(), args.max_new)
+                for _ in range(args.serve)]
+    else:
+        from specpilot.requests import load_dev, select
+
+        dev = select(load_dev(), None, None)
+        reqs = [(tok.chat(r.prompt), args.max_new) for r in dev]
+        reqs = [reqs[i % len(reqs)] for i in range(args.serve)]
+
+    def once() -> tuple[float, list[list[int]]]:
+        t0 = time.perf_counter()
+        subs = [be.submit(p, m) for p, m in reqs]
+        be.run()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        return time.perf_counter() - t0, [r.tokens for r in subs]
+
+    once()
+    runs = [once() for _ in range(args.repeats)]
+    rates = sorted(sum(len(t) for t in toks) / wall for wall, toks in runs)
+    return {"tok_s": statistics.median(rates), "tok_s_min": rates[0], "tok_s_max": rates[-1],
+            "outputs": runs[0][1]}
 
 
 def main() -> None:
@@ -98,6 +141,10 @@ def main() -> None:
                     help="contexts below this (the controller: longest prompt + max_new + 64)")
     ap.add_argument("--context", type=int, default=1024, help="the engine's max context")
     ap.add_argument("--configs", default="static,dynamic")
+    ap.add_argument("--serve", type=int, default=0,
+                    help="then serve this many requests at once: tokens/s (0: none)")
+    ap.add_argument("--max-new", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--backend", default="eager", help="CPU only: eager or inductor")
     ap.add_argument("--device", default=None)
     ap.add_argument("--smoke", action="store_true",
@@ -109,6 +156,7 @@ def main() -> None:
     if args.smoke:
         args.target, args.drafter, args.draft_len = "random:tiny-qwen3", "ar", 7
         args.end, args.context = 100, 256
+        args.serve, args.max_new, args.repeats = args.serve or 8, 16, 2
     args.batch = args.batch or (4 if args.smoke else 16)
     if args.child:
         print(json.dumps(child(args)))
@@ -120,7 +168,9 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--child", config, "--target", args.target,
                    "--drafter", args.drafter, "--batch", str(args.batch), "--draft-len",
                    str(args.draft_len), "--end", str(args.end), "--context", str(args.context),
-                   "--backend", args.backend, "--device", args.device]
+                   "--backend", args.backend, "--device", args.device, "--serve",
+                   str(args.serve), "--max-new", str(args.max_new), "--repeats",
+                   str(args.repeats)]
             log(f"{config}: {args.target}, {args.drafter}, max_batch {args.batch}, "
                 f"draft_len {args.draft_len}, contexts below {args.end}")
             out = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True)
@@ -134,10 +184,18 @@ def main() -> None:
         rows.append([config, r["slots"], r["graphs"], f"{r['compile_s']:.1f}",
                      f"{r['prepare_s']:.1f}", r["fallbacks"]])
     base = res[0]["prepare_s"]
+    cols = ["sizes", "slots", "graphs compiled", "compile s", "prepare s", "fallbacks",
+            f"{res[0]['config']} / this"]
     for row, r in zip(rows, res):
         row.append(f"{base / r['prepare_s']:.2f}" if r["prepare_s"] else "")
-    print_table(["sizes", "slots", "graphs compiled", "compile s", "prepare s", "fallbacks",
-                 f"{res[0]['config']} / this"], rows,
+        if args.serve:
+            same = sum(a == b for a, b in zip(r["outputs"], res[0]["outputs"]))
+            row += [f"{r['tok_s']:.0f} ({r['tok_s_min']:.0f}-{r['tok_s_max']:.0f})",
+                    f"{r['tok_s'] / res[0]['tok_s']:.3f}", f"{same}/{len(r['outputs'])}"]
+    if args.serve:
+        cols += ["tok/s, median (min-max)", f"x {res[0]['config']}",
+                 f"outputs = {res[0]['config']}'s"]
+    print_table(cols, rows,
                 f"BatchEngine.prepare on {args.device} ({args.target}, {args.drafter}, max_batch "
                 f"{args.batch}, draft_len {args.draft_len}, backend "
                 f"{'inductor' if args.device.startswith('cuda') else args.backend})")
