@@ -226,3 +226,36 @@ def test_a_forward_whose_states_were_not_committed_stops_the_next_one(tiny):
         with pytest.raises(StateError, match="staged but not committed") as err:
             be._forward(seqs, rows, starts)
     assert "\n" not in str(err.value)
+
+
+def test_the_hybrid_batched_step_compiles_once_for_every_requests_bucket(monkeypatch):
+    """The GDN layers' regions take the batched step's requests and tokens buckets as
+    dynamic sizes too (stock/compiled.py, requests_dynamic; their recurrence's outputs and
+    gates marked between the regions): every slot of 8 requests and 8 tokens compiles a
+    fifth of the graphs static sizes compile, with the same packed outputs."""
+    import stock.batch as batch_mod
+    from stock import compiled as C
+
+    model = Transformer.random(TINY, seed=4, std=0.08)
+    monkeypatch.setattr(C, "BACKEND", "eager")
+    monkeypatch.setattr(batch_mod, "compile_enabled", lambda options, device: True)
+    counts, packed = {}, {}
+    try:
+        for dyn in (False, True):
+            C.reset()
+            monkeypatch.setattr(C, "DYNAMIC_SIZES", dyn)
+            with one_thread():
+                be = BatchEngine(model, Options({"draft_len": 7}), max_batch=8,
+                                 max_context=128, static=True, capture=False)
+                be.prepare(40)
+                runner, outs = be.runner, []
+                for s in runner.slots.values():
+                    runner._scratch(s)
+                    outs.append(runner._compute(s)[0].clone())
+                    runner.cache.discard_staged()   # the spare row's staging: never committed
+            counts[dyn], packed[dyn] = C.graphs_compiled(), outs
+            assert not C.fallbacks()
+    finally:
+        C.reset()
+    assert counts[True] * 4 < counts[False], counts
+    assert all(torch.equal(a, b) for a, b in zip(packed[False], packed[True]))
