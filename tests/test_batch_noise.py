@@ -77,6 +77,31 @@ def test_a_parting_folds_the_references_margin_there_into_its_noise(real):
     assert fold_batch_noise(bare, got) == 0 and bare["r1"].noise == []
 
 
+def test_every_parting_stock_forced_through_its_batched_output_shows_folds(real):
+    """With stock forced through its own parted batched output (what the throughput check
+    does to every side's), each position where that output is not stock's argmax after its
+    own prefix folds, not only the first: the check will count every one of them on each
+    side, so the tolerated rate must come from the same count on stock's own batching."""
+    expected, outputs = real
+    exp = {rid: e.model_copy(deep=True) for rid, e in expected.items()}
+    ref = outputs["r1"]
+    got = dict(outputs, r1=ref[:2] + [(ref[2] + 1) % 512] + ref[3:])
+    argmax = list(got["r1"])
+    argmax[2], argmax[6], argmax[9] = ref[2], (got["r1"][6] + 1) % 512, (got["r1"][9] + 1) % 512
+    margin = [1.0] * len(argmax)
+    margin[6], margin[9] = 0.3, 0.1
+    before = list(exp["r1"].noise)
+    assert fold_batch_noise(exp, got, {"r1": (argmax, margin)}) == 1
+    assert exp["r1"].noise_flips == [2, 6, 9]
+    assert exp["r1"].noise[6] == max(before[6], 0.3) and exp["r1"].noise[9] == max(before[9], 0.1)
+    assert exp["r1"].noise[2] >= exp["r1"].margins[2]
+    first_only = {rid: e.model_copy(deep=True) for rid, e in expected.items()}
+    fold_batch_noise(first_only, got)
+    assert first_only["r1"].noise_flips == [2]
+    wide, narrow = (tolerance(e.values(), EPS, RATE, FACTOR) for e in (exp, first_only))
+    assert wide.rate == pytest.approx(3 * narrow.rate)   # three flips counted, not one
+
+
 def _ref(rid: str, margins: list[float]) -> Expected:
     n = len(margins)
     return Expected(request_id=rid, prompt_ids=[1, 2], max_new=n, tokens=list(range(10, 10 + n)),

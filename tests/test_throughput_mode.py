@@ -69,7 +69,10 @@ def test_throughput_mode_times_batches_and_its_batched_gate_rejects_what_batchin
     # B's shifted outputs were forced through stock (never continued, never charged)
     assert rep.outputs["B"].forced > 0 and rep.outputs["B"].restarts == 0
     assert not rep.outputs["B"].ok and rep.faults and rep.faults[0].startswith("B ")
-    assert "stock's argmax after the same tokens" in rep.faults[0]
+    # a shifted token where stock was sure, or (the random target's margins are small, the
+    # prompts fresh each run) one near-tie past the comparison's budget
+    assert all("stock's argmax after the same tokens" in f or "beyond the" in f
+               for f in rep.faults), rep.faults
     assert not rep.decision.adopted
 
 
@@ -99,8 +102,9 @@ def test_throughput_mode_folds_stocks_own_batching_into_the_near_tie(project, mo
             fields["noise"] = True   # the shape-noise pass, as bf16 runs it
         return real_call(self, cmd, request_id, **fields)
 
-    def fold(expected, outputs):
-        folds.append((set(expected), dict(outputs), real_fold(expected, outputs)))
+    def fold(expected, outputs, forced=None):
+        folds.append((set(expected), dict(outputs), real_fold(expected, outputs, forced),
+                      forced))
         return folds[-1][2]
 
     monkeypatch.setattr(Worker, "call", call)
@@ -108,8 +112,9 @@ def test_throughput_mode_folds_stocks_own_batching_into_the_near_tie(project, mo
     rep = compare(project, "stock", "stock", model=MODEL, max_new=8, rounds=4, requests=2,
                   batch=2, sigma=0.05)
     assert len(folds) == 1
-    expected, outputs, parted = folds[0]
+    expected, outputs, parted, forced = folds[0]
     assert expected == set(outputs) == set(rep.requests) and len(outputs) == 4 * 2
     assert all(len(toks) == 8 for toks in outputs.values()) and parted == 0
+    assert forced == {}   # nothing parted, so stock was forced through none of them
     assert rep.tolerance is not None and not rep.tolerance.widened
     assert rep.outputs["A"].ok and rep.outputs["B"].ok
