@@ -65,7 +65,7 @@ from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
 from specpilot.judges import prompts, stats
 from specpilot.judges.eta import Eta
-from specpilot.judges.forced_outputs import force_outputs
+from specpilot.judges.forced_outputs import force_outputs, parted
 from specpilot.judges.outputs import (Expected, OutputCheck, Tolerance, check_request,
                                       first_difference, near_tie_budget, tolerance)
 from specpilot.judges.prompts import Req
@@ -286,7 +286,7 @@ def fold_batch_noise(expected: dict[str, Expected], outputs: dict[str, list[int]
     188 of stock's 256 batched outputs parted somewhere in 128 tokens, about 1 % of tokens
     if flips are independent, while first partings alone are under 0.7 %. Returns how many
     outputs parted."""
-    parted = 0
+    n_parted = 0
     for rid, got in outputs.items():
         exp = expected.get(rid)
         if exp is None or not exp.noise:
@@ -294,7 +294,7 @@ def fold_batch_noise(expected: dict[str, Expected], outputs: dict[str, list[int]
         at = first_difference(got, exp.tokens)
         if at is None:
             continue
-        parted += 1
+        n_parted += 1
         moves = {at: exp.margins[at]} if at < len(exp.margins) else {}
         argmax, margin = (forced or {}).get(rid, ([], []))
         for j, (mine, theirs, m) in enumerate(zip(got, argmax, margin)):
@@ -304,7 +304,7 @@ def fold_batch_noise(expected: dict[str, Expected], outputs: dict[str, list[int]
             if j < len(exp.noise):   # past the reference's end: no margin to fold
                 exp.noise[j] = max(exp.noise[j], m)
                 exp.noise_flips = sorted({*exp.noise_flips, j})
-    return parted
+    return n_parted
 
 
 def near_tie(expected: dict[str, Expected], cfg: Config) -> Tolerance:
@@ -415,6 +415,8 @@ def _forced_check(co_stock: Checkout, job: Job, replies: dict, expected: dict[st
     budget = near_tie_budget(job.processes * sum(len(e.tokens) for e in expected.values()),
                              tol.rate)
     names = [label for label in labels(job.processes) if label in replies]
+    if not parted(names, replies, expected):   # every output is stock's own: nothing to force
+        return force_outputs(None, names, replies, expected, tol, budget, cfg.gates.chunk)
     stock = Worker("stock-check", co_stock, cfg.system_paths, job.model, {},
                    job.devices[0], log_dir / "stock-check.log", None, job.max_context,
                    cfg.judges.confine)

@@ -16,6 +16,13 @@ from specpilot.judges.eta import Eta
 from specpilot.judges.outputs import Expected, OutputCheck, Tolerance, check_forced
 
 
+def parted(names: list[str], replies: dict[str, dict[str, list[int]]],
+           expected: dict[str, Expected]) -> int:
+    """How many of the labels' replies part from their references."""
+    return sum(1 for label in names for rid, got in replies[label].items()
+               if got != expected[rid].tokens)
+
+
 def force_outputs(stock, names: list[str], replies: dict[str, dict[str, list[int]]],
                   expected: dict[str, Expected], tol: Tolerance, budget: int,
                   chunk: int | None, checks: dict[str, OutputCheck] | None = None,
@@ -23,12 +30,13 @@ def force_outputs(stock, names: list[str], replies: dict[str, dict[str, list[int
     """Each side's check (one per side, continuing `checks` of an earlier session of the
     run) of `replies` (label -> request id -> tokens) against `expected`; `stock`: a
     started worker of stock (anything with `call` and a `ready` dict naming its
-    `stop_ids`)."""
-    stop_ids = frozenset(int(t) for t in stock.ready.get("stop_ids") or ())
+    `stop_ids`), or None where no output parts from its reference (`parted`)."""
     checks = dict(checks or {})
-    parted = sum(1 for label in names for rid, got in replies[label].items()
-                 if got != expected[rid].tokens)
-    eta = Eta("stock forced through an output", parted, progress) if parted else None
+    n = parted(names, replies, expected)
+    if n and stock is None:
+        raise ValueError(f"{n} outputs part from their references: forcing needs stock")
+    stop_ids = frozenset(int(t) for t in stock.ready.get("stop_ids") or ()) if n else frozenset()
+    eta = Eta("stock forced through an output", n, progress) if n else None
     for side in ("A", "B"):
         check = checks.get(side) or OutputCheck(side=side)
         for label in (lab for lab in names if lab.startswith(side)):
