@@ -126,6 +126,8 @@ def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, reques
                    f"{'  (outputs diverge: raised bar)' if dec.diverged else ''}")
         for side, chk in rep.outputs.items():
             ties = f", {len(chk.near_ties)} near-tie(s) tolerated" if chk.near_ties else ""
+            if chk.forced:   # throughput mode: stock forced through the outputs that parted
+                ties += f", {chk.forced} checked by forcing stock through them"
             state = "match stock's" if chk.ok else f"FAULT: {chk.faults[0]}"
             click.echo(f"outputs {side}          {state} ({chk.requests} requests, "
                        f"{chk.tokens} tokens{ties})")
