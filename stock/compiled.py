@@ -25,7 +25,9 @@ GraphRunner captures its own CUDA graphs, and its warm-up forwards, which run be
 capture, are where compilation happens). A layer's modules and K/V buffers are arguments,
 never looked up by layer index, so one compiled graph per region and T serves every layer
 (`graphs_compiled()` counts them: 4 per T; tests check that it does not grow with the layer
-count).
+count). A batched step (`rows`: stock/batch_graphs.py, and the batched block drafter's
+regions) marks its requests and tokens dimensions dynamic (`requests_dynamic`), so one
+graph per region serves every (requests, tokens) bucket pair of two or more.
 GEMMs stay cuBLAS (inductor's default for mm). Where a layer's q/k/v (gate/up) weights are
 views of one matrix (option `fuse_projections`, stock/fused.py), the region is handed that
 matrix and runs one GEMM for the group, then splits its output; where a patch installed a
