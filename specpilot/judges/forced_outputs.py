@@ -36,19 +36,21 @@ def force_outputs(stock, names: list[str], replies: dict[str, dict[str, list[int
     if n and stock is None:
         raise ValueError(f"{n} outputs part from their references: forcing needs stock")
     stop_ids = frozenset(int(t) for t in stock.ready.get("stop_ids") or ()) if n else frozenset()
-    eta = Eta("stock forced through an output", n, progress) if n else None
+    forcible = sum(1 for label in names for rid, got in replies[label].items()
+                   if got != expected[rid].tokens and 0 < len(got) <= expected[rid].max_new)
+    eta = Eta("stock forced through an output", forcible, progress) if forcible else None
     for side in ("A", "B"):
         check = checks.get(side) or OutputCheck(side=side)
         for label in (lab for lab in names if lab.startswith(side)):
             for rid, got in replies[label].items():
                 exp = expected[rid]
                 argmax = margin = None
-                if got != exp.tokens and got:
+                if got != exp.tokens and got and len(got) <= exp.max_new:
                     rep = stock.call("force", f"force-{label}-{rid}", ids=exp.prompt_ids,
                                      forced=got, chunk=chunk)
                     argmax, margin = rep["argmax"], rep["margin"]
                     eta.done()
-                elif got != exp.tokens:   # nothing to force: no tokens at all
+                elif got != exp.tokens:   # none, or more than asked: a fault unforced
                     argmax, margin = [], []
                 check_forced(check, exp, got, argmax, margin, tol.epsilon, budget, stop_ids)
         checks[side] = check

@@ -197,13 +197,13 @@ def check_forced(check: OutputCheck, exp: Expected, got: list[int], argmax: list
         if got != exp.tokens:
             raise ValueError(f"{rid}: an output that parts from the reference needs forcing")
         return
+    check.forced += 1
+    if len(got) > exp.max_new:   # (not forced: it could pass the context)
+        check.faults.append(f"{check.side} {rid}: {len(got)} tokens, {exp.max_new} asked")
+        return
     if len(argmax) != len(got) or len(margin or []) != len(got):
         check.faults.append(f"{check.side} {rid}: stock's forced pass covered "
                             f"{len(argmax)} of {len(got)} tokens")
-        return
-    check.forced += 1
-    if len(got) > exp.max_new:
-        check.faults.append(f"{check.side} {rid}: {len(got)} tokens, {exp.max_new} asked")
         return
     cut = exp.stop_reason == "context"   # stock itself was cut by the context: no stop owed
     if len(got) < exp.max_new and (not got or got[-1] not in stop_ids) and not cut:
