@@ -151,8 +151,13 @@ def test_analyze_reports_three_factors_and_the_largest(smol, tmp_path):
                   requests=select(load_dev(), ["code"], 1))
     assert set(rep.factors) == {"tau", "kernel", "overhead"}
     assert rep.suggested == max(rep.factors, key=rep.factors.get)
-    assert rep.factors["kernel"] > 1.0  # fp32 on a CPU is far from its own ceilings
     rows = {r.category: r for r in rep.categories}
+    # the kernel factor is the kernels' profiled time over their bounds (its size is a
+    # timing: 0.72 to above 1 on this 2-core CPU depending on what ran beside the ceilings'
+    # measurement, so no test asserts it)
+    kern = [r for r in rep.categories if r.category in costmodel.KERNELS and r.bound_ms]
+    assert rep.factors["kernel"] == pytest.approx(
+        sum(r.measured_ms for r in kern) / sum(r.bound_ms for r in kern), rel=1e-3)
     assert rows["gemm"].bound_ms > 0 and rows["gemm"].measured_ms > 0
     assert rep.steps > 0 and rep.tau_best_budget in (costmodel.CHAIN, *costmodel.TREE_BUDGETS)
     # with the n-gram drafter: τ exact, from decodes simulated on teacher-forced lattices
