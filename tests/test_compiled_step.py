@@ -346,7 +346,7 @@ def test_compile_seconds_count_the_backends_time(monkeypatch):
         C._counting("eager")(torch.fx.symbolic_trace(torch.nn.ReLU()), [])
         assert C.compile_seconds() == 0.0
         C._counting("inductor")(torch.fx.symbolic_trace(torch.nn.ReLU()), [])
-        assert 0.05 <= C.compile_seconds() < 5 and C.graphs_compiled() == 2
+        assert C.compile_seconds() >= 0.05 and C.graphs_compiled() == 2
     finally:
         C.reset()
     assert C.compile_seconds() == 0.0
