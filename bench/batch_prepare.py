@@ -11,8 +11,9 @@ tokens regime. Each configuration runs in a fresh process with an empty inductor
 (TORCHINDUCTOR_CACHE_DIR in a temporary folder), so neither reads the other's code. Per
 configuration: slots made, FX graphs compiled, seconds in the compiler
 (stock.compiled.compile_seconds) and seconds for the whole preparation; with `--serve N`
-also the prepared engine's throughput: N requests submitted at once (the dev requests,
-chat-templated, on the embedded default; random prompts of 40 tokens on random weights),
+also the prepared engine's throughput: N requests submitted at once (as
+bench/batch_throughput.py loads and runs them: the dev requests, chat-templated, on the
+embedded default; random prompts of 40 tokens on random weights),
 once untimed, then --repeats timed runs, the median tokens/s and its spread, and every
 configuration's outputs against the first's (dynamic sizes must not change a token in
 fp32; in bf16 the count of outputs that differ is printed, not hidden).
@@ -47,87 +48,62 @@ from common import ROOT, log, print_table, smoke_device, write_json
 
 def child(args) -> dict:
     """One configuration in this process: the engine built, prepared, counted."""
+    from types import SimpleNamespace
+
     import torch
 
     import stock.batch as batch_mod
+    from batch_throughput import load
     from stock import compiled as C
     from stock.engine import Engine
     from stock.options import Options
     from stock.system import batch_engine
 
     C.DYNAMIC_SIZES = args.child == "dynamic"
-    dev = torch.device(args.device)
+    cuda = torch.device(args.device).type == "cuda"
     opts = Options({"draft_len": args.draft_len})
-    if args.target.startswith("random:"):
-        from stock.config import PRESETS
-        from stock.model import Transformer
-
-        dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
-        model = Transformer.random(PRESETS[args.target[7:]], dev, dtype, seed=0)
-        engine, tok = Engine(model, opts, args.context), None
-    else:
-        from stock.system import load_system
-
-        system = load_system(args.target, opts, device=args.device, max_context=args.context)
-        engine, tok = system.engine, system.tokenizer
-    if dev.type != "cuda":   # the static path computed eagerly through the compiled regions
+    # the target and its requests as batch_throughput.py loads them (random prompts of 40
+    # tokens on random weights; the dev requests, chat-templated, on the embedded default)
+    model, reqs, stops = load(SimpleNamespace(target=args.target, device=args.device, waves=1,
+                                              conc=[max(1, args.serve)], prompt=40,
+                                              max_new=args.max_new))
+    engine = Engine(model, opts, args.context, set(stops))
+    if not cuda:   # the static path computed eagerly through the compiled regions
         C.BACKEND = args.backend
         batch_mod.compile_enabled = lambda options, device: True
         torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
     t0 = time.perf_counter()
-    if dev.type == "cuda":
+    if cuda:
         be = batch_engine(engine, None if args.drafter == "ar" else args.drafter, args.batch)
         slots = be.prepare(args.end)
     else:
         if args.drafter != "ar":
             raise SystemExit("on the CPU only --drafter ar (the verification step's slots)")
-        be = batch_mod.BatchEngine(engine.model, opts, max_batch=args.batch,
-                                   max_context=args.context, static=True, capture=False)
+        be = batch_mod.BatchEngine(model, opts, max_batch=args.batch, max_context=args.context,
+                                   static=True, capture=False)
         slots = be.prepare(args.end)
-        runner = be.runner
-        for s in runner.slots.values():
-            runner._scratch(s)
-            runner._compute(s)
+        be.runner.compute_all()
     seconds = time.perf_counter() - t0
     out = {"config": args.child, "slots": slots, "graphs": C.graphs_compiled(),
            "compile_s": round(C.compile_seconds(), 2), "prepare_s": round(seconds, 2),
            "fallbacks": len(C.fallbacks())}
     if args.serve:
-        out.update(serve(be, engine, tok, args))
+        out.update(serve(be, reqs[:args.serve], args.repeats))
     return out
 
 
-def serve(be, engine, tok, args) -> dict:
-    """`args.serve` requests through the prepared engine: once untimed, then timed."""
+def serve(be, reqs, repeats: int) -> dict:
+    """The requests through the prepared engine (batch_throughput.run: all submitted at
+    once): once untimed, then `repeats` times timed."""
     import statistics
 
-    import torch
+    from batch_throughput import run
 
-    if tok is None:
-        gen = torch.Generator().manual_seed(1)
-        vocab = engine.model.cfg.vocab_size
-        reqs = [(torch.randint(1, vocab, (40,), generator=gen).tolist(), args.max_new)
-                for _ in range(args.serve)]
-    else:
-        from specpilot.requests import load_dev, select
-
-        dev = select(load_dev(), None, None)
-        reqs = [(tok.chat(r.prompt), args.max_new) for r in dev]
-        reqs = [reqs[i % len(reqs)] for i in range(args.serve)]
-
-    def once() -> tuple[float, list[list[int]]]:
-        t0 = time.perf_counter()
-        subs = [be.submit(p, m) for p, m in reqs]
-        be.run()
-        if torch.cuda.is_available():
-            torch.cuda.synchronize()
-        return time.perf_counter() - t0, [r.tokens for r in subs]
-
-    once()
-    runs = [once() for _ in range(args.repeats)]
-    rates = sorted(sum(len(t) for t in toks) / wall for wall, toks in runs)
+    run(be, reqs)
+    runs = [run(be, reqs) for _ in range(repeats)]
+    rates = sorted(r["tok_s"] for r in runs)
     return {"tok_s": statistics.median(rates), "tok_s_min": rates[0], "tok_s_max": rates[-1],
-            "outputs": runs[0][1]}
+            "outputs": runs[0]["outputs"]}
 
 
 def main() -> None:
