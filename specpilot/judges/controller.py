@@ -65,7 +65,7 @@ from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
 from specpilot.judges import prompts, stats
 from specpilot.judges.eta import Eta
-from specpilot.judges.forced_outputs import force_outputs, parted
+from specpilot.judges.forced_outputs import force_outputs, forced_pass, forcible, to_force
 from specpilot.judges.outputs import (Expected, OutputCheck, Tolerance, check_request,
                                       first_difference, near_tie_budget, tolerance)
 from specpilot.judges.prompts import Req
@@ -253,10 +253,8 @@ def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path, devi
             forced = {}   # stock forced through its own parted batched outputs, as the check
             for rid, got in outputs.items():   # will force the candidates' (forced_outputs)
                 exp = expected.get(rid)
-                if exp is not None and got and got != exp.tokens:
-                    rep = refs[0].call("force", f"batch-noise-{rid}", ids=exp.prompt_ids,
-                                       forced=got, chunk=g.chunk)
-                    forced[rid] = (rep["argmax"], rep["margin"])
+                if exp is not None and forcible(exp, got):
+                    forced[rid] = forced_pass(refs[0], f"batch-noise-{rid}", exp, got, g.chunk)
             fold_batch_noise(expected, outputs, forced)
     finally:
         for ref in refs:
@@ -309,6 +307,15 @@ def fold_batch_noise(expected: dict[str, Expected], outputs: dict[str, list[int]
     return n_parted
 
 
+def near_tie_and_budget(job: Job, expected: dict[str, Expected],
+                        cfg: Config) -> tuple[Tolerance, int]:
+    """The comparison's near-tie and how many near-tie divergences a side may have (its
+    processes' copies of every reference token at the near-tie's rate)."""
+    tol = near_tie(expected, cfg)
+    return tol, near_tie_budget(job.processes * sum(len(e.tokens) for e in expected.values()),
+                                tol.rate)
+
+
 def near_tie(expected: dict[str, Expected], cfg: Config) -> Tolerance:
     """The comparison's near-tie: configured, widened by stock's own measured noise."""
     return tolerance(expected.values(), cfg.gates.near_tie_epsilon, cfg.controller.near_tie_rate,
@@ -325,9 +332,7 @@ def check_outputs(workers: dict, job: Job, replies: dict, expected: dict[str, Ex
     side) and, per label and request, what to charge its timed run (outputs.check_request:
     the share of its time, the continuations' seconds). `checks` from an earlier session of
     the same run are continued (one budget for the whole run)."""
-    tol = near_tie(expected, cfg)
-    budget = near_tie_budget(job.processes * sum(len(e.tokens) for e in expected.values()),
-                             tol.rate)
+    tol, budget = near_tie_and_budget(job, expected, cfg)
     checks, charges = dict(checks or {}), {}
     for side in ("A", "B"):
         check = checks.get(side) or OutputCheck(side=side)
@@ -413,11 +418,9 @@ def _forced_check(co_stock: Checkout, job: Job, replies: dict, expected: dict[st
     """Throughput mode: every side's timed outputs checked by a worker of stock forced
     through them (forced_outputs.py), started after the candidates' workers stopped."""
     progress("outputs against stock, forced through each that parts from its reference")
-    tol = near_tie(expected, cfg)
-    budget = near_tie_budget(job.processes * sum(len(e.tokens) for e in expected.values()),
-                             tol.rate)
+    tol, budget = near_tie_and_budget(job, expected, cfg)
     names = [label for label in labels(job.processes) if label in replies]
-    if not parted(names, replies, expected):   # every output is stock's own: nothing to force
+    if not to_force(names, replies, expected):   # no worker needed (stock's own, or faults)
         return force_outputs(None, names, replies, expected, tol, budget, cfg.gates.chunk)
     stock = Worker("stock-check", co_stock, cfg.system_paths, job.model, {},
                    job.devices[0], log_dir / "stock-check.log", None, job.max_context,

@@ -16,11 +16,26 @@ from specpilot.judges.eta import Eta
 from specpilot.judges.outputs import Expected, OutputCheck, Tolerance, check_forced
 
 
-def parted(names: list[str], replies: dict[str, dict[str, list[int]]],
-           expected: dict[str, Expected]) -> int:
-    """How many of the labels' replies part from their references."""
+def forcible(exp: Expected, got: list[int]) -> bool:
+    """Whether `got` needs stock forced through it: it parts from the reference, has tokens
+    and no more than were asked (longer or empty is a fault without forcing; forcing a
+    longer one could pass the context)."""
+    return got != exp.tokens and 0 < len(got) <= exp.max_new
+
+
+def forced_pass(stock, tag: str, exp: Expected, got: list[int],
+                chunk: int | None) -> tuple[list[int], list[float]]:
+    """Stock's argmax and top-1 minus top-2 margin at each of got's positions, given the
+    prompt and got's earlier tokens (its worker's `force`, in steps of `chunk`)."""
+    rep = stock.call("force", tag, ids=exp.prompt_ids, forced=got, chunk=chunk)
+    return rep["argmax"], rep["margin"]
+
+
+def to_force(names: list[str], replies: dict[str, dict[str, list[int]]],
+             expected: dict[str, Expected]) -> int:
+    """How many of the labels' replies need forcing (`forcible`)."""
     return sum(1 for label in names for rid, got in replies[label].items()
-               if got != expected[rid].tokens)
+               if forcible(expected[rid], got))
 
 
 def force_outputs(stock, names: list[str], replies: dict[str, dict[str, list[int]]],
@@ -30,25 +45,21 @@ def force_outputs(stock, names: list[str], replies: dict[str, dict[str, list[int
     """Each side's check (one per side, continuing `checks` of an earlier session of the
     run) of `replies` (label -> request id -> tokens) against `expected`; `stock`: a
     started worker of stock (anything with `call` and a `ready` dict naming its
-    `stop_ids`), or None where no output parts from its reference (`parted`)."""
+    `stop_ids`), or None where no reply needs forcing (`to_force`)."""
     checks = dict(checks or {})
-    n = parted(names, replies, expected)
+    n = to_force(names, replies, expected)
     if n and stock is None:
         raise ValueError(f"{n} outputs part from their references: forcing needs stock")
     stop_ids = frozenset(int(t) for t in stock.ready.get("stop_ids") or ()) if n else frozenset()
-    forcible = sum(1 for label in names for rid, got in replies[label].items()
-                   if got != expected[rid].tokens and 0 < len(got) <= expected[rid].max_new)
-    eta = Eta("stock forced through an output", forcible, progress) if forcible else None
+    eta = Eta("stock forced through an output", n, progress) if n else None
     for side in ("A", "B"):
         check = checks.get(side) or OutputCheck(side=side)
         for label in (lab for lab in names if lab.startswith(side)):
             for rid, got in replies[label].items():
                 exp = expected[rid]
-                argmax = margin = None
-                if got != exp.tokens and got and len(got) <= exp.max_new:
-                    rep = stock.call("force", f"force-{label}-{rid}", ids=exp.prompt_ids,
-                                     forced=got, chunk=chunk)
-                    argmax, margin = rep["argmax"], rep["margin"]
+                argmax = margin = None   # None: the reference itself, nothing to check
+                if forcible(exp, got):
+                    argmax, margin = forced_pass(stock, f"force-{label}-{rid}", exp, got, chunk)
                     eta.done()
                 elif got != exp.tokens:   # none, or more than asked: a fault unforced
                     argmax, margin = [], []
