@@ -118,3 +118,25 @@ def test_throughput_mode_folds_stocks_own_batching_into_the_near_tie(project, mo
     assert forced == {}   # nothing parted, so stock was forced through none of them
     assert rep.tolerance is not None and not rep.tolerance.widened
     assert rep.outputs["A"].ok and rep.outputs["B"].ok
+
+
+def test_near_ties_in_throughput_mode_are_forced_never_continued_nor_charged(tmp_path):
+    """The bias the H100 showed (2026-12-06): a batched output that parted at a near-tie was
+    continued alone and that single request's seconds added to its batch's time, so a
+    verdict measured which side met more near-ties. Here every margin is a near-tie (a
+    project whose near-tie is wide), so each token the batched cheat shifts is a tolerated
+    divergence: its outputs pass, every parted one checked by forcing stock through it, and
+    no continuation runs or is charged (on the code before, each near-tie was continued
+    alone and its seconds added to B's batches)."""
+    from judge_fixtures import CONFIG
+
+    wide = (CONFIG.replace("[controller]\n", "[controller]\nnear_tie_rate = 1.0\n")
+            .replace("[gates]\n", "[gates]\nnear_tie_epsilon = 1000.0\n"))
+    project = judge_project(tmp_path / "wide", wide)
+    bad = cheat(project, "wrong-when-batched", WRONG_WHEN_BATCHED, path="stock/batch.py")
+    rep = compare(project, "stock", bad, model=MODEL, max_new=8, rounds=4, requests=2,
+                  batch=2, sigma=0.05)
+    b = rep.outputs["B"]
+    assert b.ok and b.near_ties, b.faults                  # shifted tokens: near-ties here
+    assert b.restarts == 0 and b.continuation_s == {}      # nothing continued, nothing charged
+    assert b.forced > 0
