@@ -82,7 +82,10 @@ def child(args) -> dict:
         be = batch_mod.BatchEngine(model, opts, max_batch=args.batch, max_context=args.context,
                                    static=True, capture=False)
         slots = be.prepare(args.end)
-        be.runner.compute_all()
+        runner = be.runner
+        for s in runner.slots.values():
+            runner._scratch(s)
+            runner._compute(s)
     seconds = time.perf_counter() - t0
     out = {"config": args.child, "slots": slots, "graphs": C.graphs_compiled(),
            "compile_s": round(C.compile_seconds(), 2), "prepare_s": round(seconds, 2),

@@ -146,19 +146,6 @@ class BatchRunner:
         if self.hybrid:   # the spare row's staging: nothing commits it
             self.cache.discard_staged()
 
-    def compute_all(self) -> list[torch.Tensor]:
-        """Each slot's step once on its scratch inputs (the spare row), as a capture's warm-up
-        runs it, without capturing: where `capture` is off (the CPU) this is what compiles
-        every slot's regions (tests, bench/batch_prepare.py). Returns each slot's packed
-        output, in slot order."""
-        out = []
-        for s in self.slots.values():
-            self._scratch(s)
-            out.append(self._compute(s)[0])
-            if self.hybrid:   # the spare row's staging: nothing commits it
-                self.cache.discard_staged()
-        return out
-
     def capture_upto(self, end: int, t_max: int) -> int:
         """Make (on CUDA: capture) every slot a step of at most `t_max` tokens per request
         whose context stays below `end` can meet: every requests bucket, every tokens bucket

@@ -142,7 +142,9 @@ def test_the_compiled_static_step_compiles_once_for_every_requests_bucket(tiny, 
                 be.prepare(40)
                 runner = be.runner
                 assert {b for b, _t, _kv in runner.slots} == set(runner.b_buckets)
-                runner.compute_all()
+                for s in runner.slots.values():
+                    runner._scratch(s)
+                    runner._compute(s)
                 two = runner.slot(2, 8, runner.kv_buckets[0])
                 runner._scratch(two)
                 packed.append(runner._compute(two)[0].clone())
