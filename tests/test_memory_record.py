@@ -209,6 +209,31 @@ def test_a_controller_verdict_is_attached_to_the_note_without_moving_the_entry(p
     assert both.exit_code == 2 and "either" in both.output
 
 
+def test_a_throughput_verdict_records_its_load_both_sides_options_and_its_output_check(
+        project):
+    """A throughput verdict's record says at what concurrency and how many requests a round
+    (16 a round at C = 16 leaves no request waiting: an admission mechanism is not acted
+    on), A's options as well as B's, and how many outputs were forced."""
+    project.entry("a", {1: "'a'"})
+    report = {"estimate": {"gain": 0.08, "lower_bound": 0.06}, "paired": {"hardware": "H100"},
+              "decision": {"verdict": "adopted", "threshold": 0.043}, "model": "embedded",
+              "requests": [f"r{i}" for i in range(256)], "rounds": 8, "max_new": 128,
+              "mode": "alternate", "devices": ["cuda:0"], "batch": 16, "drafter": "block",
+              "a": {"options": {"draft_len": "15"}},
+              "b": {"options": {"admit_min": "4", "draft_len": "15"}}, "sigma": 0.0066,
+              "outputs": {"A": {"forced": 372, "restarts": 0}, "B": {"forced": 336}}}
+    path = project.path / "cmp.json"
+    path.write_text(json.dumps(report))
+    res = project.specpilot("memory", "add-result", "a", "--comparison", str(path), "--json")
+    assert res.exit_code == 0, res.output
+    run = tomllib.loads((project.path / "memory/a.toml").read_text())["results"][0][
+        "controller_run"]
+    assert "throughput at C = 16, 32 requests a round" in run
+    assert "A options {'draft_len': '15'}" in run and "'admit_min': '4'" in run
+    assert "A 372 forced / 0 continued, B 336 forced / 0 continued" in run
+    assert "drafter block" in run
+
+
 def test_describe_rewrites_the_prose_only(project):
     done = project.entry("a", {1: "'a'"})
     before = tomllib.loads((project.path / "memory/a.toml").read_text())

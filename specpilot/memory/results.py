@@ -39,13 +39,36 @@ def from_comparison(path: Path, note: str = "") -> Result:
             confidence=est.get("level", 0.95), hardware=rep["paired"]["hardware"],
             model=rep["model"], request_set=f"{len(rep['requests'])} requests x "
                                             f"{rep['max_new']} new tokens",
-            controller_run=f"{rep['mode']} on {','.join(rep['devices'])}; B options "
-                           f"{rep['b']['options']}; sigma {rep['sigma']:.4f}; threshold "
-                           f"{dec['threshold']:.4f}",
+            controller_run=_run_line(rep, dec),
             verdict=verdict, date=datetime.now(timezone.utc).replace(microsecond=0))
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise SpecPilotError(f"{path}: not a controller report (specpilot compare --json): "
                              f"{exc}", code=2) from exc
+
+
+def _run_line(rep: dict, dec: dict) -> str:
+    """How the verdict was measured, in one line: placement, load (request by request, or
+    throughput at C with so many requests a round: a round where C or fewer arrive at once
+    never has a request waiting), drafters, both sides' options, σ and threshold, and how the
+    outputs were checked (forced in throughput mode, continued request by request)."""
+    parts = [f"{rep['mode']} on {','.join(rep['devices'])}"]
+    if rep.get("batch"):
+        per_round = len(rep["requests"]) // max(1, rep.get("rounds") or 1)
+        parts.append(f"throughput at C = {rep['batch']}, {per_round} requests a round"
+                     + (f", Poisson arrivals at {rep['rate']:g}/s" if rep.get("rate") else ""))
+    if rep.get("drafter"):
+        parts.append(f"drafter {rep['drafter']}"
+                     + (f" (B: {rep['drafter_b']})" if rep.get("drafter_b") else ""))
+    if rep.get("a", {}).get("options"):
+        parts.append(f"A options {rep['a']['options']}")
+    parts.append(f"B options {rep['b']['options']}")
+    parts.append(f"sigma {rep['sigma']:.4f}; threshold {dec['threshold']:.4f}")
+    checked = [f"{side} {c.get('forced', 0)} forced / {c.get('restarts', 0)} continued"
+               for side, c in sorted((rep.get("outputs") or {}).items())
+               if isinstance(c, dict) and (c.get("forced") or c.get("restarts"))]
+    if checked:
+        parts.append("outputs " + ", ".join(checked))
+    return "; ".join(parts)
 
 
 def typed_in(gain: float, lower_bound: float | None, hardware: str, model: str, verdict: str,
