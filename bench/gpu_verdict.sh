@@ -13,6 +13,12 @@
 #     --requests 8 --max-new 128       # carry .whl; the embedded GGUF staged (stage.sh gguf)
 #   bash bench/gpu_verdict.sh --smoke     # CPU: the same staging and comparison on
 #                                         # random:tiny-qwen3, 2 rounds x 4 requests x 4 tokens
+#   ENTRY="prefill-buckets prompt-admission" MODEL=embedded DRAFTER=block \
+#     bash bench/gpu_verdict.sh --batch 16 --opt-b draft_len=15 \
+#     --opt-of prefill-buckets prefill_tokens=256 --opt-of prompt-admission admit_chunk=64
+#       # several entries judged in one run (`specpilot compare main E1 E2 ..`: one stock
+#       # reference and one A side; each entry staged as a branch of its own name, its
+#       # options given with --opt-of; OPT_B, if set, goes to every candidate)
 #
 # Prints one table (per side: median request time, range, near-ties, faults) and the
 # estimate; the controller's JSON and the workers' logs land in $OUT.
@@ -32,11 +38,18 @@ else
     OUT=${OUT:-.}
     [ -z "${ENTRY:-}" ] && set -- --requests 4 --max-new 32 "$@"
 fi
-ENTRY=${ENTRY:-w12-weights} OPT_B=${OPT_B:-weights=w12} DRAFTER=${DRAFTER:-ar}
-NAME=${ENTRY}_$(echo "$MODEL" | tr ':' '-')
+ENTRY=${ENTRY:-w12-weights} DRAFTER=${DRAFTER:-ar}
+read -r -a ENTRIES <<< "$ENTRY"
+if [ "${#ENTRIES[@]}" -gt 1 ]; then   # several: branches named after the entries
+    CANDS=("${ENTRIES[@]}"); STAGED=("${ENTRIES[@]}"); OPT_B=${OPT_B:-}
+    NAME=several_$(echo "$MODEL" | tr ':' '-')
+else
+    CANDS=(cand); STAGED=(cand="$ENTRY"); OPT_B=${OPT_B-weights=w12}
+    NAME=${ENTRY}_$(echo "$MODEL" | tr ':' '-')
+fi
 # the smoke runs where the project is installed: no wheels (.whl/ holds the device's)
 if [ -n "$SMOKE" ]; then stage bwrap || exit 1; else stage wheels bwrap gguf || exit 1; fi
-stage_repo "$REPO" cand="$ENTRY" || exit 1
+stage_repo "$REPO" "${STAGED[@]}" || exit 1
 command -v nvidia-smi >/dev/null \
     && nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 export PYTHONUNBUFFERED=1
@@ -44,16 +57,17 @@ export PYTHONUNBUFFERED=1
 # (the smoke's single requests: 2 rounds x 4 requests)
 case " $* " in *" --batch "*) ROUNDS_DEFAULT=8 ;; *) ROUNDS_DEFAULT=${SMOKE:+2} ;; esac
 ROUNDS_DEFAULT=${ROUNDS_DEFAULT:-6}
-CMP="python3 -m specpilot compare main cand --opt-b $OPT_B --model $MODEL \
+CMP="python3 -m specpilot compare main ${CANDS[*]} ${OPT_B:+--opt-b $OPT_B} --model $MODEL \
      --devices 0 --rounds ${ROUNDS:-$ROUNDS_DEFAULT} --drafter-a $DRAFTER $*"
 echo "$CMP"
 # One H200 holds two 27B-class workers: the pairs run one session after another (not in the
 # smoke: one session of four tiny workers saves a second round of process starts).
-# A small target (the embedded default) computes stock's references in two processes.
+# A small target (the embedded default) computes stock's references in REF_PROCS processes
+# (default 2).
 if [ -z "$SMOKE" ] && [ "${MODEL#random:dense}" != "$MODEL" ]; then
     printf '\n[controller]\nresident = 1\n' >> .specpilot/config.toml
 elif [ -z "$SMOKE" ]; then
-    printf '\n[controller]\nreference_processes = 2\n' >> .specpilot/config.toml
+    printf '\n[controller]\nreference_processes = %s\n' "${REF_PROCS:-2}" >> .specpilot/config.toml
 fi
 # No widened near-tie by hand: the reference's noise pass measures stock's own bf16 noise
 # and the judges widen the near-tie to gates.noise_factor times it (judges/outputs.py).
@@ -71,10 +85,13 @@ grep -h "fell back\|Error\|error:" .specpilot/runs/compare-*/*.log 2>/dev/null |
 PYTHONPATH=$PWD/bench python3 - "$OUT/$NAME.json" "$ENTRY" <<'PY'
 import json, sys
 from common import print_table
-for f in sys.argv[1:2]:
-    r = json.load(open(f)); e, d = r["estimate"], r["decision"]
+f = sys.argv[1]
+reports = json.load(open(f))
+for r in reports if isinstance(reports, list) else [reports]:
+    e, d = r["estimate"], r["decision"]
     times, rows = r["paired"]["times"], []
-    for side, name in (("A", "stock"), ("B", sys.argv[2])):
+    for side, name in (("A", "stock"), ("B", sys.argv[2] if r["b"]["rev"] == "cand"
+                                             else r["b"]["rev"])):
         labels = sorted(k for k in times if k.startswith(side))
         flat = sorted(x for k in labels for row in times[k] for x in row)
         meds = []
@@ -92,7 +109,8 @@ for f in sys.argv[1:2]:
                      len(c.get("faults", [])) if c else ""])
     cell = "a round (one batch)" if r.get("batch") else "a request"
     print_table(["side", "cells", f"median {cell}", "range", "near-ties",
-                 "continuations / forced", "faults"], rows, f.rsplit("/", 1)[-1])
+                 "continuations / forced", "faults"], rows,
+                f.rsplit("/", 1)[-1] + ("" if r["b"]["rev"] == "cand" else f": {r['b']['rev']}"))
     t = r.get("tolerance") or {}
     print(f"\npairs {e['pairs']} gain {e['gain']:+.3%} lower {e['lower_bound']:+.3%} "
           f"sigma {r['sigma']:.3%} ({r['sigma_source']}) threshold {d['threshold']:.3%} "

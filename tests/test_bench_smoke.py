@@ -75,6 +75,29 @@ def test_smoke_prints_a_table(script, tmp_path):
     assert TABLE.search(res.stdout), f"no table printed by {script} ({took:.1f} s):\n{tail}"
 
 
+@pytest.mark.slow
+def test_the_verdict_script_judges_several_entries_in_one_run(tmp_path):
+    """ENTRY="E1 E2": each entry staged as a branch of its own name, one `specpilot compare
+    main E1 E2` with each entry's options (--opt-of), one table a candidate."""
+    if not shutil.which("bwrap"):
+        pytest.skip("the judges confine workers with bubblewrap, absent here")
+    env = {**os.environ, "OUT": str(tmp_path), "PYTHONUNBUFFERED": "1",
+           "ENTRY": "fused-rmsnorm w12-weights",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    res = subprocess.run(["bash", str(BENCH / "gpu_verdict.sh"), "--smoke",
+                          "--opt-of", "fused-rmsnorm", "rmsnorm_impl=fused",
+                          "--opt-of", "w12-weights", "weights=w12"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    tail = (res.stdout + res.stderr)[-3000:]
+    assert res.returncode == 0 and ("rc=0 " in res.stdout or "rc=3 " in res.stdout), tail
+    assert "compare main fused-rmsnorm w12-weights" in res.stdout, tail
+    for entry in ("fused-rmsnorm", "w12-weights"):
+        assert f"several_random-tiny-qwen3.json: {entry}" in res.stdout, tail
+        assert f"| B ({entry}), B0 / B1 |" in res.stdout, tail
+    assert len(TABLE.findall(res.stdout)) >= 2, tail
+
+
 def test_every_suite_script_has_a_smoke():
     """A script added to bench/ joins the smokes (or bench/archive/)."""
     listed = {p.values[0] for p in SMOKES}

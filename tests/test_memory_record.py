@@ -232,6 +232,22 @@ def test_a_throughput_verdict_records_its_load_both_sides_options_and_its_output
     assert "A options {'draft_len': '15'}" in run and "'admit_min': '4'" in run
     assert "A 372 forced / 0 continued, B 336 forced / 0 continued" in run
     assert "drafter block" in run
+    # a run of several candidates: a list of reports, each named after its entry
+    other = dict(report, b={"options": {"dynamic_draft": "true"}, "rev": "dyn"},
+                 candidates=["a", "dyn"], family=2, estimate={"gain": -0.02,
+                                                               "lower_bound": -0.05})
+    report.update(b=dict(report["b"], rev="a"), candidates=["a", "dyn"], family=2)
+    path.write_text(json.dumps([other, report]))
+    res = project.specpilot("memory", "add-result", "a", "--comparison", str(path), "--json")
+    assert res.exit_code == 0, res.output
+    got = tomllib.loads((project.path / "memory/a.toml").read_text())["results"][1]
+    assert got["value"] == 0.08 and "one of 2 candidates judged in one run (family 2)" in \
+        got["controller_run"]
+    project.entry("b", {2: "'b'"})
+    res = project.specpilot("memory", "add-result", "b", "--comparison", str(path))
+    assert res.exit_code == 2 and "without 'b'" in res.output
+    assert "results" not in tomllib.loads((project.path / "memory/b.toml").read_text()) or \
+        not tomllib.loads((project.path / "memory/b.toml").read_text())["results"]
 
 
 def test_describe_rewrites_the_prose_only(project):

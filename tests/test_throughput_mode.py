@@ -11,7 +11,7 @@ import pytest
 
 from judge_fixtures import cheat, judge_project
 from specpilot.errors import SpecPilotError
-from specpilot.judges.controller import compare
+from specpilot.judges.controller import compare, compare_many
 
 MODEL = "random:tiny-qwen3"
 
@@ -74,6 +74,37 @@ def test_throughput_mode_times_batches_and_its_batched_gate_rejects_what_batchin
     assert all("stock's argmax after the same tokens" in f or "beyond the" in f
                for f in rep.faults), rep.faults
     assert not rep.decision.adopted
+
+
+def test_several_candidates_share_one_reference_and_one_A_side_and_are_judged_apart(
+        project):
+    """`compare A B C`: one run, one stock reference, one A side, two candidates as sides B
+    and C of the same rounds. The candidate whose batching breaks tokens (first, side B) is
+    rejected for its own faults; the honest one (second, side C: stock without A's 4x
+    verification) is judged on its own times against the same A cells, its outputs clean,
+    and neither verdict sees the other's workers. The bound's level is split between the
+    two (family 2)."""
+    bad = cheat(project, "wrong-when-batched-2", WRONG_WHEN_BATCHED, path="stock/batch.py")
+    said: list[str] = []
+    reps = compare_many(project, "stock", [(bad, {}), ("stock", {})],
+                        opts_a={"repeat_work": "3"}, model=MODEL, max_new=8, rounds=4,
+                        requests=2, batch=2, sigma=0.05, progress=said.append)
+    assert [r.b.rev for r in reps] == [bad, "stock"]
+    assert sum(m == "stock's reference outputs" for m in said) == 1   # computed once
+    assert any(m.startswith("candidates: B ") and "C stock" in m for m in said), said
+    cheat_rep, honest = reps
+    for rep in reps:
+        assert sorted(rep.paired.times) == ["A0", "A1", "B0", "B1"]    # A and its own side
+        assert rep.estimate.family == 2 and rep.family == 2
+        assert rep.candidates == [bad, "stock"]
+    assert cheat_rep.paired.times["A0"] == honest.paired.times["A0"]   # the same A cells
+    assert cheat_rep.paired.times["B0"] != honest.paired.times["B0"]
+    assert not cheat_rep.outputs["B"].ok and cheat_rep.faults
+    assert not cheat_rep.decision.adopted
+    assert honest.outputs["B"].ok and honest.outputs["A"].ok and not honest.faults
+    assert honest.outputs["B"].side == "C" and honest.outputs["B"].requests == 2 * 8
+    assert honest.estimate.gain > 0   # A's 4x verify against stock's one
+    assert honest.b.effective.get("repeat_work", 0) == 0
 
 
 def test_bad_throughput_designs_are_one_line_errors(project):

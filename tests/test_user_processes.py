@@ -144,6 +144,11 @@ def marked(marked_project, monkeypatch):
     (["compare", "stock", "HEAD", "--opt-a", "ngram_max=999"], "A options: OptionError: option "
                                                                "ngram_max: 999 is out of"),
     (["gate", "--candidate", "nosuchrev", "--opt", "draft_len=3"], "'nosuchrev' is not a commit"),
+    (["compare", "stock", "HEAD", "--opt-of", "other", "draft_len=3"],
+     "--opt-of other: not a candidate of this run (HEAD)"),
+    (["compare", "stock", "HEAD", "HEAD"], "a candidate is given twice: HEAD HEAD"),
+    (["compare", "stock", "HEAD", "stock", "--opt-of", "stock", "nosuch=1"],
+     "C (stock) options: OptionError: unknown option 'nosuch'"),
 ])
 def test_a_bad_argument_fails_before_any_model_loads(marked, args, says):
     res = CliRunner().invoke(cli, [*args, "--device" if args[0] == "gate" else "--devices",

@@ -45,9 +45,12 @@ _root = require_root
 
 @click.command("compare")
 @click.argument("a")
-@click.argument("b")
+@click.argument("b", nargs=-1, required=True)
 @click.option("--opt-a", multiple=True, metavar="NAME=VALUE", help="option for A (repeatable)")
-@click.option("--opt-b", multiple=True, metavar="NAME=VALUE", help="option for B (repeatable)")
+@click.option("--opt-b", multiple=True, metavar="NAME=VALUE",
+              help="option for B, for every candidate where several are given (repeatable)")
+@click.option("--opt-of", multiple=True, nargs=2, metavar="REV NAME=VALUE",
+              help="option for one candidate REV only (as given among B..; repeatable)")
 @click.option("--devices", default=None,
               help="one device, or two run side by side: 0,1 (cuda if present, else one CPU "
                    "core each), or names such as cuda:0,cuda:1")
@@ -62,11 +65,12 @@ _root = require_root
 @click.option("--sigma", type=click.FloatRange(min=0), default=None,
               help="a floor for σ: the bar uses the larger of this and the run's own σ")
 @click.option("--family", type=click.IntRange(1), default=1, show_default=True,
-              help="candidates judged together: the bound's level is 1 - (1 - confidence)/N")
+              help="candidates judged together: the bound's level is 1 - (1 - confidence)/N "
+                   "(at least the number of candidates given)")
 @click.option("--model", default=None, help="model (default: config)")
 @click.option("--drafter-a", default=None,
               help="A's drafter (default: config controller.drafter; ar for none)")
-@click.option("--drafter-b", default=None, help="B's drafter (default: A's)")
+@click.option("--drafter-b", default=None, help="the candidates' drafter (default: A's)")
 @click.option("--batch", type=click.IntRange(min=1), default=None, metavar="C",
               help="throughput mode: each round's requests served together by the batched "
                    "engine, at most C at once; the round's time is the statistic (default "
@@ -75,68 +79,92 @@ _root = require_root
               metavar="R", help="with --batch: the requests arrive as a Poisson trace of R a "
                                 "second (the same trace on both sides; default: all at once)")
 @click.option("--json", "as_json", is_flag=True)
-def compare_cmd(a, b, opt_a, opt_b, devices, rounds, n_requests, max_new, request_set, sigma,
-                family, model, drafter_a, drafter_b, batch, rate, as_json):
-    """Paired benchmark of B against A (commits, or `stock` for HEAD). Exit 0 if B is
-    adopted, 3 if not."""
+def compare_cmd(a, b, opt_a, opt_b, opt_of, devices, rounds, n_requests, max_new, request_set,
+                sigma, family, model, drafter_a, drafter_b, batch, rate, as_json):
+    """Paired benchmark of B against A (commits, or `stock` for HEAD). Several candidates
+    (A B C ..) are judged in one run against one stock reference and one A side, each
+    against A, one report each (--json: a list). Exit 0 if B (with several: any
+    candidate) is adopted, 3 if not."""
     # lazy: CLI startup time (the judges import numpy and their workers' machinery)
-    from specpilot.judges.controller import compare
+    from specpilot.judges.controller import compare_many
 
     def progress(msg):   # stderr, with --json too: stdout carries only the report
         click.echo(f"  {msg}", err=True)
 
+    shared = _pairs(opt_b, "--opt-b")
+    own: dict[str, dict[str, str]] = {}
+    for rev, item in opt_of:
+        if rev not in b:
+            raise SpecPilotError(f"--opt-of {rev}: not a candidate of this run "
+                                 f"({', '.join(b)})", code=2)
+        own.setdefault(rev, {}).update(_pairs((item,), "--opt-of"))
+    if len(set(b)) != len(b):
+        raise SpecPilotError(f"a candidate is given twice: {' '.join(b)}", code=2)
     warn_if_busy()
-    rep = compare(_root(), a, b, _pairs(opt_a, "--opt-a"), _pairs(opt_b, "--opt-b"),
-                  _devices(devices), rounds, model, n_requests, max_new, sigma, request_set,
-                  progress, drafter_a=drafter_a, drafter_b=drafter_b, family=family,
-                  batch=batch or 0, rate=rate or 0.0)
+    reps = compare_many(_root(), a, [(rev, {**shared, **own.get(rev, {})}) for rev in b],
+                        _pairs(opt_a, "--opt-a"), _devices(devices), rounds, model, n_requests,
+                        max_new, sigma, request_set, progress, drafter_a=drafter_a,
+                        drafter_b=drafter_b, family=family, batch=batch or 0,
+                        rate=rate or 0.0)
     if as_json:
-        click.echo(rep.model_dump_json(indent=1))
+        click.echo(reps[0].model_dump_json(indent=1) if len(reps) == 1 else
+                   "[" + ",\n".join(r.model_dump_json(indent=1) for r in reps) + "]")
     else:
-        est, dec = rep.estimate, rep.decision
-        method = f"t over worker processes, {est.df} df"
-        level = f"{est.level * 100:.2f}".rstrip("0").rstrip(".") + "%"
-        family_note = f", family of {est.family}" if est.family > 1 else ""
-        wil = "n/a" if est.wilcoxon_p is None else f"{est.wilcoxon_p:.3g}"
-        click.echo(f"A {rep.a.rev} ({rep.a.commit[:10]}, tree {rep.a.tree[:10]}) "
-                   f"options {options_text(rep.a.options)}, drafter {rep.drafter}")
-        click.echo(f"B {rep.b.rev} ({rep.b.commit[:10]}, tree {rep.b.tree[:10]}) "
-                   f"options {options_text(rep.b.options)}, "
-                   f"drafter {rep.drafter_b or rep.drafter}")
-        batched = (f"; throughput mode: each round one batch, at most {rep.batch} at once"
-                   + (f", Poisson arrivals at {rep.rate:g}/s" if rep.rate else
-                      ", all arriving at its start")
-                   if rep.batch else "")
-        click.echo(f"{rep.mode} on {', '.join(rep.devices)} ({rep.paired.hardware}); "
-                   f"{rep.processes} worker processes per side{batched}; {rep.rounds} rounds x "
-                   f"{len(rep.requests) // max(1, rep.rounds)} requests = {est.pairs} pairs per "
-                   f"process, "
-                   f"{rep.warmup_rounds} warm-up round(s) excluded; measured rounds took "
-                   f"{sum(rep.paired.round_wall_s):.1f} s")
-        click.echo(f"workers confined   A {rep.a.confined}; B {rep.b.confined}")
-        click.echo(f"gain of B over A   {est.gain:+.2%}")
-        click.echo(f"lower bound        {est.lower_bound:+.2%}  (one-sided {level}{family_note}, "
-                   f"{method})")
-        click.echo(f"Wilcoxon p         {wil}  (one-sided, B faster; over pairs, ignores "
-                   f"process offsets)")
-        aa = ", ".join(f"{k} {v:+.2%}" for k, v in est.aa_gains.items())
-        click.echo(f"same-side gains    {aa}")
-        click.echo(f"noise sigma        {rep.sigma:.2%}  ({rep.sigma_source})")
-        click.echo(f"threshold          {dec.threshold:.2%}"
-                   f"{'  (outputs diverge: raised bar)' if dec.diverged else ''}")
-        for side, chk in rep.outputs.items():
-            ties = f", {len(chk.near_ties)} near-tie(s) tolerated" if chk.near_ties else ""
-            if chk.forced:   # throughput mode: stock forced through the outputs that parted
-                ties += f", {chk.forced} checked by forcing stock through them"
-            state = "match stock's" if chk.ok else f"FAULT: {chk.faults[0]}"
-            click.echo(f"outputs {side}          {state} ({chk.requests} requests, "
-                       f"{chk.tokens} tokens{ties})")
-        click.echo(f"verdict            {dec.verdict}; B is {dec.direction}"
-                   f"{'; rejected: outputs differ from stock' if rep.faults else ''}")
-    noisy = noise_warning(rep.sigma, rep.decision.threshold)
-    if noisy:
-        click.echo(noisy, err=True)
-    sys.exit(0 if rep.decision.adopted else EXIT_NOT_ADOPTED)
+        for n, rep in enumerate(reps):
+            if len(reps) > 1:
+                click.echo(("\n" if n else "") + f"candidate {n + 1} of {len(reps)}: "
+                           f"{rep.b.rev}")
+            _print_report(rep)
+    for rep in reps:
+        noisy = noise_warning(rep.sigma, rep.decision.threshold)
+        if noisy:
+            click.echo(noisy, err=True)
+            break
+    sys.exit(0 if any(rep.decision.adopted for rep in reps) else EXIT_NOT_ADOPTED)
+
+
+def _print_report(rep) -> None:
+    """One comparison as `specpilot compare` prints it."""
+    est, dec = rep.estimate, rep.decision
+    method = f"t over worker processes, {est.df} df"
+    level = f"{est.level * 100:.2f}".rstrip("0").rstrip(".") + "%"
+    family_note = f", family of {est.family}" if est.family > 1 else ""
+    wil = "n/a" if est.wilcoxon_p is None else f"{est.wilcoxon_p:.3g}"
+    click.echo(f"A {rep.a.rev} ({rep.a.commit[:10]}, tree {rep.a.tree[:10]}) "
+               f"options {options_text(rep.a.options)}, drafter {rep.drafter}")
+    click.echo(f"B {rep.b.rev} ({rep.b.commit[:10]}, tree {rep.b.tree[:10]}) "
+               f"options {options_text(rep.b.options)}, "
+               f"drafter {rep.drafter_b or rep.drafter}")
+    batched = (f"; throughput mode: each round one batch, at most {rep.batch} at once"
+               + (f", Poisson arrivals at {rep.rate:g}/s" if rep.rate else
+                  ", all arriving at its start")
+               if rep.batch else "")
+    click.echo(f"{rep.mode} on {', '.join(rep.devices)} ({rep.paired.hardware}); "
+               f"{rep.processes} worker processes per side{batched}; {rep.rounds} rounds x "
+               f"{len(rep.requests) // max(1, rep.rounds)} requests = {est.pairs} pairs per "
+               f"process, "
+               f"{rep.warmup_rounds} warm-up round(s) excluded; measured rounds took "
+               f"{sum(rep.paired.round_wall_s):.1f} s")
+    click.echo(f"workers confined   A {rep.a.confined}; B {rep.b.confined}")
+    click.echo(f"gain of B over A   {est.gain:+.2%}")
+    click.echo(f"lower bound        {est.lower_bound:+.2%}  (one-sided {level}{family_note}, "
+               f"{method})")
+    click.echo(f"Wilcoxon p         {wil}  (one-sided, B faster; over pairs, ignores "
+               f"process offsets)")
+    aa = ", ".join(f"{k} {v:+.2%}" for k, v in est.aa_gains.items())
+    click.echo(f"same-side gains    {aa}")
+    click.echo(f"noise sigma        {rep.sigma:.2%}  ({rep.sigma_source})")
+    click.echo(f"threshold          {dec.threshold:.2%}"
+               f"{'  (outputs diverge: raised bar)' if dec.diverged else ''}")
+    for side, chk in rep.outputs.items():
+        ties = f", {len(chk.near_ties)} near-tie(s) tolerated" if chk.near_ties else ""
+        if chk.forced:   # throughput mode: stock forced through the outputs that parted
+            ties += f", {chk.forced} checked by forcing stock through them"
+        state = "match stock's" if chk.ok else f"FAULT: {chk.faults[0]}"
+        click.echo(f"outputs {side}          {state} ({chk.requests} requests, "
+                   f"{chk.tokens} tokens{ties})")
+    click.echo(f"verdict            {dec.verdict}; B is {dec.direction}"
+               f"{'; rejected: outputs differ from stock' if rep.faults else ''}")
 
 
 @click.command("gate")

@@ -254,7 +254,7 @@ def add_result_cmd(entry_id, comparison, gain, lower_bound, hardware, model, ver
     if (comparison is None) == (gain is None):
         raise SpecPilotError("give either --comparison REPORT.json or --gain (with "
                              "--lower-bound, --hardware, --model, --verdict)", code=2)
-    result = (from_comparison(comparison, note) if comparison is not None else
+    result = (from_comparison(comparison, note, entry_id) if comparison is not None else
               typed_in(gain, lower_bound, hardware, model, verdict, note))
     if stale:
         result = result.model_copy(update={"stale": True})

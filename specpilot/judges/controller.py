@@ -35,6 +35,11 @@ change no token beyond a tolerated near-tie). In bf16 the near-tie also widens b
 stock's own batched engine moves (`fold_batch_noise`: stock at defaults serves the measured
 requests at C in its reference worker, before any candidate runs).
 
+Several candidates (`compare_many`, `specpilot compare A B C ..`): one stock reference and
+one A side for all, the candidates' processes sides B, C, .. of the same rounds (one
+device; labels A0 B0 C0 A1 B1 C1 .. in the rotation), each judged against A alone
+(`side_view`), the bound's level split among them.
+
 While a worker (on two devices, a pair) is timed, every other worker's processes are
 stopped (specpilot/judges/quiet.py): a candidate cannot leave work running after its reply
 to slow the next timed worker.
@@ -76,6 +81,7 @@ from specpilot.requests.sealed import logs_dir
 
 SCHEMA_VERSION = 2
 RUNS_DIR = Path(".specpilot") / "runs"
+MAX_CANDIDATES = 7   # sides B..H beside A in one run
 
 
 class Side(BaseModel):
@@ -94,6 +100,7 @@ class Paired(BaseModel):
     times: dict[str, list[list[float]]]
     placement: list[str]   # per measured round: "A0,B0,A1,B1" order, or "A0@dev,B0@dev;..."
     diverged: bool         # B's tokens differ from A's on some request
+    diverged_sides: dict[str, bool] = {}   # each candidate side's own (several candidates)
     hardware: str
     round_wall_s: list[float] = []   # per measured round: wall time of the whole round
 
@@ -129,6 +136,7 @@ class Comparison(BaseModel):
     outputs: dict[str, OutputCheck] = {}   # per side: the timed outputs against stock's
     faults: list[str] = []                 # why the outputs reject, one line each
     tolerance: Tolerance | None = None     # the near-tie in force (outputs.tolerance)
+    candidates: list[str] = []             # every candidate of the run (B is one of them)
 
 
 @dataclass
@@ -150,6 +158,8 @@ class Job:
                                    # `batch` at once (0: request by request)
     rate: float = 0.0              # throughput mode's arrivals: Poisson at this many requests
                                    # a second (0: all at the round's start)
+    sides: str = "AB"              # A, then one letter a candidate (B, C, ...: several judged
+                                   # against one stock reference and one A side)
 
     def arrivals(self, reqs: list[Req]) -> list[float] | None:
         """A round's arrival offsets (seconds from its start; None: all at once): Poisson at
@@ -170,20 +180,40 @@ class Job:
 
     @property
     def names(self) -> list[str]:
-        """The labels of the workers alive in this session, interleaved: A0 B0 A1 B1 .."""
-        return [f"{side}{i}" for i in self.indices for side in "AB"]
+        """The labels of the workers alive in this session, interleaved: A0 B0 A1 B1 .. (with
+        several candidates A0 B0 C0 A1 B1 C1 ..)."""
+        return [f"{side}{i}" for i in self.indices for side in self.sides]
 
     def drafter_of(self, label: str) -> str:
-        return self.drafter_b if label.startswith("B") and self.drafter_b else self.drafter
+        """A's drafter, or the candidates' (`drafter_b`) for any other side."""
+        return self.drafter_b if label[0] != "A" and self.drafter_b else self.drafter
 
     @property
     def measured(self) -> list[Req]:
         return [r for row in self.round_requests[self.warmup_rounds:] for r in row]
 
 
-def labels(processes: int) -> list[str]:
-    """A run's worker labels, interleaved: A0 B0 A1 B1 .. A{P-1} B{P-1}."""
-    return [f"{side}{i}" for i in range(processes) for side in "AB"]
+def labels(processes: int, sides: str = "AB") -> list[str]:
+    """A run's worker labels, interleaved: A0 B0 A1 B1 .. A{P-1} B{P-1} (one letter a side)."""
+    return [f"{side}{i}" for i in range(processes) for side in sides]
+
+
+def candidate_sides(n: int) -> str:
+    """The side letters of a run of `n` candidates: "AB" for one, "ABC" for two, ..."""
+    if not 1 <= n <= MAX_CANDIDATES:
+        raise SpecPilotError(f"one run judges 1 to {MAX_CANDIDATES} candidates, got {n}",
+                             code=2)
+    return "A" + "BCDEFGH"[:n]
+
+
+def side_view(paired: "Paired", side: str) -> "Paired":
+    """The run's times as an A/B design of A against one candidate `side` (its labels
+    renamed B0, B1, ..): what `stats.judge` reads. Placement keeps the run's own labels."""
+    times = {label: rows for label, rows in paired.times.items() if label[0] == "A"}
+    times.update({"B" + label[1:]: rows for label, rows in paired.times.items()
+                  if label[0] == side})
+    return paired.model_copy(update=dict(
+        times=times, diverged=paired.diverged_sides.get(side, paired.diverged)))
 
 
 def device_of(label: str, devices: list[str]) -> str:
@@ -192,7 +222,7 @@ def device_of(label: str, devices: list[str]) -> str:
     if len(devices) == 1:
         return devices[0]
     i = int(label[1:])
-    return devices[(i + (label[0] == "B")) % 2]
+    return devices[(i + (label[0] != "A")) % 2]
 
 
 def round_order(items: list, m: int) -> list:
@@ -334,9 +364,9 @@ def check_outputs(workers: dict, job: Job, replies: dict, expected: dict[str, Ex
     the same run are continued (one budget for the whole run)."""
     tol, budget = near_tie_and_budget(job, expected, cfg)
     checks, charges = dict(checks or {}), {}
-    for side in ("A", "B"):
+    for side in job.sides:
         check = checks.get(side) or OutputCheck(side=side)
-        for label in (lab for lab in job.names if lab.startswith(side)):
+        for label in (lab for lab in job.names if lab[0] == side):
             w = workers[label]
             charges[label] = {}
             for rid, got in replies[label].items():
@@ -377,15 +407,30 @@ def paired_run(co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict, job: 
                progress: Callable[[str], None] = lambda s: None,
                expected: dict[str, Expected] | None = None, co_stock: Checkout | None = None
                ) -> tuple[Paired, dict, dict, dict[str, OutputCheck]]:
-    """Run the paired design; returns the times, each side's worker `ready` report
-    (options in effect, tree, drafter) of its first process and, given stock's `expected`
-    outputs, each side's output check (empty without). With `controller.resident` pairs
-    alive at a time (fewer than P: a target of which only two copies fit in a device), the
-    pairs run the same rounds one session after another; A_i and B_i always share one.
+    """Run the paired design of B against A (`run_sides` with two sides); returns the
+    times, each side's worker `ready` report (options in effect, tree, drafter) of its first
+    process and, given stock's `expected` outputs, each side's output check."""
+    paired, ready, checks = run_sides({"A": (co_a, opts_a), "B": (co_b, opts_b)}, job, cfg,
+                                      log_dir, progress, expected, co_stock)
+    return paired, ready["A0"], ready["B0"], checks
+
+
+def run_sides(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, log_dir: Path,
+              progress: Callable[[str], None] = lambda s: None,
+              expected: dict[str, Expected] | None = None, co_stock: Checkout | None = None
+              ) -> tuple[Paired, dict[str, dict], dict[str, OutputCheck]]:
+    """Run the design over every side of `job.sides` (A, then one letter a candidate; each
+    side's checkout and options in `systems`); returns the times, every worker's `ready`
+    report by label and, given stock's `expected` outputs, each side's output check. With
+    `controller.resident` pairs alive at a time (fewer than P: a target of which only two
+    copies fit in a device), the process indices run the same rounds one session after
+    another; A_i and every candidate's i-th process always share one.
     In throughput mode the outputs are checked by forcing stock (`co_stock`, the
     references' clean checkout) through them once every session is over
     (forced_outputs.py), and the batches keep their own times; request by request, by
     continuations (check_outputs), each request charged its kept share (`_charge`)."""
+    if set(systems) != set(job.sides) or not job.sides.startswith("A"):
+        raise ValueError(f"systems {sorted(systems)} are not the job's sides {job.sides}")
     forced = bool(job.batch) and expected is not None
     if forced and co_stock is None:
         raise ValueError("throughput mode checks its outputs by forcing stock: give co_stock")
@@ -396,8 +441,8 @@ def paired_run(co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict, job: 
         part = dataclasses.replace(job, session=session if len(sessions) > 1 else None)
         if len(sessions) > 1:
             progress(f"session {n + 1}/{len(sessions)}: {', '.join(part.names)}")
-        paired, checks, got, said = _session(co_a, opts_a, co_b, opts_b, part, cfg, log_dir,
-                                             progress, None if forced else expected, checks)
+        paired, checks, got, said = _session(systems, part, cfg, log_dir, progress,
+                                             None if forced else expected, checks)
         parts.append(paired)
         ready.update(got)
         replies.update(said)
@@ -405,12 +450,17 @@ def paired_run(co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict, job: 
         times={label: rows for p in parts for label, rows in p.times.items()},
         placement=[" | ".join(p.placement[m] for p in parts) for m in range(job.rounds)],
         diverged=any(p.diverged for p in parts), hardware=parts[0].hardware,
+        diverged_sides={side: any(p.diverged_sides.get(side) for p in parts)
+                        for side in job.sides[1:]},
         round_wall_s=[sum(p.round_wall_s[m] for p in parts) for m in range(job.rounds)])
     if forced:
         checks = _forced_check(co_stock, job, replies, expected, cfg, log_dir, progress)
-    if checks and checks["B"].near_ties:
-        paired.diverged = True
-    return paired, ready["A0"], ready["B0"], checks
+    for side in job.sides[1:]:   # a tolerated near-tie is a divergence: the bar rises
+        if checks and checks[side].near_ties:
+            paired.diverged_sides[side] = True
+    if job.sides[1:]:
+        paired.diverged = paired.diverged_sides.get("B", paired.diverged)
+    return paired, ready, checks
 
 
 def _forced_check(co_stock: Checkout, job: Job, replies: dict, expected: dict[str, Expected],
@@ -419,7 +469,7 @@ def _forced_check(co_stock: Checkout, job: Job, replies: dict, expected: dict[st
     through them (forced_outputs.py), started after the candidates' workers stopped."""
     progress("outputs against stock, forced through each that parts from its reference")
     tol, budget = near_tie_and_budget(job, expected, cfg)
-    names = [label for label in labels(job.processes) if label in replies]
+    names = [label for label in labels(job.processes, job.sides) if label in replies]
     if not to_force(names, replies, expected):   # no worker needed (stock's own, or faults)
         return force_outputs(None, names, replies, expected, tol, budget, cfg.gates.chunk)
     stock = Worker("stock-check", co_stock, cfg.system_paths, job.model, {},
@@ -433,14 +483,15 @@ def _forced_check(co_stock: Checkout, job: Job, replies: dict, expected: dict[st
         stock.stop()
 
 
-def _session(co_a, opts_a, co_b, opts_b, job: Job, cfg: Config, log_dir: Path, progress,
-             expected, checks) -> tuple[Paired, dict[str, OutputCheck], dict[str, dict],
-                                        dict[str, dict[str, list[int]]]]:
+def _session(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, log_dir: Path,
+             progress, expected, checks) -> tuple[Paired, dict[str, OutputCheck],
+                                                  dict[str, dict],
+                                                  dict[str, dict[str, list[int]]]]:
     """One session's workers: started, measured, their outputs checked (given `expected`),
     stopped. Returns the times, the checks, each worker's ready report and its replies."""
     workers: dict[str, Worker] = {}
     try:
-        spawn_workers(workers, co_a, opts_a, co_b, opts_b, job, cfg, log_dir)
+        spawn_workers(workers, systems, job, cfg, log_dir)
         prepare(workers, job, progress)
         paired, replies = measure(workers, job, progress)
         if expected is not None:
@@ -455,10 +506,11 @@ def _session(co_a, opts_a, co_b, opts_b, job: Job, cfg: Config, log_dir: Path, p
             w.stop()
 
 
-def spawn_workers(workers: dict, co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict,
-                  job: Job, cfg: Config, log_dir: Path) -> None:
+def spawn_workers(workers: dict, systems: dict[str, tuple[Checkout, dict]], job: Job,
+                  cfg: Config, log_dir: Path) -> None:
     """One worker per label, on its device (`device_of`), into `workers` (filled as they
-    start, so the caller stops whatever started if a later one fails). On CPU devices every
+    start, so the caller stops whatever started if a later one fails); `systems`: each
+    side's checkout and options, by side letter. On CPU devices every
     process is started before any is waited for: a start is seconds of single-threaded
     imports and model construction, so the processes start side by side on the cores
     instead of one after another (on a 2-core CPU a compare's four workers of the tiny
@@ -468,7 +520,7 @@ def spawn_workers(workers: dict, co_a: Checkout, opts_a: dict, co_b: Checkout, o
     thread that started it) and nothing is measured before all are ready."""
     together = all(d.startswith("cpu") for d in job.devices)
     for label in job.names:
-        co, opts = (co_a, opts_a) if label.startswith("A") else (co_b, opts_b)
+        co, opts = systems[label[0]]
         device = device_of(label, job.devices)
         w = Worker(label, co, cfg.system_paths, job.model, dict(opts), device,
                    log_dir / f"{label}-{device.replace(':', '')}.log",
@@ -552,11 +604,12 @@ def measure(workers: dict, job: Job, progress: Callable[[str], None] = lambda s:
         for label, row in rows.items():
             times[label].append(row)
         placement.append(where)
-    a_labels = [lab for lab in names if lab.startswith("A")]
-    diverged = any(replies[b][rid] != replies[a][rid] for b in names if b.startswith("B")
-                   for a in a_labels for rid in replies[b])
-    return (Paired(times=times, placement=placement, diverged=diverged, hardware=hardware,
-                   round_wall_s=walls), replies)
+    a_labels = [lab for lab in names if lab[0] == "A"]
+    sides = {side: any(replies[b][rid] != replies[a][rid] for b in names if b[0] == side
+                       for a in a_labels for rid in replies[b])
+             for side in dict.fromkeys(lab[0] for lab in names if lab[0] != "A")}
+    return (Paired(times=times, placement=placement, diverged=sides.get("B", False),
+                   diverged_sides=sides, hardware=hardware, round_wall_s=walls), replies)
 
 
 def _call(w: Worker, req: Req, job: Job) -> Reply:
@@ -637,15 +690,40 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
     requests a round and at least controller.min_pairs rounds, one cell each); `rate` R > 0
     with it: the round's requests arrive as a Poisson trace of R a second (Job.arrivals),
     each sent to the workers only at its time."""
+    return compare_many(root, rev_a, [(rev_b, opts_b or {})], opts_a, devices, rounds, model,
+                        requests, max_new, sigma, source, progress, drafter_a=drafter_a,
+                        drafter_b=drafter_b, seed=seed, family=family, batch=batch,
+                        rate=rate)[0]
+
+
+def compare_many(root: Path, rev_a: str, candidates: list[tuple[str, dict]],
+                 opts_a: dict | None = None, devices: list[str] | None = None,
+                 rounds: int | None = None, model: str | None = None,
+                 requests: int | None = None, max_new: int | None = None,
+                 sigma: float | None = None, source: str = "fresh",
+                 progress: Callable[[str], None] = lambda s: None, *,
+                 drafter_a: str | None = None, drafter_b: str | None = None,
+                 seed: int | None = None, family: int = 1, batch: int = 0,
+                 rate: float = 0.0) -> list[Comparison]:
+    """`compare` of several candidates (revision, options) against one A in one run: one
+    stock reference, one A side, the candidates' workers as sides B, C, .. of the same
+    rounds (one device), each judged against A alone (`side_view`) with the bound's level
+    split among them (family at least their number). One report a candidate, in their
+    order. What the candidates share is what their verdicts would each have computed
+    alone (stock's reference and its noise, A's workers); every output of every side is
+    checked, and a candidate is rejected only for its own faults or stock's."""
     if sigma is not None and not (math.isfinite(sigma) and sigma >= 0):
         raise SpecPilotError(f"σ must be finite and at least 0, got {sigma}", code=2)
+    sides = candidate_sides(len(candidates))
     root = Path(root).resolve()
     cfg = load_config(root)
     cc = cfg.controller
     store = GitStore(root)
-    opts_a, opts_b = dict(opts_a or {}), dict(opts_b or {})
+    opts_a = dict(opts_a or {})
+    cands = [(rev, dict(opts or {})) for rev, opts in candidates]
     co_a = clean_checkout(store, "HEAD" if rev_a == "stock" else rev_a, cfg.system_paths, root)
-    co_b = clean_checkout(store, "HEAD" if rev_b == "stock" else rev_b, cfg.system_paths, root)
+    cos = [clean_checkout(store, "HEAD" if rev == "stock" else rev, cfg.system_paths, root)
+           for rev, _opts in cands]
     co_stock = clean_checkout(store, "HEAD", cfg.system_paths, root)
     model = model or cfg.model.path
     if batch < 0:
@@ -663,43 +741,65 @@ def compare(root: Path, rev_a: str, rev_b: str, opts_a: dict | None = None,
     if len(devices) == 2 and cc.processes % 2:
         raise SpecPilotError(f"two devices need an even controller.processes (each device "
                              f"hosts half of each side), got {cc.processes}")
+    if len(devices) == 2 and len(cands) > 1:
+        raise SpecPilotError(f"several candidates are judged on one device; got "
+                             f"{len(cands)} candidates and --devices {','.join(devices)}",
+                             code=2)
+    family = max(family, len(cands))
     # before workers; a batched round is one cell
     stats.require_design(n_rounds, 1 if batch else per_round, cc.processes, cc.processes, cc)
     job = Job(prompts.draw(model, source, cc.warmup_rounds + n_rounds, per_round, seed),
               max_new or cc.max_new, drafter_a or cc.drafter, devices, n_rounds,
-              cc.warmup_rounds, model, processes=cc.processes, batch=batch, rate=rate)
+              cc.warmup_rounds, model, processes=cc.processes, batch=batch, rate=rate,
+              sides=sides)
     if drafter_b and drafter_b != job.drafter:
         job.drafter_b = drafter_b
     log_dir = root / RUNS_DIR / time.strftime("compare-%Y%m%d-%H%M%S")
     if source == "sealed":   # logs and report of sealed requests stay outside the repository
         log_dir = logs_dir(log_dir.name)
-    check_options_of([(f"{label} options", co, opts, log_dir / f"{label}-options.log")
-                      for label, co, opts in (("A", co_a, opts_a), ("B", co_b, opts_b))
-                      if opts], cfg.system_paths, cfg.judges.confine)   # before any model
+    named = [("A", co_a, opts_a)] + [(side, co, opts) for side, co, (_rev, opts)
+                                     in zip(sides[1:], cos, cands)]
+    said = {"A": "A", **{side: "B" if len(cands) == 1 else f"{side} ({rev})"
+                         for side, (rev, _o) in zip(sides[1:], cands)}}
+    check_options_of([(f"{said[side]} options", co, opts, log_dir / f"{side}-options.log")
+                      for side, co, opts in named if opts],
+                     cfg.system_paths, cfg.judges.confine)   # before any model
     progress("stock's reference outputs")
     job, expected = stock_outputs(co_stock, job, cfg, log_dir, devices[0], progress)
-    paired, ready_a, ready_b, checks = paired_run(co_a, opts_a, co_b, opts_b, job, cfg,
-                                                  log_dir, progress, expected, co_stock)
-    eff_a, eff_b = ready_a["options"], ready_b["options"]
-    faults = [f for c in checks.values() for f in c.faults]
-    est, decision = stats.judge(paired.times, paired.diverged, cc, family, sigma_floor=sigma)
-    if faults:   # wrong outputs reject whatever the speed
-        decision = decision.model_copy(update=dict(adopted=False, verdict="not adopted"))
-    report = Comparison(
-        a=Side(rev=rev_a, commit=co_a.commit, tree=co_a.tree, options=opts_a, effective=eff_a,
-               drafter=ready_a.get("drafter"), confined=ready_a.get("confined", "")),
-        b=Side(rev=rev_b, commit=co_b.commit, tree=co_b.tree, options=opts_b, effective=eff_b,
-               drafter=ready_b.get("drafter"), confined=ready_b.get("confined", "")),
-        model=model, devices=job.devices,
-        mode="alternate" if len(job.devices) == 1 else "side-by-side",
-        requests=[r[0] for r in job.measured], source=source, max_new=job.max_new,
-        drafter=job.drafter, drafter_b=job.drafter_b,
-        rounds=job.rounds, warmup_rounds=job.warmup_rounds, paired=paired,
-        processes=job.processes, batch=job.batch, rate=job.rate,
-        arrivals=[job.arrivals(reqs) or [] for reqs in job.round_requests[job.warmup_rounds:]]
-        if job.rate else [], family=family, estimate=est, sigma=decision.sigma,
-        sigma_source=decision.sigma_source, decision=decision, outputs=checks, faults=faults,
-        tolerance=near_tie(expected, cfg))
+    if len(cands) > 1:
+        progress("candidates: " + ", ".join(f"{side} {rev}" for side, (rev, _o)
+                                            in zip(sides[1:], cands)))
+    paired, ready, checks = run_sides({side: (co, opts) for side, co, opts in named}, job, cfg,
+                                      log_dir, progress, expected, co_stock)
+    tol = near_tie(expected, cfg)
     log_dir.mkdir(parents=True, exist_ok=True)
-    (log_dir / "comparison.json").write_text(report.model_dump_json(indent=1))
-    return report
+    reports = []
+    for side, co_b, (rev_b, opts_b) in zip(sides[1:], cos, cands):
+        view = side_view(paired, side)
+        ready_a, ready_b = ready["A0"], ready[f"{side}0"]
+        mine = {"A": checks["A"], "B": checks[side]} if checks else {}
+        faults = [f for c in mine.values() for f in c.faults]
+        est, decision = stats.judge(view.times, view.diverged, cc, family, sigma_floor=sigma)
+        if faults:   # wrong outputs reject whatever the speed
+            decision = decision.model_copy(update=dict(adopted=False, verdict="not adopted"))
+        report = Comparison(
+            a=Side(rev=rev_a, commit=co_a.commit, tree=co_a.tree, options=opts_a,
+                   effective=ready_a["options"], drafter=ready_a.get("drafter"),
+                   confined=ready_a.get("confined", "")),
+            b=Side(rev=rev_b, commit=co_b.commit, tree=co_b.tree, options=opts_b,
+                   effective=ready_b["options"], drafter=ready_b.get("drafter"),
+                   confined=ready_b.get("confined", "")),
+            model=model, devices=job.devices,
+            mode="alternate" if len(job.devices) == 1 else "side-by-side",
+            requests=[r[0] for r in job.measured], source=source, max_new=job.max_new,
+            drafter=job.drafter, drafter_b=job.drafter_b,
+            rounds=job.rounds, warmup_rounds=job.warmup_rounds, paired=view,
+            processes=job.processes, batch=job.batch, rate=job.rate,
+            arrivals=[job.arrivals(reqs) or [] for reqs in job.round_requests[job.warmup_rounds:]]
+            if job.rate else [], family=family, estimate=est, sigma=decision.sigma,
+            sigma_source=decision.sigma_source, decision=decision, outputs=mine,
+            faults=faults, tolerance=tol, candidates=[rev for rev, _o in cands])
+        name = "comparison.json" if len(cands) == 1 else f"comparison-{side}.json"
+        (log_dir / name).write_text(report.model_dump_json(indent=1))
+        reports.append(report)
+    return reports

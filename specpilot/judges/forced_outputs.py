@@ -52,9 +52,9 @@ def force_outputs(stock, names: list[str], replies: dict[str, dict[str, list[int
         raise ValueError(f"{n} outputs part from their references: forcing needs stock")
     stop_ids = frozenset(int(t) for t in stock.ready.get("stop_ids") or ()) if n else frozenset()
     eta = Eta("stock forced through an output", n, progress) if n else None
-    for side in ("A", "B"):
+    for side in dict.fromkeys(["A", "B"] + [lab[0] for lab in names]):   # A, B, C, ..
         check = checks.get(side) or OutputCheck(side=side)
-        for label in (lab for lab in names if lab.startswith(side)):
+        for label in (lab for lab in names if lab[0] == side):
             for rid, got in replies[label].items():
                 exp = expected[rid]
                 argmax = margin = None   # None: the reference itself, nothing to check

@@ -28,10 +28,18 @@ from specpilot.memory.replay import Replayer
 from specpilot.memory.store import Memory, write_file_entry
 
 
-def from_comparison(path: Path, note: str = "") -> Result:
-    """A controller report (`specpilot compare --json`) as a result of its B side."""
+def from_comparison(path: Path, note: str = "", entry_id: str | None = None) -> Result:
+    """A controller report (`specpilot compare --json`) as a result of its B side; of a run
+    of several candidates (a list of reports), the one whose candidate was `entry_id`."""
     try:
         rep = json.loads(path.read_text())
+        if isinstance(rep, list):
+            revs = [r["b"]["rev"] for r in rep]
+            if entry_id not in revs:
+                raise SpecPilotError(f"{path}: a run of several candidates ({', '.join(revs)})"
+                                     f" without {entry_id!r}: its candidate must be named "
+                                     f"after the entry", code=2)
+            rep = rep[revs.index(entry_id)]
         est, dec = rep["estimate"], rep["decision"]
         verdict = dec["verdict"] + (f"; {note}" if note else "")
         return Result(
@@ -62,6 +70,9 @@ def _run_line(rep: dict, dec: dict) -> str:
     if rep.get("a", {}).get("options"):
         parts.append(f"A options {rep['a']['options']}")
     parts.append(f"B options {rep['b']['options']}")
+    if len(rep.get("candidates") or []) > 1:
+        parts.append(f"one of {len(rep['candidates'])} candidates judged in one run "
+                     f"(family {rep.get('family', len(rep['candidates']))})")
     parts.append(f"sigma {rep['sigma']:.4f}; threshold {dec['threshold']:.4f}")
     checked = [f"{side} {c.get('forced', 0)} forced / {c.get('restarts', 0)} continued"
                for side, c in sorted((rep.get("outputs") or {}).items())
