@@ -49,9 +49,10 @@ class ControllerSection(BaseModel):
     resident: int = Field(0, ge=0, le=8)
     # Processes that compute stock's reference outputs before any candidate starts, the
     # measured requests shared among them (each a resident copy of the model, loaded one
-    # after another): 2 for a small target on one GPU (a verdict's 128 references took
-    # 94 s in one on the H100; in two, not yet measured); 1 for a target of which only one
-    # more copy fits.
+    # after another), and, in throughput mode, the stock workers that the timed outputs are
+    # forced through after the rounds (the outputs dealt among them): 2 for a small target
+    # on one GPU (256 references in 2 m 37 s in two on the H100, 2026-12-06); 1 for a
+    # target of which only one more copy fits.
     reference_processes: int = Field(1, ge=1, le=8)
     rounds: int = Field(4, ge=2)                   # measured rounds (A B B A ...)
     warmup_rounds: int = Field(1, ge=0)            # run first, never counted

@@ -71,3 +71,43 @@ def test_an_output_must_end_where_stock_would():
     assert _check([5, 6, 70], [5, 6, 70], sure[:3], exp=cut).ok   # the context cut stock too
     short_pass = _check([5, 6, 7, 8], [5, 6, 7, 8, 9], sure[:5])
     assert not short_pass.ok and "covered 5 of 4" in short_pass.faults[0]
+
+
+class _Stock:
+    """A stand-in for a started stock worker (`call("force", ...)` and `ready`): stock's
+    argmax is the output itself but at position 2, where it says 7 with margin 0.01."""
+
+    def __init__(self, name):
+        self.name, self.served, self.ready = name, [], {"stop_ids": [0]}
+
+    def call(self, cmd, tag, ids, forced, chunk):
+        assert cmd == "force"
+        self.served.append(tag)
+        argmax = [7 if i == 2 else t for i, t in enumerate(forced)]
+        return {"argmax": argmax, "margin": [0.01 if i == 2 else 1.0 for i in range(len(forced))]}
+
+
+def test_the_forced_passes_are_dealt_among_stock_workers_and_judged_as_by_one():
+    """Throughput mode forces every parted output through stock; with several stock
+    workers each pass runs once, in one of them, and the checks equal one worker's."""
+    from specpilot.judges.forced_outputs import force_outputs
+    from specpilot.judges.outputs import Tolerance
+
+    exp = {f"r{i}": Expected(request_id=f"r{i}", prompt_ids=[1, 2], max_new=6,
+                             tokens=[5, 6, 7, 8, 9, 10], margins=[1.0] * 6,
+                             stop_reason="length") for i in range(5)}
+    parted = [5, 6, 70, 8, 9, 10]   # a near-tie at 2, stock's own tokens after it
+    replies = {"A0": {rid: list(e.tokens) for rid, e in exp.items()},
+               "B0": {rid: list(parted) for rid in exp},
+               "C0": {"r0": list(parted), "r1": [5, 6, 7, 8, 9, 10, 11]}}   # r1: too long
+    tol = Tolerance(epsilon=EPS, rate=0.5)
+    one, two = [_Stock("s0")], [_Stock("s0"), _Stock("s1")]
+    by_one = force_outputs(one, ["A0", "B0", "C0"], replies, exp, tol, 10, 4)
+    by_two = force_outputs(two, ["A0", "B0", "C0"], replies, exp, tol, 10, 4)
+    assert [c.model_dump() for c in by_one.values()] == [c.model_dump() for c in by_two.values()]
+    served = two[0].served + two[1].served
+    assert sorted(served) == sorted(one[0].served) and len(served) == len(set(served)) == 6
+    assert two[0].served and two[1].served   # both worked
+    assert list(by_two) == ["A", "B", "C"]
+    assert by_two["A"].forced == 0 and by_two["B"].forced == 5 and by_two["B"].ok
+    assert by_two["C"].faults == ["C r1: 7 tokens, 6 asked"]   # too long: a fault, unforced

@@ -81,7 +81,7 @@ def test_several_candidates_share_one_reference_and_one_A_side_and_are_judged_ap
     """`compare A B C`: one run, one stock reference, one A side, two candidates as sides B
     and C of the same rounds. The candidate whose batching breaks tokens (first, side B) is
     rejected for its own faults; the honest one (second, side C: stock without A's 4x
-    verification) is judged on its own times against the same A cells, its outputs clean,
+    verification) is judged on its own cells against the same A cells, its outputs clean,
     and neither verdict sees the other's workers. The bound's level is split between the
     two (family 2)."""
     bad = cheat(project, "wrong-when-batched-2", WRONG_WHEN_BATCHED, path="stock/batch.py")
@@ -103,7 +103,6 @@ def test_several_candidates_share_one_reference_and_one_A_side_and_are_judged_ap
     assert not cheat_rep.decision.adopted
     assert honest.outputs["B"].ok and honest.outputs["A"].ok and not honest.faults
     assert honest.outputs["B"].side == "C" and honest.outputs["B"].requests == 2 * 8
-    assert honest.estimate.gain > 0   # A's 4x verify against stock's one
     assert honest.b.effective.get("repeat_work", 0) == 0
 
 

@@ -70,7 +70,7 @@ from specpilot.errors import SpecPilotError
 from specpilot.gitstore import GitStore
 from specpilot.judges import prompts, stats
 from specpilot.judges.eta import Eta
-from specpilot.judges.forced_outputs import force_outputs, forced_pass, forcible, to_force
+from specpilot.judges.forced_outputs import force_outputs, forced_passes, forcible, to_force
 from specpilot.judges.outputs import (Expected, OutputCheck, Tolerance, check_request,
                                       first_difference, near_tie_budget, tolerance)
 from specpilot.judges.prompts import Req
@@ -280,12 +280,13 @@ def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path, devi
             outputs, _seconds = refs[0].batch("stock-batched", [(rid, ids) for rid, _t, ids
                                                                 in measured],
                                               job.max_new, job.batch)
-            forced = {}   # stock forced through its own parted batched outputs, as the check
-            for rid, got in outputs.items():   # will force the candidates' (forced_outputs)
-                exp = expected.get(rid)
-                if exp is not None and forcible(exp, got):
-                    forced[rid] = forced_pass(refs[0], f"batch-noise-{rid}", exp, got, g.chunk)
-            fold_batch_noise(expected, outputs, forced)
+            # stock forced through its own parted batched outputs, as the check will force
+            # the candidates' (forced_outputs), dealt among the reference workers
+            passes = forced_passes(refs, [(f"batch-noise-{rid}", expected[rid], got)
+                                          for rid, got in outputs.items() if rid in expected
+                                          and forcible(expected[rid], got)], g.chunk)
+            fold_batch_noise(expected, outputs, {tag.removeprefix("batch-noise-"): res
+                                                 for tag, res in passes.items()})
     finally:
         for ref in refs:
             ref.stop()
@@ -472,15 +473,19 @@ def _forced_check(co_stock: Checkout, job: Job, replies: dict, expected: dict[st
     names = [label for label in labels(job.processes, job.sides) if label in replies]
     if not to_force(names, replies, expected):   # no worker needed (stock's own, or faults)
         return force_outputs(None, names, replies, expected, tol, budget, cfg.gates.chunk)
-    stock = Worker("stock-check", co_stock, cfg.system_paths, job.model, {},
-                   job.devices[0], log_dir / "stock-check.log", None, job.max_context,
-                   cfg.judges.confine)
+    stocks = [Worker("stock-check" if i == 0 else f"stock-check{i}", co_stock,
+                     cfg.system_paths, job.model, {}, job.devices[0],
+                     log_dir / ("stock-check.log" if i == 0 else f"stock-check{i}.log"), None,
+                     job.max_context, cfg.judges.confine)
+              for i in range(cfg.controller.reference_processes)]
     try:
-        stock.start()
-        return force_outputs(stock, names, replies, expected, tol, budget, cfg.gates.chunk,
+        for stock in stocks:   # one at a time, as the references' (`stock_outputs`)
+            stock.start()
+        return force_outputs(stocks, names, replies, expected, tol, budget, cfg.gates.chunk,
                              progress=progress)
     finally:
-        stock.stop()
+        for stock in stocks:
+            stock.stop()
 
 
 def _session(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, log_dir: Path,

@@ -10,6 +10,8 @@ whole comparison, as the continuation check's.
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from specpilot.judges.eta import Eta
@@ -38,20 +40,49 @@ def to_force(names: list[str], replies: dict[str, dict[str, list[int]]],
                if forcible(expected[rid], got))
 
 
-def force_outputs(stock, names: list[str], replies: dict[str, dict[str, list[int]]],
+def forced_passes(stocks: list, jobs: list[tuple[str, Expected, list[int]]],
+                  chunk: int | None, progress: Callable[[str], None] = lambda s: None
+                  ) -> dict[str, tuple[list[int], list[float]]]:
+    """Each job's (tag, reference, output) forced pass (`forced_pass`), dealt out among the
+    started stock workers `stocks` (worker k takes jobs k, k + n, ..., each in a thread of
+    its own: the passes are independent and a small target's are host-bound), by tag."""
+    out: dict[str, tuple[list[int], list[float]]] = {}
+    if not jobs:
+        return out
+    eta = Eta("stock forced through an output", len(jobs), progress)
+    lock = threading.Lock()
+
+    def deal(k: int) -> None:
+        for tag, exp, got in jobs[k::len(stocks)]:
+            res = forced_pass(stocks[k], tag, exp, got, chunk)
+            with lock:
+                out[tag] = res
+                eta.done()
+
+    with ThreadPoolExecutor(len(stocks)) as pool:
+        for fut in [pool.submit(deal, k) for k in range(min(len(stocks), len(jobs)))]:
+            fut.result()
+    return out
+
+
+def force_outputs(stocks, names: list[str], replies: dict[str, dict[str, list[int]]],
                   expected: dict[str, Expected], tol: Tolerance, budget: int,
                   chunk: int | None, checks: dict[str, OutputCheck] | None = None,
                   progress: Callable[[str], None] = lambda s: None) -> dict[str, OutputCheck]:
     """Each side's check (one per side, continuing `checks` of an earlier session of the
-    run) of `replies` (label -> request id -> tokens) against `expected`; `stock`: a
-    started worker of stock (anything with `call` and a `ready` dict naming its
-    `stop_ids`), or None where no reply needs forcing (`to_force`)."""
+    run) of `replies` (label -> request id -> tokens) against `expected`; `stocks`: started
+    workers of stock (anything with `call` and a `ready` dict naming its `stop_ids`; one, or
+    a list the passes are dealt among), or None where no reply needs forcing (`to_force`)."""
     checks = dict(checks or {})
+    stocks = [] if stocks is None else stocks if isinstance(stocks, list) else [stocks]
     n = to_force(names, replies, expected)
-    if n and stock is None:
+    if n and not stocks:
         raise ValueError(f"{n} outputs part from their references: forcing needs stock")
-    stop_ids = frozenset(int(t) for t in stock.ready.get("stop_ids") or ()) if n else frozenset()
-    eta = Eta("stock forced through an output", n, progress) if n else None
+    stop_ids = (frozenset(int(t) for t in stocks[0].ready.get("stop_ids") or ()) if n
+                else frozenset())
+    passes = forced_passes(stocks, [(f"force-{label}-{rid}", expected[rid], got)
+                                    for label in names for rid, got in replies[label].items()
+                                    if forcible(expected[rid], got)], chunk, progress)
     for side in dict.fromkeys(["A", "B"] + [lab[0] for lab in names]):   # A, B, C, ..
         check = checks.get(side) or OutputCheck(side=side)
         for label in (lab for lab in names if lab[0] == side):
@@ -59,8 +90,7 @@ def force_outputs(stock, names: list[str], replies: dict[str, dict[str, list[int
                 exp = expected[rid]
                 argmax = margin = None   # None: the reference itself, nothing to check
                 if forcible(exp, got):
-                    argmax, margin = forced_pass(stock, f"force-{label}-{rid}", exp, got, chunk)
-                    eta.done()
+                    argmax, margin = passes[f"force-{label}-{rid}"]
                 elif got != exp.tokens:   # none, or more than asked: a fault unforced
                     argmax, margin = [], []
                 check_forced(check, exp, got, argmax, margin, tol.epsilon, budget, stop_ids)
