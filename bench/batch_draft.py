@@ -35,7 +35,7 @@ import time
 from types import SimpleNamespace
 
 import common  # noqa: F401  (the repository on sys.path)
-from common import log, print_table, smoke_device, timed, write_json
+from common import log, print_table, profiled, smoke_device, timed, write_json
 
 import torch  # noqa: E402
 
@@ -170,19 +170,8 @@ def region_times(bd, conc: int, iters: int, dev: str) -> list[list]:
 
 def profiled_run(engine, reqs, top: int) -> tuple[dict, list[list]]:
     """Step 3: one run under torch.profiler: kernel time against wall time, top kernels."""
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        wall = run(engine, reqs)
-        torch.cuda.synchronize()
-    kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
-    total_us = sum(e.self_device_time_total for e in kernels)
-    kernels.sort(key=lambda e: -e.self_device_time_total)
-    rows = [[e.key[:70], e.count, f"{e.self_device_time_total / 1e3:.2f}",
-             f"{100 * e.self_device_time_total / max(total_us, 1e-9):.1f}"]
-            for e in kernels[:top]]
-    return {"wall_s": wall, "kernel_s": total_us / 1e6, "kernels": len(kernels)}, rows
+    info, rows = profiled(lambda: run(engine, reqs), top)
+    return info, rows
 
 
 def main() -> None:

@@ -45,6 +45,9 @@ single-request reference run: it decodes every request of the largest C one at a
     python3 bench/batch_throughput.py --entry batch-mechanisms --target embedded --conc 4,16,32 \
         --modes block,block:admit_chunk=64,block:dynamic_draft=true,block:node_budget=96,\
 block:admit_chunk=64+dynamic_draft=true+node_budget=96      # H200: issue 28's table
+    python3 bench/batch_throughput.py --entry batch-tree-verify --target embedded --conc 16 \
+        --modes ar,block,block:tree_budget=16 --phases --profile 12 --no-compare
+        # where a tree step's time goes against a chain step's: phases, then the kernels
     python3 bench/batch_throughput.py --smoke          # CPU: random:tiny-qwen3, 2 sizes
     python3 bench/batch_throughput.py --smoke --entry batch-mechanisms   # and a stacked mode
     python3 bench/batch_throughput.py --smoke --entry batch-tree-verify --modes ar,ngram,ngram:tree_budget=8
@@ -68,7 +71,8 @@ from types import SimpleNamespace
 from typing import Callable
 
 import common  # noqa: F401  (the repository on sys.path)
-from common import T0, entry_on_path, log, print_table, smoke_device, write_json
+from common import (T0, entry_on_path, is_cuda, log, print_table, profiled, smoke_device,
+                    write_json)
 
 ENTRY = entry_on_path(sys.argv)   # before stock is imported
 
@@ -304,6 +308,9 @@ def main() -> None:
     ap.add_argument("--phases", action="store_true",
                     help="after each timed run, a run synchronised around each phase of a "
                          "step (draft, verify, the drafter's context update): a second table")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="CUDA: after the timing, one run of each row under torch.profiler: "
+                         "its kernel time against its wall time and its N largest kernels")
     ap.add_argument("--budget-s", type=float, default=None,
                     help="stop timing once another round of timed runs would end past this "
                          "many seconds from the start (a lent GPU's call limit): the table "
@@ -370,6 +377,15 @@ def main() -> None:
             rest = ph.get("step", 0) - sum(ph.get(k, 0) for k in PHASES[:3])
             split.append([mode, c, f"{r['step_ms']:.2f}"]
                          + [f"{ph.get(k, float('nan')):.2f}" for k in PHASES] + [f"{rest:.2f}"])
+    profiles = []
+    for key, (eng, work) in engines.items() if args.profile and is_cuda(args.device) else ():
+        info, top = profiled(lambda: run(eng, work), args.profile)   # after the timing
+        res[key]["profiled"] = {**info, "top": top}
+        mode, c = key.split("@")
+        profiles += [[mode, c, f"{info['wall_s']:.3f}", f"{info['kernel_s']:.3f}",
+                      f"{100 * info['kernel_s'] / info['wall_s']:.0f}", *row] for row in top]
+    if args.profile and not is_cuda(args.device):
+        log("--profile: CUDA only (no kernels to list on this device)")
     ref = {}
     if args.compare and "ar" in modes and 1 in args.conc:   # single-request outputs, in order
         base = BatchEngine(model, opts, max_batch=1, max_context=ctx, stop_ids=stops)
@@ -436,6 +452,11 @@ def main() -> None:
         print_table(["mode", "C", "decode step ms (timed run)", "draft ms", "verify ms",
                      "extend ms", "step ms (synchronised)", "host rest ms"], split,
                     "medians over pure decode steps of a run synchronised around each phase")
+    if profiles:
+        print_table(["mode", "C", "wall s (profiled)", "kernel s", "% busy", "kernel", "calls",
+                     "ms", "% of kernel time"], profiles,
+                    f"one run of each row under torch.profiler, its {args.profile} largest "
+                    "kernels (the profiler slows the host: wall is not the timed run's)")
     write_json(args.out, "batch_throughput.json",
                {"target": args.target, "device": args.device, "runs": res,
                 "prepared": {k: {"slots": n, "s": round(t, 3)} for k, (n, t) in prepared.items()}})

@@ -101,6 +101,29 @@ def timed(fn, iters: int, dev="cuda", warmup: int = 3, each: bool = False) -> di
     return summary(ms)
 
 
+def profiled(fn, top: int) -> tuple[dict, list[list]]:
+    """`fn()` once under torch.profiler (CUDA): its wall seconds, the sum of its kernels'
+    device time, how many distinct kernels, and the `top` kernels by device time (name,
+    calls, ms, % of kernel time). Kernels replayed from CUDA graphs are listed where the
+    profiler sees them. The profiler slows the host: the wall time is not the run's."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - t0
+    kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
+    total_us = sum(e.self_device_time_total for e in kernels)
+    kernels.sort(key=lambda e: -e.self_device_time_total)
+    rows = [[e.key[:70], e.count, f"{e.self_device_time_total / 1e3:.2f}",
+             f"{100 * e.self_device_time_total / max(total_us, 1e-9):.1f}"]
+            for e in kernels[:top]]
+    return {"wall_s": wall, "kernel_s": total_us / 1e6, "kernels": len(kernels)}, rows
+
+
 def copy_bandwidth(nbytes: int, dev="cuda", iters: int = 10) -> dict:
     """A device-to-device copy of `nbytes`: bandwidth counts the bytes read plus the bytes
     written (2 * nbytes per copy), as the copy figure in docs/ARCHITECTURE's facts does."""
