@@ -252,6 +252,16 @@ def test_compare_cli_prints_the_verdict_and_exits_3_when_not_adopted(project, mo
     assert dec["sigma"] >= 0.01   # --sigma is a floor: the run's own σ when larger
     assert dec["threshold"] == pytest.approx(0.01 + 2 * dec["sigma"])
     assert dec["sigma"] == pytest.approx(max(0.01, json.loads(res.stdout)["estimate"]["sigma"]))
+    # two candidates in one run: a report each, then one summary line each
+    res = CliRunner().invoke(cli, args + ["HEAD", "--opt-of", "HEAD", "repeat_work=20"])
+    assert res.exit_code in (0, 3), res.output
+    assert "candidate 1 of 2: stock" in res.output and "candidate 2 of 2: HEAD" in res.output
+    assert res.output.count("gain of B over A") == 2
+    assert "summary (family of 2: each against A, the bound at one-sided 97.50%)" in res.output
+    summary = res.output.split("summary (")[1].splitlines()[1:3]
+    assert summary[0].split()[0] == "stock" and summary[1].split()[0] == "HEAD"
+    assert "not adopted" in summary[1]   # 20x the verification: never faster
+    assert res.stderr.count("stock's reference outputs") == 1
 
 
 def test_workers_compute_in_stock_dtype_bf16_on_cuda_fp32_on_cpu():

@@ -115,6 +115,15 @@ def compare_cmd(a, b, opt_a, opt_b, opt_of, devices, rounds, n_requests, max_new
                 click.echo(("\n" if n else "") + f"candidate {n + 1} of {len(reps)}: "
                            f"{rep.b.rev}")
             _print_report(rep)
+        if len(reps) > 1:   # one line a candidate, in the order given
+            click.echo(f"\nsummary (family of {reps[0].family}: each against A, the bound "
+                       f"at one-sided {reps[0].estimate.level:.2%})")
+            width = max(len(rep.b.rev) for rep in reps)
+            for rep in reps:
+                click.echo(f"  {rep.b.rev:<{width}}  gain {rep.estimate.gain:+.2%}  lower "
+                           f"bound {rep.estimate.lower_bound:+.2%}  threshold "
+                           f"{rep.decision.threshold:.2%}  {rep.decision.verdict}"
+                           + ("  (outputs differ from stock)" if rep.faults else ""))
     for rep in reps:
         noisy = noise_warning(rep.sigma, rep.decision.threshold)
         if noisy:
