@@ -78,6 +78,8 @@ time timeout "${LIMIT:-540}" $CMP --json > "$OUT/$NAME.json" \
 rc=$?
 echo "rc=$rc (0 adopted, 3 not adopted)"
 tail -3 "$OUT/$NAME.err"
+# the run's phase clock: its progress lines less the per-request, per-output and per-round ones
+grep -v "forced through an output\|reference, request\|  round [0-9]" "$OUT/$NAME.err" | head -24
 [ -d .specpilot/runs ] && tar czf "$OUT/logs.tgz" -C .specpilot runs
 grep -c . .specpilot/runs/compare-*/*.log 2>/dev/null | head -8
 grep -h "fell back\|Error\|error:" .specpilot/runs/compare-*/*.log 2>/dev/null | sort | uniq -c | head -12
