@@ -277,6 +277,26 @@ def test_describe_rewrites_the_prose_only(project):
     assert tomllib.loads((project.path / "memory/a.toml").read_text())["summary"] == "new"
 
 
+def test_an_option_whose_default_is_an_expression_gets_its_tuned_value_once_listed(project):
+    """A registration whose default is an expression (`BUCKETS[-1]`, as prefill-buckets'
+    prefill_tokens) says the option's type but not its value: `memory option` refuses to
+    list it from the patch, in one line, and sets the tuned value of one listed by hand (the
+    admission stack's prefill_tokens was refused before, listed or not)."""
+    project.entry("c", {3: "'c'"}, extra={"stock/opts2.py":
+                                          'register("steps", int, BUCKETS[-1], "a bucket")\n'})
+    bad = project.specpilot("memory", "option", "c", "steps", "--tuned", "256")
+    assert bad.exit_code == 2 and "not a literal (BUCKETS[-1])" in bad.output, bad.output
+    path = project.path / "memory/c.toml"   # listed by hand, its default read from stock
+    text = path.read_text().replace("options = []\n", "")
+    path.write_text(text + '\n[[options]]\nname = "steps"\ntype = "int"\ndefault = 64\n')
+    res = project.specpilot("memory", "import", "--force")
+    assert res.exit_code == 0, res.output
+    res = project.specpilot("memory", "option", "c", "steps", "--tuned", "256", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output) == {"name": "steps", "type": "int", "default": 64,
+                                      "tuned": 256, "help": ""}
+
+
 def test_option_lists_what_a_patch_registers_and_sets_its_tuned_value(project):
     """`memory option`: an option the entry's replay registers (its own patch or a
     dependency's) is listed with its registration's type and default, a listed one gets a

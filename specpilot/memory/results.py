@@ -123,14 +123,20 @@ _REGISTER = re.compile(r'^\+\s*register\(\s*"(?P<name>\w+)"\s*,\s*(?P<type>bool|
                        r'\s*,\s*(?P<default>[^,]+?)\s*,', re.M)
 
 
+class NotLiteral(str):
+    """A registration's default that is an expression, not a literal (`BUCKETS[-1]`): the
+    patch gives its type but not its value."""
+
+
 def registered(patch: str) -> dict[str, tuple[str, object]]:
-    """name -> (type name, default) of every option registration `patch` adds."""
+    """name -> (type name, default) of every option registration `patch` adds; a default
+    that is no literal is its expression as a `NotLiteral`."""
     out = {}
     for m in _REGISTER.finditer(patch):
         try:
             out[m["name"]] = (m["type"], ast.literal_eval(m["default"]))
         except (ValueError, SyntaxError):
-            continue   # a default that is not a literal: not listable from the patch
+            out[m["name"]] = (m["type"], NotLiteral(m["default"]))
     return out
 
 
@@ -165,6 +171,11 @@ def set_option(memory: Memory, entry_id: str, name: str, tuned: str | None = Non
         raise SpecPilotError(f"entry {entry_id!r} registers no option {name!r} (its replay "
                              f"registers: {', '.join(sorted(found)) or 'none'})", code=2)
     type_name, default = found[name]
+    listed = any(spec.name == name for spec in memory.ref_entries()[entry_id].meta.options)
+    if isinstance(default, NotLiteral) and not listed:
+        raise SpecPilotError(f"option {name!r} of entry {entry_id!r} has a default that is not "
+                             f"a literal ({default}): its registration does not say the value, "
+                             f"so it cannot be listed from the patch", code=2)
     value = None
     if tuned is not None:
         try:
