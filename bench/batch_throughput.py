@@ -20,8 +20,9 @@ tok/s parts from decode tok/s.
 
 Targets: `random:<preset>` (random bf16 weights, random prompts of --prompt tokens: AR
 only, drafts mean nothing there; dense-27b shows where weights stop dominating a step) or
-`embedded` (the real model on the dev requests, chat-templated: AR, the n-gram chain and
-the block drafter, batched: `--modes ar,ngram,block`). Each mode also runs its first two requests on the
+`embedded` (the real model on the dev requests, chat-templated, the categories taken in
+turn: AR, the n-gram chain and the block drafter, batched: `--modes ar,ngram,block`; before
+2026-12-06 a run took the file's first requests, so 2C = 32 at C = 16 were all code). Each mode also runs its first two requests on the
 single-request `Engine` (row `<mode>-engine`, C = 1): what the batch must beat.
 
 Correctness: on every (mode, C) the outputs are compared with the same requests' outputs at
@@ -98,12 +99,14 @@ def load(args):
         reqs = [(torch.randint(1, net.cfg.vocab_size, (args.prompt,), generator=gen).tolist(),
                  args.max_new) for _ in range(n)]
         return net, reqs, frozenset()
-    from specpilot.requests import load_dev, select
+    from specpilot.requests import interleaved, load_dev
     from stock.system import load_system
 
     system = load_system(args.target, Options(), device=args.device, max_context=4096)
     tok = system.tokenizer
-    dev_reqs = select(load_dev(), None, None)
+    # the categories in turn: the dev file is stored a category at a time, and a run of 2C
+    # requests at C = 16 took its first 32, all code, until 2026-12-06 (session 28)
+    dev_reqs = interleaved(load_dev())
     reqs = [(tok.chat(r.prompt), min(args.max_new, r.max_new_tokens)) for r in dev_reqs]
     n = args.waves * max(args.conc)
     reqs = [reqs[i % len(reqs)] for i in range(n)]

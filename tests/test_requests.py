@@ -252,3 +252,22 @@ def test_default_dir_xdg_and_home_fallback(tmp_path, monkeypatch):
     monkeypatch.delenv("XDG_DATA_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_sealed_dir() == tmp_path / "home" / ".local" / "share" / "specpilot" / "sealed"
+
+
+def test_interleaved_takes_the_categories_in_turn_so_every_prefix_is_a_mix():
+    """The dev set is stored a category at a time (its first 32 requests are all code: a
+    benchmark that took a prefix measured code alone); interleaved keeps every request and
+    each category's order, the categories in turn."""
+    from specpilot.requests import interleaved
+
+    dev = load_dev()
+    assert {r.category for r in dev[:32]} == {"code"}   # why it is needed
+    mixed = interleaved(dev)
+    assert sorted(r.id for r in mixed) == sorted(r.id for r in dev)
+    assert [r.category for r in mixed[:5]] == ["code", "chat", "math", "summarisation",
+                                               "long-form"]
+    counts = {c: sum(r.category == c for r in mixed[:32]) for c in CATEGORIES}
+    assert max(counts.values()) - min(counts.values()) <= 1, counts
+    for c in CATEGORIES:   # each category's own order kept
+        assert [r.id for r in mixed if r.category == c] == [r.id for r in dev if r.category == c]
+

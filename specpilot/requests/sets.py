@@ -165,3 +165,18 @@ def spread(requests: Sequence[Request], count: int) -> list[Request]:
     if not cats or count <= 0:
         return []
     return select(requests, None, -(-count // len(cats)))[:count]
+
+
+def interleaved(requests: Sequence[Request]) -> list[Request]:
+    """Every request, the categories taken in turn (the first of each in order of first
+    appearance, then the second of each, ...), each category's own order kept: every
+    prefix is as even a mix as the set allows. The dev set is stored a category at a time,
+    so its first 32 requests are all code."""
+    by_cat: dict[str, list[Request]] = {}
+    for r in requests:
+        by_cat.setdefault(r.category, []).append(r)
+    out: list[Request] = []
+    for i in range(max((len(v) for v in by_cat.values()), default=0)):
+        out += [v[i] for v in by_cat.values() if i < len(v)]
+    return out
+
