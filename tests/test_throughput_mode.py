@@ -119,13 +119,13 @@ def test_throughput_mode_folds_stocks_own_batching_into_the_near_tie(project, mo
     """Where the reference measured its noise (bf16 on a GPU; here its pass is asked for,
     fp32), stock's reference worker also serves every measured request through its own
     batched engine before any candidate runs, and the controller folds what parts from the
-    single-request references into the near-tie (controller.fold_batch_noise). The real
+    single-request references into the near-tie (stock_reference.fold_batch_noise). The real
     path, end to end: the worker's batched outputs reach the fold, one per measured
     request, equal to the references here (fp32), so nothing widens."""
-    from specpilot.judges import controller
+    from specpilot.judges import stock_reference
     from specpilot.judges.worker_proc import Worker
 
-    real_call, real_fold, folds = Worker.call, controller.fold_batch_noise, []
+    real_call, real_fold, folds = Worker.call, stock_reference.fold_batch_noise, []
 
     def call(self, cmd, request_id, **fields):
         if cmd == "reference":
@@ -138,7 +138,7 @@ def test_throughput_mode_folds_stocks_own_batching_into_the_near_tie(project, mo
         return folds[-1][2]
 
     monkeypatch.setattr(Worker, "call", call)
-    monkeypatch.setattr(controller, "fold_batch_noise", fold)
+    monkeypatch.setattr(stock_reference, "fold_batch_noise", fold)
     rep = compare(project, "stock", "stock", model=MODEL, max_new=8, rounds=4, requests=2,
                   batch=2, sigma=0.05)
     assert len(folds) == 1
