@@ -14,7 +14,7 @@
 #   bash bench/gpu_verdict.sh --smoke     # CPU: the same staging and comparison on
 #                                         # random:tiny-qwen3, 2 rounds x 4 requests x 4 tokens
 #   ENTRY="prefill-buckets prompt-admission" MODEL=embedded DRAFTER=block \
-#     bash bench/gpu_verdict.sh --batch 16 --opt-b draft_len=15 \
+#     bash bench/gpu_verdict.sh --batch 16 --opt-a draft_len=15 --opt-b draft_len=15 \
 #     --opt-of prefill-buckets prefill_tokens=256 --opt-of prompt-admission admit_chunk=64
 #       # several entries judged in one run (`specpilot compare main E1 E2 ..`: one stock
 #       # reference and one A side; each entry staged as a branch of its own name, its
