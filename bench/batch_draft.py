@@ -168,12 +168,6 @@ def region_times(bd, conc: int, iters: int, dev: str) -> list[list]:
     return out
 
 
-def profiled_run(engine, reqs, top: int) -> tuple[dict, list[list]]:
-    """Step 3: one run under torch.profiler: kernel time against wall time, top kernels."""
-    info, rows = profiled(lambda: run(engine, reqs), top)
-    return info, rows
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", default="embedded")
@@ -210,7 +204,7 @@ def main() -> None:
     if cuda:
         res["profiled"] = {}
         for name, eng in engines.items():
-            info, rows = profiled_run(eng, reqs, args.top)
+            info, rows = profiled(lambda: run(eng, reqs), args.top)   # step 3
             res["profiled"][name] = {**info, "top": rows}
             print_table(["kernel", "calls", "ms", "% of kernel time"], rows,
                         f"step 3: {name} at C = {args.conc}, one run of {len(reqs)} requests "

@@ -260,8 +260,7 @@ def run_sides(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, 
     for side in job.sides[1:]:   # a tolerated near-tie is a divergence: the bar rises
         if checks and checks[side].near_ties:
             paired.diverged_sides[side] = True
-    if job.sides[1:]:
-        paired.diverged = paired.diverged_sides.get("B", paired.diverged)
+    paired.diverged = paired.diverged_sides.get("B", paired.diverged)
     return paired, ready, checks
 
 

@@ -71,18 +71,16 @@ def force_outputs(stocks, names: list[str], replies: dict[str, dict[str, list[in
                   progress: Callable[[str], None] = lambda s: None) -> dict[str, OutputCheck]:
     """Each side's check (one per side, continuing `checks` of an earlier session of the
     run) of `replies` (label -> request id -> tokens) against `expected`; `stocks`: started
-    workers of stock (anything with `call` and a `ready` dict naming its `stop_ids`; one, or
-    a list the passes are dealt among), or None where no reply needs forcing (`to_force`)."""
+    workers of stock the passes are dealt among (anything with `call` and a `ready` dict
+    naming its `stop_ids`), or None where no reply needs forcing (`to_force`)."""
     checks = dict(checks or {})
-    stocks = [] if stocks is None else stocks if isinstance(stocks, list) else [stocks]
-    n = to_force(names, replies, expected)
-    if n and not stocks:
-        raise ValueError(f"{n} outputs part from their references: forcing needs stock")
-    stop_ids = (frozenset(int(t) for t in stocks[0].ready.get("stop_ids") or ()) if n
+    jobs = [(f"force-{label}-{rid}", expected[rid], got) for label in names
+            for rid, got in replies[label].items() if forcible(expected[rid], got)]
+    if jobs and not stocks:
+        raise ValueError(f"{len(jobs)} outputs part from their references: forcing needs stock")
+    stop_ids = (frozenset(int(t) for t in stocks[0].ready.get("stop_ids") or ()) if jobs
                 else frozenset())
-    passes = forced_passes(stocks, [(f"force-{label}-{rid}", expected[rid], got)
-                                    for label in names for rid, got in replies[label].items()
-                                    if forcible(expected[rid], got)], chunk, progress)
+    passes = forced_passes(stocks, jobs, chunk, progress)
     for side in dict.fromkeys(["A", "B"] + [lab[0] for lab in names]):   # A, B, C, ..
         check = checks.get(side) or OutputCheck(side=side)
         for label in (lab for lab in names if lab[0] == side):
