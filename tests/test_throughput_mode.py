@@ -41,7 +41,12 @@ BatchEngine._emit = _shifted_emit
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory):
-    return judge_project(tmp_path_factory.mktemp("throughput") / "proj")
+    from judge_fixtures import CONFIG
+
+    # two stock workers for the references and for the forced check (the outputs dealt
+    # among them), as bench/gpu_verdict.sh runs small targets
+    two = CONFIG.replace("[controller]\n", "[controller]\nreference_processes = 2\n")
+    return judge_project(tmp_path_factory.mktemp("throughput") / "proj", two)
 
 
 def test_throughput_mode_times_batches_and_its_batched_gate_rejects_what_batching_breaks(
@@ -93,6 +98,9 @@ def test_several_candidates_share_one_reference_and_one_A_side_and_are_judged_ap
     assert sum(m == "stock's reference outputs" for m in said) == 1   # computed once
     assert any(m.startswith("candidates: B ") and "C stock" in m for m in said), said
     cheat_rep, honest = reps
+    run = sorted((project / ".specpilot" / "runs").glob("compare-*"))[-1]
+    assert (run / "stock-check.log").exists() and (run / "stock-check1.log").exists()
+    assert (run / "stock-reference1.log").exists()   # the references in two workers too
     for rep in reps:
         assert sorted(rep.paired.times) == ["A0", "A1", "B0", "B1"]    # A and its own side
         assert rep.estimate.family == 2 and rep.family == 2
