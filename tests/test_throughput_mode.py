@@ -96,6 +96,10 @@ def test_several_candidates_share_one_reference_and_one_A_side_and_are_judged_ap
                         requests=2, batch=2, sigma=0.05, progress=said.append)
     assert [r.b.rev for r in reps] == [bad, "stock"]
     assert sum(m == "stock's reference outputs" for m in said) == 1   # computed once
+    # where the reference workers' time went, summed over both (fp32: no noise pass)
+    parts = [m for m in said if m.startswith("stock's reference: ")]
+    assert len(parts) == 1 and "in 2 worker(s)" in parts[0], said
+    assert "generate " in parts[0] and "forced " in parts[0] and "noise" not in parts[0]
     assert any(m.startswith("candidates: B ") and "C stock" in m for m in said), said
     cheat_rep, honest = reps
     run = sorted((project / ".specpilot" / "runs").glob("compare-*"))[-1]

@@ -48,6 +48,7 @@ def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path, devi
         measured = job.measured
         eta = Eta("stock's reference, request", len(measured), progress)
         lock = threading.Lock()
+        parts: dict[str, float] = {}   # the workers' seconds in each part of a reference
 
         def deal(k: int) -> None:   # worker k: requests k, k + n_ref, ...
             for rid, _text, ids in measured[k::n_ref]:
@@ -59,12 +60,16 @@ def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path, devi
                         tokens=rep["tokens"], margins=rep["margin"],
                         stop_reason=rep["stop_reason"], noise=rep.get("noise") or [],
                         noise_flips=rep.get("noise_flips") or [])
+                    for part, sec in (rep.get("seconds") or {}).items():
+                        parts[part] = parts.get(part, 0.0) + sec
                     eta.done()
 
         with ThreadPoolExecutor(n_ref) as pool:
             for fut in [pool.submit(deal, k) for k in range(n_ref)]:
                 fut.result()
         expected = {rid: expected[rid] for rid, _t, _i in measured}   # in the job's order
+        if parts:
+            progress(reference_parts(len(measured), n_ref, parts))
         if job.batch and any(e.noise for e in expected.values()):
             progress(f"stock's own batching, {len(measured)} requests at C = {job.batch}")
             outputs, _seconds = refs[0].batch("stock-batched", [(rid, ids) for rid, _t, ids
@@ -81,6 +86,17 @@ def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path, devi
         for ref in refs:
             ref.stop()
     return job, expected
+
+
+def reference_parts(requests: int, workers: int, parts: dict[str, float]) -> str:
+    """One line: where stock's reference workers spent their time (worker seconds, summed
+    over the workers; `parts` from each reply's "seconds": the ngram-speculative generation,
+    the forced pass, the noise pass in another step shape)."""
+    total = sum(parts.values())
+    each = ", ".join(f"{k} {v:.1f} s ({100 * v / total:.0f} %)" for k, v in parts.items()
+                     ) if total > 0 else "none timed"
+    return (f"stock's reference: {requests} requests in {workers} worker(s), "
+            f"{total:.1f} worker-seconds: {each}")
 
 
 def fold_batch_noise(expected: dict[str, Expected], outputs: dict[str, list[int]],

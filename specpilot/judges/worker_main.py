@@ -159,16 +159,22 @@ def reference_pass(engine, ids: list[int], length: int, draft_len: int,
     eng = Engine(engine.model, Options({"draft_len": int(draft_len)}), engine.max_context,
                  engine.stop_ids)
     eng.cache = engine.cache   # share the buffer: one cache's memory, not two
+    # each part ends in host reads of its results (lists): its wall time is its own
+    t0 = time.perf_counter()
     gen = eng.generate(list(ids), int(length), make_drafter("ngram", eng))
+    t1 = time.perf_counter()
     fr = engine.force(list(ids), gen.tokens, chunk=chunk, digests=True)
+    t2 = time.perf_counter()
     out = {"tokens": gen.tokens, "stop_reason": gen.stop_reason, "argmax": fr.argmax,
-           "margin": fr.margin, "digests": fr.digests, "noise": [], "noise_flips": []}
+           "margin": fr.margin, "digests": fr.digests, "noise": [], "noise_flips": [],
+           "seconds": {"generate": t1 - t0, "forced": t2 - t1}}
     if noise is None:
         noise = engine.model.dtype in (torch.bfloat16, torch.float16)
     if noise and gen.tokens:
         first = chunk or engine.options["draft_len"] + 1
         other = engine.force(list(ids), gen.tokens, chunk=1 if first != 1 else 2)
         out["noise"], out["noise_flips"] = shape_noise(fr, other)
+        out["seconds"]["noise"] = time.perf_counter() - t2
     return out
 
 
