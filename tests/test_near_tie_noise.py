@@ -9,7 +9,7 @@ run that the check kept, so steering a near-tie towards text served faster buys 
 import torch
 
 from specpilot.judges.outputs import Expected, OutputCheck, check_request, tolerance
-from specpilot.judges.worker_main import reference_pass
+from specpilot.judges.worker_main import reference_pass, speculative_engine
 from stock.config import PRESETS
 from stock.engine import Engine
 from stock.model import Transformer
@@ -78,3 +78,22 @@ def test_the_reference_measures_stocks_noise_in_bf16_and_skips_it_in_fp32():
     assert all(0 <= i < n for i in bf16["noise_flips"])
     forced = reference_pass(_engine(torch.float32), ids, 12, 4, 5, noise=True)
     assert len(forced["noise"]) == 12 and max(forced["noise"]) < 1e-3   # fp32: ~1e-6
+
+
+def test_the_reference_engine_is_made_once_and_serves_every_request_as_a_fresh_one_would():
+    """The speculative engine behind a worker's references is kept across requests (its
+    CUDA graphs captured once, not once a request), shares the worker's cache buffer, and
+    leaves nothing of one request in the next: each reference equals a fresh worker's."""
+    first, second = list(range(3, 11)), list(range(20, 31))
+    worker = _engine(torch.float32)
+    a = reference_pass(worker, first, 12, 4, 5)
+    spec = speculative_engine(worker, 4)
+    b = reference_pass(worker, second, 12, 4, 5)
+    assert speculative_engine(worker, 4) is spec and spec.cache is worker.cache
+    assert speculative_engine(worker, 6) is not spec                   # one per draft length
+    assert speculative_engine(_engine(torch.float32), 4) is not spec   # one per engine
+    for ids, got in ((first, a), (second, b)):
+        fresh = reference_pass(_engine(torch.float32), ids, 12, 4, 5)
+        assert (got["tokens"], got["argmax"], got["digests"]) == \
+            (fresh["tokens"], fresh["argmax"], fresh["digests"])
+    assert set(b["seconds"]) == {"generate", "forced"}                 # fp32: no noise pass
