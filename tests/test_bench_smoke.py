@@ -45,6 +45,7 @@ SMOKES = [
     pytest.param("compiled_numerics.py", id="compiled_numerics"),   # inductor's C++ backend
     pytest.param("corpus_size.py", id="corpus_size"),   # training prompts, base and wide
     pytest.param("tree_calibration.py", id="tree_calibration"),   # embedded, shipped drafter
+    pytest.param("reference_speed.py", id="reference_speed"),   # the judges' reference_pass
     # the controller with confined workers (five processes on a 2-core machine)
     pytest.param("gpu_verdict.sh", id="gpu_verdict", marks=pytest.mark.slow),
 ]
