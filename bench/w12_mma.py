@@ -102,15 +102,18 @@ def shape_rows(k: int, n: int, ms, args, copy: float, dev) -> list[dict]:
 
 
 def parse_configs(text: str) -> list:
-    """'ng,depth,wk[,xs];...' -> MmaConfig list ('xs': x shared)."""
+    """'ng,depth,wk[,xs[N]];...' -> MmaConfig list ('xs': x shared; 'xsN': x shared with
+    registers capped for N blocks an SM, mma.CAPPED)."""
     from kernels.w12.mma import MmaConfig
 
     out = []
     for part in (p.strip() for p in text.split(";") if p.strip()):
         f = [v.strip() for v in part.split(",")]
-        if len(f) not in (3, 4) or (len(f) == 4 and f[3] != "xs"):
-            raise SystemExit(f"--launch: {part!r} is not 'ng,depth,wk' or 'ng,depth,wk,xs'")
-        out.append(MmaConfig(int(f[0]), int(f[1]), int(f[2]), share_x=len(f) == 4))
+        if len(f) not in (3, 4) or (len(f) == 4 and f[3] not in ("xs", "xs3", "xs4")):
+            raise SystemExit(f"--launch: {part!r} is not 'ng,depth,wk' or "
+                             f"'ng,depth,wk,xs' ('xs3', 'xs4': capped)")
+        out.append(MmaConfig(int(f[0]), int(f[1]), int(f[2]), share_x=len(f) == 4,
+                             blocks=int(f[3][2:] or 0) if len(f) == 4 else 0))
     return out
 
 
@@ -149,7 +152,7 @@ def main() -> None:
     ap.add_argument("--budget-s", type=float, default=420.0,
                     help="stop starting new shapes after this many seconds (a device call's limit)")
     ap.add_argument("--launch", default="",
-                    help="'ng,depth,wk[,xs];...': one call of each configuration at each --ms "
+                    help="'ng,depth,wk[,xs|xs3|xs4];...': one call of each configuration at each --ms "
                          "on the first shape, untimed and untuned (a profiler's target)")
     ap.add_argument("--smoke", action="store_true", help="CPU: the emulator, tiny shapes")
     args = ap.parse_args()

@@ -138,6 +138,31 @@ def test_what_the_kernel_refuses():
         emulate(_x(65, 64), t)
     with pytest.raises(ValueError, match="wk must be 4..8"):   # x shared: warps split N
         emulate(_x(2, 64), t, config=MmaConfig(2, 4, 2, share_x=True))
+    # registers capped for a number of blocks an SM: only the shared-x kernels compiled so
+    # (mma.CAPPED), four warps a block (their launch bounds are for 128 threads)
+    for bad in (MmaConfig(2, 4, 4, blocks=4), MmaConfig(2, 4, 8, share_x=True, blocks=4),
+                MmaConfig(2, 4, 4, share_x=True, blocks=3), MmaConfig(2, 2, 4, share_x=True,
+                                                                      blocks=4)):
+        with pytest.raises(ValueError, match="blocks = "):
+            emulate(_x(2, 64), t, config=bad)
+
+
+def test_the_capped_kernels_are_tuner_candidates_that_compute_what_the_others_do():
+    """The capped shared-x configurations (only registers differ on the GPU) are timed by
+    the tuner at M > 32, launch as kernel choice 3 or 4, and emulate to the same products
+    as their uncapped twins."""
+    capped = [c for c in mma.CONFIGS[4] if c.blocks]
+    assert {(c.ng, c.depth, c.blocks) for c in capped} == set(mma.CAPPED)
+    assert all(c in mma.CONFIGS[3] for c in capped) and not any(
+        c.blocks for c in mma.CONFIGS[1] + mma.CONFIGS[2])
+    assert [c.xs for c in (MmaConfig(2, 4), MmaConfig(2, 4, 4, share_x=True), *capped)] == \
+        [0, 1, 4, 3]
+    t = encode(gaussian(64, 128, seed=3))
+    x = _x(64, 128, seed=3)
+    for c in capped:
+        twin = MmaConfig(c.ng, c.depth, c.wk, share_x=True)
+        assert torch.equal(emulate(x, t, "w12", c, out_f32=True),
+                           emulate(x, t, "w12", twin, out_f32=True))
 
 
 def test_auto_split_fills_the_gpu_and_weighs_partials():
@@ -185,6 +210,9 @@ def test_kernel_compiles_for_hopper_without_spills(tmp_path):
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     info = out.stderr + out.stdout
     blocks = re.findall(r"Function properties for (\S+)\n.*?(\d+) bytes spill stores", info)
+    # the capped shared-x kernels (template argument MINB 3 or 4) may spill: their own check
+    capped = {name: int(spill) for name, spill in blocks if re.search(r"ELb[01]ELi[34]EEv", name)}
+    blocks = [(name, spill) for name, spill in blocks if name not in capped]
     for kind in ("w12_mma_kernel", "w12_mma_xs_kernel"):   # x shared or not
         kernels = {name: int(spill) for name, spill in blocks if kind in name}
         assert len(kernels) == 4 * 4 * 2, sorted(kernels)   # m-tiles x (ng, depth) x views
@@ -199,3 +227,11 @@ def test_kernel_compiles_for_hopper_without_spills(tmp_path):
                            info))
     m64 = {n: int(r) for n, r in regs.items() if "w12_mma_xs_kernelILi4ELi2ELi2E" in n}
     assert len(m64) == 2 and all(r <= 128 for r in m64.values()), m64
+    # the capped ones (mma.CAPPED): each m-tile count and view, registers within the cap
+    # that MINB blocks of 128 threads an SM leave (65536 / 128 / MINB: 128 for four, 170
+    # rounded down to 168 for three); uncapped, (2, 4) took 156 and (4, 2) 199 at M = 64
+    assert len(capped) == 4 * len(mma.CAPPED) * 2, sorted(capped)
+    for ng, depth, minb in mma.CAPPED:
+        mine = {n: int(r) for n, r in regs.items()
+                if re.search(rf"w12_mma_xs_kernelILi[1-4]ELi{ng}ELi{depth}ELb[01]ELi{minb}EEv", n)}
+        assert len(mine) == 8 and all(r <= 65536 // 128 // minb // 8 * 8 for r in mine.values()), mine

@@ -50,6 +50,7 @@ WARPS_PER_SM = 16          # "auto" split: aim for this many warps an SM
 SPLIT_SLACK = 0.05         # "auto" split: the smallest within this of the best wave cost
 SHARED_LIMIT = 48 * 1024   # the block's reduction tile (no opt-in to more)
 VARIANTS = ((1, 4), (2, 2), (2, 4), (4, 2))  # (ng, depth) compiled in w12_mma.cu
+CAPPED = ((2, 4, 4), (4, 2, 3))   # (ng, depth, blocks an SM): the capped shared-x kernels
 
 
 class MmaUnavailable(RuntimeError):
@@ -63,6 +64,14 @@ class MmaConfig:
     wk: int = 4             # warps a block, each on every wk-th chunk of the split
     split: str | int = "auto"  # K splits across blocks
     share_x: bool = False   # 4-8 warps split N (each every chunk), x staged in shared memory
+    blocks: int = 0         # shared x, 4 warps: registers capped for this many blocks an SM
+                            # (0: the kernel's own bounds; CAPPED lists those compiled)
+
+    @property
+    def xs(self) -> int:
+        """The launch's kernel choice (w12_mma.cu launch_t): 0, 1 (shared x), 3 or 4
+        (shared x, capped for that many blocks an SM)."""
+        return (self.blocks or 1) if self.share_x else 0
 
 
 C = MmaConfig
@@ -75,6 +84,9 @@ C = MmaConfig
 # candidate at two blocks of four warps an SM, held by registers (171-207). Since then the
 # shared-x kernel copies x with cp.async (no staging registers): for sm_90 at M = 64, (2, 2)
 # 114 registers (four blocks an SM), (2, 4) 156 (three), (4, 2) 199 (not yet timed).
+# At M > 32 two more: (2, 4) capped for four blocks an SM (128 registers, 4 bytes spilled
+# in W12) and (4, 2) for three (168, 228 bytes spilled in W12, none in W8): is occupancy
+# worth the spills? Not yet timed (2026-12-06).
 CONFIGS: dict[int, tuple[MmaConfig, ...]] = {
     1: (C(2, 4), C(1, 4), C(2, 2), C(4, 2), C(2, 4, 8), C(1, 4, 8),
         C(2, 2, 4, share_x=True), C(1, 4, 8, share_x=True), C(2, 4, 4, share_x=True)),
@@ -83,10 +95,12 @@ CONFIGS: dict[int, tuple[MmaConfig, ...]] = {
         C(2, 4, 4, share_x=True), C(2, 4, 8, share_x=True)),
     3: (C(1, 4), C(2, 2), C(2, 4), C(4, 2, 2),
         C(2, 2, 4, share_x=True), C(4, 2, 4, share_x=True), C(2, 2, 8, share_x=True),
-        C(2, 4, 4, share_x=True), C(2, 4, 8, share_x=True), C(1, 4, 8, share_x=True)),
+        C(2, 4, 4, share_x=True), C(2, 4, 8, share_x=True), C(1, 4, 8, share_x=True),
+        C(2, 4, 4, share_x=True, blocks=4), C(4, 2, 4, share_x=True, blocks=3)),
     4: (C(1, 4), C(2, 2), C(2, 4), C(4, 2, 2),
         C(2, 2, 4, share_x=True), C(4, 2, 4, share_x=True), C(2, 2, 8, share_x=True),
-        C(2, 4, 4, share_x=True), C(2, 4, 8, share_x=True), C(1, 4, 8, share_x=True)),
+        C(2, 4, 4, share_x=True), C(2, 4, 8, share_x=True), C(1, 4, 8, share_x=True),
+        C(2, 4, 4, share_x=True, blocks=4), C(4, 2, 4, share_x=True, blocks=3)),
 }
 del C
 _TUNED: dict[tuple, MmaConfig] = {}
@@ -205,6 +219,11 @@ def _library(kind: str, arch: str | None = None, defines: tuple[str, ...] = ()) 
                 pairs = [tuple(got[2 * i:2 * i + 2]) for i in range(lib.w12_mma_variants(got, 16))]
                 if tuple(pairs) != VARIANTS:
                     raise MmaUnavailable(f"the library compiles {pairs}, mma.py lists {VARIANTS}")
+                lib.w12_mma_capped.argtypes = [ctypes.POINTER(_I), _I]
+                lib.w12_mma_capped.restype = _I
+                capped = [tuple(got[3 * i:3 * i + 3]) for i in range(lib.w12_mma_capped(got, 16))]
+                if tuple(capped) != CAPPED:
+                    raise MmaUnavailable(f"the library caps {capped}, mma.py lists {CAPPED}")
             else:
                 lib.w12_mma_emulate.argtypes = ([_P] * 6 + [_I, _P, _P] + [_I] * 10
                                                 + [_I64] * 3)
@@ -284,13 +303,13 @@ def plan_split(cfg: MmaConfig, m: int, n: int, k: int, sms: int,
 
 def occupancy(cfg: MmaConfig, m: int, view: str, device: torch.device) -> int:
     """Blocks of this configuration an SM holds at once (CUDA occupancy calculator)."""
-    key = (tiles(m), min(m, TILE_M * tiles(m)), cfg.ng, cfg.depth, cfg.wk, cfg.share_x, view,
+    key = (tiles(m), min(m, TILE_M * tiles(m)), cfg.ng, cfg.depth, cfg.wk, cfg.xs, view,
            device.index)
     if key not in _OCCUPANCY:
         lib = _library("cuda", _arch(device))
         out = ctypes.c_int(0)
         rc = lib.w12_mma_occupancy(m, int(view == "w8"), cfg.ng, cfg.depth, cfg.wk,
-                                   int(cfg.share_x), ctypes.byref(out))
+                                   cfg.xs, ctypes.byref(out))
         if rc != 0:
             raise RuntimeError(f"w12_mma occupancy ({cfg}, M={m}): "
                                f"{lib.w12_mma_error(rc).decode()}")
@@ -303,6 +322,11 @@ def _check_config(cfg: MmaConfig, m: int) -> None:
         raise ValueError(f"(ng, depth) = {(cfg.ng, cfg.depth)} is not compiled; one of {VARIANTS}")
     if not (4 if cfg.share_x else 1) <= cfg.wk <= 8:
         raise ValueError(f"wk must be {4 if cfg.share_x else 1}..8, not {cfg.wk}")
+    if cfg.blocks and (not cfg.share_x or cfg.wk != 4
+                       or (cfg.ng, cfg.depth, cfg.blocks) not in CAPPED):
+        raise ValueError(f"blocks = {cfg.blocks} needs x shared, wk 4 and (ng, depth, blocks) "
+                         f"one of {CAPPED}, not {(cfg.ng, cfg.depth, cfg.blocks)} "
+                         f"(share_x {cfg.share_x}, wk {cfg.wk})")
     if not cfg.share_x and 4 * cfg.wk * min(m, TILE_M * tiles(m)) * GROUP_N * cfg.ng > SHARED_LIMIT:
         raise ValueError(f"{cfg} needs more than {SHARED_LIMIT} bytes of shared memory at M={m}")
 
@@ -345,7 +369,7 @@ def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, view: str, cfg: MmaC
         row_ptr.data_ptr(), exc_idx.data_ptr(), int(exc_idx.dtype == torch.int64),
         exc_val.data_ptr(),
         y.data_ptr(), 0 if part is None else part.data_ptr(), m, n, k, int(view == "w8"),
-        cfg.ng, cfg.depth, cfg.wk, int(cfg.share_x), split, stream)
+        cfg.ng, cfg.depth, cfg.wk, cfg.xs, split, stream)
     if rc != 0:
         raise RuntimeError(f"w12_mma launch ({cfg}, M={m}, N={n}, K={k}): "
                            f"{lib.w12_mma_error(rc).decode()}")

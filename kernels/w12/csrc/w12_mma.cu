@@ -131,6 +131,16 @@ constexpr int min_blocks() { return MT * NG >= 8 ? 1 : 2; }
 // uncapped (capped, (2, 4) at M = 64 spilled 4 bytes and (4, 2) at M = 32 96 bytes).
 template <int MT, int NG, int DEPTH>
 constexpr int min_blocks_xs() { return NG * DEPTH <= 4 && MT * NG <= 8 ? 2 : 1; }
+// MINB > 0 (MmaConfig.blocks, four warps a block only): registers capped so that MINB
+// blocks fit an SM, whatever the spills. At M = 64 for sm_90 (nvcc 13.0, ptxas -v): (ng,
+// depth) (2, 4) uncapped 156 registers (three blocks), capped for four 128 with 4 bytes
+// spilled (W8: 117, none); (4, 2) uncapped 199 (two), capped for three 168 with 228 bytes
+// spilled (W8: 153, none). Nsight Compute saw every M = 64 candidate issue-bound at two
+// blocks an SM (docs/results.md, 2026-12-06): the tuner times the capped ones beside.
+template <int MT, int NG, int DEPTH, int MINB>
+constexpr int xs_threads() { return MINB ? 128 : 256; }
+template <int MT, int NG, int DEPTH, int MINB>
+constexpr int xs_blocks() { return MINB ? MINB : min_blocks_xs<MT, NG, DEPTH>(); }
 
 template <int MT, int NG, int DEPTH, bool W8>
 __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_kernel(Args a) {
@@ -228,8 +238,9 @@ __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_kernel(Args
 // buffers: the next chunk's x is copied into the other buffer (cp.async) while the current
 // chunk's mma run; one barrier a chunk. Needs wk >= 4 (each thread copies at most
 // UPT units, sized for 128 threads).
-template <int MT, int NG, int DEPTH, bool W8>
-__global__ void __launch_bounds__(256, min_blocks_xs<MT, NG, DEPTH>()) w12_mma_xs_kernel(Args a) {
+template <int MT, int NG, int DEPTH, bool W8, int MINB>
+__global__ void __launch_bounds__(xs_threads<MT, NG, DEPTH, MINB>(),
+                                  xs_blocks<MT, NG, DEPTH, MINB>()) w12_mma_xs_kernel(Args a) {
   extern __shared__ uint4 xs_raw[];  // [2][MT * 16][XS_ROW] bf16
   uint16_t* const xs = reinterpret_cast<uint16_t*>(xs_raw);
   constexpr int ROWS = MT * TILE_M, BUF = ROWS * XS_ROW, UNITS = ROWS * (CHUNK_K / 8);
@@ -357,18 +368,32 @@ __global__ void w12_mma_reduce(Args a) {
     for (int j = 0; j < count; ++j) a.y[row + n0 + j] = out[j];
 }
 
-// Launch, or (occ != nullptr) only report how many blocks of this shape an SM holds.
+// The shared-x kernel, MINB as there: launch, or (occ) report blocks an SM.
+template <int MT, int NG, int DEPTH, bool W8, int MINB>
+static cudaError_t launch_xs(const Args& a, int wk, cudaStream_t stream, int* occ) {
+  if (MINB && wk != 4) return cudaErrorInvalidValue;   // its bounds are for 128 threads
+  const size_t smem = sizeof(uint16_t) * 2 * MT * TILE_M * XS_ROW;
+  if (occ) return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      occ, w12_mma_xs_kernel<MT, NG, DEPTH, W8, MINB>, wk * 32, smem);
+  const int cols = wk * NG * GROUP_N;
+  dim3 grid((a.N + cols - 1) / cols, a.nsplit);
+  w12_mma_xs_kernel<MT, NG, DEPTH, W8, MINB><<<grid, wk * 32, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// Launch, or (occ != nullptr) only report how many blocks of this shape an SM holds. xs: 0
+// the kernel above, 1 the shared-x kernel, 3 or 4 the shared-x kernel capped for that many
+// blocks an SM (compiled for (ng, depth) (4, 2) and (2, 4) only: w12_mma_capped).
 template <int MT, int NG, int DEPTH, bool W8>
 static cudaError_t launch_t(const Args& a, int wk, int xs, cudaStream_t stream, int* occ) {
-  if (xs) {
-    const size_t smem = sizeof(uint16_t) * 2 * MT * TILE_M * XS_ROW;
-    if (occ) return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        occ, w12_mma_xs_kernel<MT, NG, DEPTH, W8>, wk * 32, smem);
-    const int cols = wk * NG * GROUP_N;
-    dim3 grid((a.N + cols - 1) / cols, a.nsplit);
-    w12_mma_xs_kernel<MT, NG, DEPTH, W8><<<grid, wk * 32, smem, stream>>>(a);
-    return cudaGetLastError();
+  if (xs == 1) return launch_xs<MT, NG, DEPTH, W8, 0>(a, wk, stream, occ);
+  if constexpr (NG == 2 && DEPTH == 4) {
+    if (xs == 4) return launch_xs<MT, NG, DEPTH, W8, 4>(a, wk, stream, occ);
   }
+  if constexpr (NG == 4 && DEPTH == 2) {
+    if (xs == 3) return launch_xs<MT, NG, DEPTH, W8, 3>(a, wk, stream, occ);
+  }
+  if (xs) return cudaErrorInvalidValue;
   constexpr int COLS = NG * GROUP_N;
   const int rows = a.M < MT * TILE_M ? a.M : MT * TILE_M;
   const size_t smem = sizeof(float) * wk * rows * COLS;
@@ -408,7 +433,7 @@ static cudaError_t dispatch(const Args& a, int w8, int ng, int depth, int wk, in
 
 static bool valid(int M, int N, int K, int wk, int xs, int nsplit) {
   return M >= 1 && M <= 4 * TILE_M && K % CHUNK_K == 0 && N % GROUP_N == 0 &&
-         wk >= (xs ? 4 : 1) && wk <= 8 && nsplit >= 1;
+         wk >= (xs ? 4 : 1) && wk <= 8 && nsplit >= 1 && (xs <= 1 || wk == 4);
 }
 
 // The (ng, depth) pairs compiled; kernels/w12/mma.py's configurations use only these.
@@ -417,6 +442,14 @@ extern "C" int w12_mma_variants(int* out, int cap) {
   const int n = sizeof(v) / sizeof(v[0]);
   for (int i = 0; i < n && i < cap; ++i) out[i] = v[i];
   return n / 2;
+}
+
+// The capped shared-x kernels compiled: (ng, depth, blocks an SM) triples.
+extern "C" int w12_mma_capped(int* out, int cap) {
+  static const int v[] = {2, 4, 4, 4, 2, 3};
+  const int n = sizeof(v) / sizeof(v[0]);
+  for (int i = 0; i < n && i < cap; ++i) out[i] = v[i];
+  return n / 3;
 }
 
 extern "C" const char* w12_mma_error(int e) { return cudaGetErrorString((cudaError_t)e); }
@@ -433,7 +466,8 @@ extern "C" int w12_mma_occupancy(int M, int w8, int ng, int depth, int wk, int x
 
 // 0 on success, else a cudaError_t (cudaErrorInvalidValue: a configuration not compiled;
 // cudaErrorInvalidConfiguration: shared memory over 48 KB). xs: the kernel of shared x
-// (w12_mma_xs_kernel, wk >= 4).
+// (w12_mma_xs_kernel, wk >= 4; 3 or 4: capped for that many blocks an SM, wk == 4, see
+// launch_t).
 extern "C" int w12_mma_launch(const void* x, const void* zero, const void* hi, const void* lo,
                               const void* base, const void* row_ptr, const void* exc_idx,
                               int idx64, const void* exc_val, void* y, void* part, int M, int N,
