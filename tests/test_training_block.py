@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 
 import pytest
 import torch
@@ -21,7 +22,8 @@ from training.cli import main, toy_setup
 from training.data import SORT_GROUP, generate_data, merge_data
 from training.loop import (TrainConfig, block_forward, depth_rates, evaluate, extract_features,
                            init_layers, sample_anchors, train, validation_split, walk, walk_tau)
-from training.prompts import MIX, _math_more, build_prompts, dev_prompts, prompt_group
+from training.prompts import (MIX, _math_more, build_prompts, dev_prompts, parse_mix,
+                              prompt_group)
 
 from block_fixtures import *  # noqa: F401,F403
 from block_fixtures import TOY, one_thread, random_net  # noqa: F401
@@ -313,3 +315,24 @@ def test_an_unknown_corpus_is_refused_in_one_line(capsys):
         main(["--out", "/tmp/x", "--seed", "0", "--toy", "--corpus", "huge"])
     assert exc.value.code == 2
     assert "unknown corpus 'huge'; known: base, wide" in capsys.readouterr().err
+
+
+def test_a_mix_of_categories_sets_the_corpus_shares_and_bad_ones_are_refused_in_one_line(
+        tmp_path, capsys):
+    """--mix: the prompt categories' shares instead of the corpus's own (issue 24: the dev
+    requests are a fifth chat, the wide corpus's own mix 8 %), recorded with the run's
+    configuration; a typo is a one-line usage error before any model loads."""
+    mix = parse_mix("chat=3, long-form=1")
+    assert mix == {"chat": 3.0, "long-form": 1.0} and parse_mix("") is None
+    got = Counter(c for c, _ in build_prompts(0, 400, mix=mix, corpus="wide"))
+    assert got == {"chat": 300, "long-form": 100}
+    for bad, said in (("chats=1", "categories: code"), ("chat", "category=share"),
+                      ("chat=0", "not a positive number"), ("chat=x", "not a positive")):
+        with pytest.raises(ValueError, match=said):
+            parse_mix(bad)
+    with pytest.raises(SystemExit) as exit_:
+        main(["--out", str(tmp_path / "run"), "--seed", "0", "--toy", "--mix", "chats=1"])
+    said = capsys.readouterr().err.strip().splitlines()[-1]
+    assert exit_.value.code == 2 and said.endswith(
+        "--mix: 'chats=1' is not category=share; categories: " + ", ".join(MIX)), said
+    assert not (tmp_path / "run").exists()   # refused before anything ran

@@ -33,6 +33,8 @@ class TrainConfig:
     seed: int = 0
     prompts: int = 4096
     corpus: str = "base"  # training.prompts.build_prompts: "base" or "wide" (issue 24's 5x)
+    mix: str = ""  # "chat=0.3,code=0.2,...": prompt categories' shares instead of the
+    # corpus's own (training.prompts.parse_mix; "" keeps it)
     max_prompt: int = 256  # prompt tokens kept (the end of longer prompts is kept)
     max_new: int = 256  # greedy answer tokens per prompt
     gen_batch: int = 256  # prompts answered at once (greedy decoding is launch-bound: larger

@@ -375,6 +375,28 @@ MIX = {"code": 0.24, "math": 0.16, "chat": 0.18, "long-form": 0.12, "instruction
        "summarisation": 0.12, "stdlib": 0.16}
 
 
+def parse_mix(text: str) -> dict[str, float] | None:
+    """"chat=0.3,code=0.2,...": the share of each prompt category (normalised by their sum
+    in `build_prompts`), or None for "" (the corpus's own mix). ValueError, in one line,
+    for an unknown category or a share that is not a positive number."""
+    if not text.strip():
+        return None
+    out: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        cat, sep, val = part.partition("=")
+        cat = cat.strip()
+        if not sep or cat not in MIX:
+            raise ValueError(f"{part!r} is not category=share; categories: {', '.join(MIX)}")
+        try:
+            share = float(val)
+        except ValueError:
+            share = -1.0
+        if not share > 0:
+            raise ValueError(f"{cat}'s share {val.strip()!r} is not a positive number")
+        out[cat] = share
+    return out
+
+
 def build_prompts(seed: int, n: int, exclude: set[str] = frozenset(),
                   limit_files: int | None = None, mix: dict[str, float] | None = None,
                   corpus: str = "base") -> list[tuple[str, str]]:
