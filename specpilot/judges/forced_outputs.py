@@ -11,11 +11,11 @@ whole comparison, as the continuation check's.
 from __future__ import annotations
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from specpilot.judges.eta import Eta
 from specpilot.judges.outputs import Expected, OutputCheck, Tolerance, check_forced
+from specpilot.judges.worker_proc import deal
 
 
 def forcible(exp: Expected, got: list[int]) -> bool:
@@ -52,16 +52,14 @@ def forced_passes(stocks: list, jobs: list[tuple[str, Expected, list[int]]],
     eta = Eta("stock forced through an output", len(jobs), progress)
     lock = threading.Lock()
 
-    def deal(k: int) -> None:
-        for tag, exp, got in jobs[k::len(stocks)]:
-            res = forced_pass(stocks[k], tag, exp, got, chunk)
-            with lock:
-                out[tag] = res
-                eta.done()
+    def one(stock, job: tuple[str, Expected, list[int]]) -> None:
+        tag, exp, got = job
+        res = forced_pass(stock, tag, exp, got, chunk)
+        with lock:
+            out[tag] = res
+            eta.done()
 
-    with ThreadPoolExecutor(len(stocks)) as pool:
-        for fut in [pool.submit(deal, k) for k in range(min(len(stocks), len(jobs)))]:
-            fut.result()
+    deal(stocks, jobs, one)
     return out
 
 

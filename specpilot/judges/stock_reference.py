@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -18,7 +17,7 @@ from specpilot.judges.eta import Eta
 from specpilot.judges.forced_outputs import forced_passes, forcible
 from specpilot.judges.outputs import (Expected, Tolerance, first_difference, near_tie_budget,
                                       tolerance)
-from specpilot.judges.worker_proc import Checkout, Worker
+from specpilot.judges.worker_proc import Checkout, Worker, deal
 
 
 def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path, device: str,
@@ -50,23 +49,21 @@ def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path, devi
         lock = threading.Lock()
         parts: dict[str, float] = {}   # the workers' seconds in each part of a reference
 
-        def deal(k: int) -> None:   # worker k: requests k, k + n_ref, ...
-            for rid, _text, ids in measured[k::n_ref]:
-                rep = refs[k].call("reference", rid, ids=ids, length=job.max_new,
-                                   draft_len=g.reference_draft_len, chunk=g.chunk)
-                with lock:
-                    expected[rid] = Expected(
-                        request_id=rid, prompt_ids=ids, max_new=job.max_new,
-                        tokens=rep["tokens"], margins=rep["margin"],
-                        stop_reason=rep["stop_reason"], noise=rep.get("noise") or [],
-                        noise_flips=rep.get("noise_flips") or [])
-                    for part, sec in (rep.get("seconds") or {}).items():
-                        parts[part] = parts.get(part, 0.0) + sec
-                    eta.done()
+        def reference(ref: Worker, request: tuple) -> None:
+            rid, _text, ids = request
+            rep = ref.call("reference", rid, ids=ids, length=job.max_new,
+                           draft_len=g.reference_draft_len, chunk=g.chunk)
+            with lock:
+                expected[rid] = Expected(
+                    request_id=rid, prompt_ids=ids, max_new=job.max_new,
+                    tokens=rep["tokens"], margins=rep["margin"],
+                    stop_reason=rep["stop_reason"], noise=rep.get("noise") or [],
+                    noise_flips=rep.get("noise_flips") or [])
+                for part, sec in (rep.get("seconds") or {}).items():
+                    parts[part] = parts.get(part, 0.0) + sec
+                eta.done()
 
-        with ThreadPoolExecutor(n_ref) as pool:
-            for fut in [pool.submit(deal, k) for k in range(n_ref)]:
-                fut.result()
+        deal(refs, measured, reference)   # worker k: requests k, k + n_ref, ...
         expected = {rid: expected[rid] for rid, _t, _i in measured}   # in the job's order
         if parts:
             progress(reference_parts(len(measured), n_ref, parts))

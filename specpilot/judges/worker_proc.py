@@ -19,8 +19,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from specpilot import lifeline, links
 from specpilot.errors import SpecPilotError
@@ -356,6 +358,22 @@ class Worker:
                 shutil.rmtree(self._scratch, ignore_errors=True)
                 lifeline.forget_folder(self._scratch)
                 self._scratch = None
+
+
+def deal(workers: list, items: list, work: Callable[[object, object], None]) -> None:
+    """`work(worker, item)` for every item, the items dealt out among the started `workers`
+    (worker k takes items k, k + n, ...), each worker in a thread of its own (the threads
+    wait on the workers' replies); a failure is raised once every thread has returned.
+    Stock's references and the forced passes of outputs go through here."""
+    n = min(len(workers), len(items))
+
+    def run(k: int) -> None:
+        for item in items[k::len(workers)]:
+            work(workers[k], item)
+
+    with ThreadPoolExecutor(max(1, n)) as pool:
+        for fut in [pool.submit(run, k) for k in range(n)]:
+            fut.result()
 
 
 def check_options(label: str, co: Checkout, system_paths: list[str], options: dict,
