@@ -40,7 +40,8 @@ import time
 from collections import Counter
 
 import common  # noqa: F401  (the repository on sys.path)
-from common import entry_on_path, is_cuda, log, print_table, smoke_device, write_json
+from common import (embedded_workload, entry_on_path, is_cuda, log, parse_mode, print_table,
+                    smoke_device, write_json)
 
 ENTRY = entry_on_path(sys.argv)   # before stock is imported
 
@@ -49,12 +50,6 @@ import torch  # noqa: E402
 from stock.engine import Engine  # noqa: E402
 from stock.options import Options  # noqa: E402
 from stock.system import batch_engine  # noqa: E402
-
-
-def parse_mode(mode: str) -> tuple[str, dict]:
-    """"block" or "block:draft_len=7+node_budget=96": the drafter and engine options."""
-    name, _, rest = mode.partition(":")
-    return name, dict(kv.split("=", 1) for kv in rest.split("+")) if rest else {}
 
 
 def load_small(args):
@@ -70,15 +65,7 @@ def load_small(args):
         reqs = [(torch.randint(1, net.cfg.vocab_size, (12,), generator=gen).tolist(),
                  args.max_new) for _ in range(2 * max(args.conc))]
         return net, reqs, frozenset()
-    from specpilot.requests import interleaved, load_dev
-    from stock.system import load_system
-
-    system = load_system("embedded", Options(), device=args.device, max_context=4096)
-    tok = system.tokenizer
-    dev_reqs = interleaved(load_dev())
-    reqs = [(tok.chat(r.prompt), min(args.max_new, r.max_new_tokens)) for r in dev_reqs]
-    reqs = [reqs[i % len(reqs)] for i in range(2 * max(args.conc))]
-    return system.engine.model, reqs, frozenset(system.engine.stop_ids)
+    return embedded_workload(args.device, args.max_new, 2 * max(args.conc))
 
 
 class Shapes:

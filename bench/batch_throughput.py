@@ -72,8 +72,8 @@ from types import SimpleNamespace
 from typing import Callable
 
 import common  # noqa: F401  (the repository on sys.path)
-from common import (T0, entry_on_path, is_cuda, log, print_table, profiled, smoke_device,
-                    write_json)
+from common import (T0, embedded_workload, entry_on_path, is_cuda, log, parse_mode,
+                    print_table, profiled, smoke_device, write_json)
 
 ENTRY = entry_on_path(sys.argv)   # before stock is imported
 
@@ -99,25 +99,7 @@ def load(args):
         reqs = [(torch.randint(1, net.cfg.vocab_size, (args.prompt,), generator=gen).tolist(),
                  args.max_new) for _ in range(n)]
         return net, reqs, frozenset()
-    from specpilot.requests import interleaved, load_dev
-    from stock.system import load_system
-
-    system = load_system(args.target, Options(), device=args.device, max_context=4096)
-    tok = system.tokenizer
-    # the categories in turn: the dev file is stored a category at a time, and a run of 2C
-    # requests at C = 16 took its first 32, all code, until 2026-12-06 (session 28)
-    dev_reqs = interleaved(load_dev())
-    reqs = [(tok.chat(r.prompt), min(args.max_new, r.max_new_tokens)) for r in dev_reqs]
-    n = args.waves * max(args.conc)
-    reqs = [reqs[i % len(reqs)] for i in range(n)]
-    return system.engine.model, reqs, frozenset(system.engine.stop_ids)
-
-
-def parse_mode(mode: str) -> tuple[str, dict]:
-    """"block" or "block:admit_chunk=8+node_budget=96": the drafter and engine options."""
-    name, _, rest = mode.partition(":")
-    opts = dict(kv.split("=", 1) for kv in rest.split("+")) if rest else {}
-    return name, opts
+    return embedded_workload(args.device, args.max_new, args.waves * max(args.conc), args.target)
 
 
 def run(engine: BatchEngine, reqs, phases: dict | None = None) -> dict:

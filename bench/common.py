@@ -124,6 +124,30 @@ def profiled(fn, top: int) -> tuple[dict, list[list]]:
     return {"wall_s": wall, "kernel_s": total_us / 1e6, "kernels": len(kernels)}, rows
 
 
+def parse_mode(mode: str) -> tuple[str, dict]:
+    """"block" or "block:admit_chunk=8+node_budget=96": the drafter and engine options."""
+    name, _, rest = mode.partition(":")
+    opts = dict(kv.split("=", 1) for kv in rest.split("+")) if rest else {}
+    return name, opts
+
+
+def embedded_workload(device: str, max_new: int, n: int, target: str = "embedded"):
+    """(model, n requests [(chat-templated prompt ids, max_new)], stop ids) of `target` (a
+    model stock.system.load_system knows: the embedded default) on the dev requests, the categories taken in turn (the dev file is stored a
+    category at a time, and a run of 2C requests at C = 16 took its first 32, all code,
+    until 2026-12-06, session 28), repeated where n is more than the set."""
+    from specpilot.requests import interleaved, load_dev
+    from stock.options import Options
+    from stock.system import load_system
+
+    system = load_system(target, Options(), device=device, max_context=4096)
+    tok = system.tokenizer
+    reqs = [(tok.chat(r.prompt), min(max_new, r.max_new_tokens))
+            for r in interleaved(load_dev())]
+    return (system.engine.model, [reqs[i % len(reqs)] for i in range(n)],
+            frozenset(system.engine.stop_ids))
+
+
 def copy_bandwidth(nbytes: int, dev="cuda", iters: int = 10) -> dict:
     """A device-to-device copy of `nbytes`: bandwidth counts the bytes read plus the bytes
     written (2 * nbytes per copy), as the copy figure in docs/ARCHITECTURE's facts does."""
