@@ -137,7 +137,7 @@ constexpr int min_blocks_xs() { return NG * DEPTH <= 4 && MT * NG <= 8 ? 2 : 1; 
 // spilled (W8: 117, none); (4, 2) uncapped 199 (two), capped for three 168 with 228 bytes
 // spilled (W8: 153, none). Nsight Compute saw every M = 64 candidate issue-bound at two
 // blocks an SM (docs/results.md, 2026-12-06): the tuner times the capped ones beside.
-template <int MT, int NG, int DEPTH, int MINB>
+template <int MINB>
 constexpr int xs_threads() { return MINB ? 128 : 256; }
 template <int MT, int NG, int DEPTH, int MINB>
 constexpr int xs_blocks() { return MINB ? MINB : min_blocks_xs<MT, NG, DEPTH>(); }
@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_kernel(Args
 // chunk's mma run; one barrier a chunk. Needs wk >= 4 (each thread copies at most
 // UPT units, sized for 128 threads).
 template <int MT, int NG, int DEPTH, bool W8, int MINB>
-__global__ void __launch_bounds__(xs_threads<MT, NG, DEPTH, MINB>(),
+__global__ void __launch_bounds__(xs_threads<MINB>(),
                                   xs_blocks<MT, NG, DEPTH, MINB>()) w12_mma_xs_kernel(Args a) {
   extern __shared__ uint4 xs_raw[];  // [2][MT * 16][XS_ROW] bf16
   uint16_t* const xs = reinterpret_cast<uint16_t*>(xs_raw);
@@ -368,10 +368,10 @@ __global__ void w12_mma_reduce(Args a) {
     for (int j = 0; j < count; ++j) a.y[row + n0 + j] = out[j];
 }
 
-// The shared-x kernel, MINB as there: launch, or (occ) report blocks an SM.
+// The shared-x kernel, MINB as there (valid() has checked that a capped one gets four
+// warps, its bounds' 128 threads): launch, or (occ) report blocks an SM.
 template <int MT, int NG, int DEPTH, bool W8, int MINB>
 static cudaError_t launch_xs(const Args& a, int wk, cudaStream_t stream, int* occ) {
-  if (MINB && wk != 4) return cudaErrorInvalidValue;   // its bounds are for 128 threads
   const size_t smem = sizeof(uint16_t) * 2 * MT * TILE_M * XS_ROW;
   if (occ) return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       occ, w12_mma_xs_kernel<MT, NG, DEPTH, W8, MINB>, wk * 32, smem);
