@@ -178,7 +178,7 @@ def main() -> None:
                 f"BatchEngine.prepare on {args.device} ({args.target}, {args.drafter}, max_batch "
                 f"{args.batch}, draft_len {args.draft_len}, backend "
                 f"{'inductor' if args.device.startswith('cuda') else args.backend})")
-    write_json(args.out, "batch_prepare", {"args": vars(args), "results": res})
+    write_json(args.out, "batch_prepare.json", {"args": vars(args), "results": res})
 
 
 if __name__ == "__main__":

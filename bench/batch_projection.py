@@ -206,7 +206,7 @@ def main() -> None:
                  f"{args.big} forwards ms", "projected tok/s", "× AR (projected)"], rows)
     print_table(["rows x tokens @ KV", f"{args.big} ms"],
                 [[k, f"{v:.2f}"] for k, v in out["costs_ms"].items()])
-    write_json(args.out, "batch_projection", out)
+    write_json(args.out, "batch_projection.json", out)
 
 
 if __name__ == "__main__":

@@ -75,6 +75,10 @@ def test_smoke_prints_a_table(script, tmp_path):
         assert "rc=0 " in res.stdout or "rc=3 " in res.stdout, tail
     assert res.returncode == 0, tail
     assert TABLE.search(res.stdout), f"no table printed by {script} ({took:.1f} s):\n{tail}"
+    # what a script leaves in $OUT is read back by name: no file without its type's suffix
+    # (batch_projection.py and batch_prepare.py wrote "batch_projection", "batch_prepare")
+    bare = [p.name for p in tmp_path.iterdir() if p.is_file() and not p.suffix]
+    assert not bare, f"{script} wrote {bare} into $OUT without a suffix"
 
 
 @pytest.mark.slow
