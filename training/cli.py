@@ -72,7 +72,7 @@ from training.data import (Data, DataHeader, generate_data, load_merged, log, me
                            prose_rows, save_data, shard, summary_prompts)
 from training.dist import Dist
 from training.loop import TrainConfig, train
-from training.prompts import build_prompts, dev_prompts, parse_mix, prompt_group
+from training.prompts import build_prompts, dev_prompts, parse_mix, prompt_group, shortfalls
 from training.resume import default_state_path, history, save_state, stamp, weights_key
 
 _DESCRIPTION = __doc__.split("\n\n")[0]
@@ -97,8 +97,11 @@ def embedded_setup(cfg: TrainConfig, device: str | None, log_files: int | None =
         return (system.engine.model, [], set(system.engine.stop_ids), {}, [], system.tokenizer,
                 [])
     dev_texts = dev_prompts()
+    asked: dict[str, tuple[int, int]] = {}
     pairs = build_prompts(cfg.seed, cfg.prompts, exclude=dev_texts, limit_files=log_files,
-                          corpus=cfg.corpus, mix=parse_mix(cfg.mix))
+                          corpus=cfg.corpus, mix=parse_mix(cfg.mix), asked=asked)
+    for line in shortfalls(asked):
+        log(f"prompts short: {line}")
     tok = system.tokenizer
     prompts = [tok.chat(text)[-cfg.max_prompt:] for _, text in pairs]
     cats: dict[str, int] = {}

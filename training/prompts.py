@@ -399,7 +399,8 @@ def parse_mix(text: str) -> dict[str, float] | None:
 
 def build_prompts(seed: int, n: int, exclude: set[str] = frozenset(),
                   limit_files: int | None = None, mix: dict[str, float] | None = None,
-                  corpus: str = "base") -> list[tuple[str, str]]:
+                  corpus: str = "base",
+                  asked: dict[str, tuple[int, int]] | None = None) -> list[tuple[str, str]]:
     """Up to `n` distinct (source, prompt) pairs in the proportions of `mix`, fixed by
     `seed`, none in `exclude`. A source whose templates run out of new prompts gives fewer.
 
@@ -412,7 +413,8 @@ def build_prompts(seed: int, n: int, exclude: set[str] = frozenset(),
     seed 0 (dev prompts excluded, Python 3.11's stdlib) it gives 269,984 distinct prompts,
     the base corpus 101,010 (issue 24's 5x data); the stdlib sources, and so the counts,
     depend on the interpreter. Summarisation is short of its share (the reference passages
-    run out): stage 2 (--summaries) adds the target's own prose as passages."""
+    run out): stage 2 (--summaries) adds the target's own prose as passages. `asked`, if
+    given, is filled with each source's (prompts its share asks for, prompts it gave)."""
     if corpus not in ("base", "wide"):
         raise ValueError(f"unknown corpus {corpus!r}; known: base, wide")
     wide = corpus == "wide"
@@ -443,8 +445,18 @@ def build_prompts(seed: int, n: int, exclude: set[str] = frozenset(),
             seen.add(text)
             out.append((cat, text))
             got, misses = got + 1, 0
+        if asked is not None:
+            asked[cat] = (want, got)
     rng.shuffle(out)
     return out
+
+
+def shortfalls(asked: dict[str, tuple[int, int]], tolerance: float = 0.05) -> list[str]:
+    """One line a source that gave fewer than its share asked (by more than `tolerance` of
+    the ask): its templates ran out of distinct prompts."""
+    return [f"{cat}: {got:,} prompts of the {want:,} its share asks for (its templates ran "
+            f"out of distinct prompts)" for cat, (want, got) in asked.items()
+            if want and got < (1 - tolerance) * want]
 
 
 def prompt_group(source: str, text: str) -> str:
