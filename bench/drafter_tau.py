@@ -18,6 +18,8 @@ equal AR's token for token, and the table counts those that do.
     python bench/drafter_tau.py --weights shipped,/path/to/new --per-category 4 --max-new 128
     python bench/drafter_tau.py --sets heldout --per-category 8       # the shipped weights
     python bench/drafter_tau.py --sets dev,corpus --per-category 4    # requests against corpus
+    python bench/drafter_tau.py --sets dev --draft-len 7                # 7 drafts of a block of 16
+    python bench/drafter_tau.py --sets dev --block-size 8               # ... of a block of 8
     python bench/drafter_tau.py --smoke        # CPU: shipped twice, 2 requests of every set
 
 Prints one table; writes drafter_tau.json to --out (default $OUT).
@@ -94,7 +96,11 @@ def main() -> None:
     ap.add_argument("--sets", default="dev,heldout")
     ap.add_argument("--per-category", type=int, default=4)
     ap.add_argument("--max-new", type=int, default=128)
-    ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--block-size", type=int, default=16,
+                    help="positions a drafter forward computes (weights trained at 16 drafted "
+                         "in blocks of another size: stock option block_size)")
+    ap.add_argument("--draft-len", type=int, default=None,
+                    help="drafts verified a step (default block size - 1)")
     ap.add_argument("--heldout-seed", type=int, default=HELDOUT_SEED)
     ap.add_argument("--corpus-seed", type=int, default=0,
                     help="the corpus set's draw (training/prompts.py build_prompts)")
@@ -111,7 +117,11 @@ def main() -> None:
     labels = [weights_label(f) for f in folders]
     system = load_system("embedded", Options(), device=args.device, max_context=4096)
     tok, model = system.tokenizer, system.engine.model
-    opts = {"block_size": args.block_size, "draft_len": args.block_size - 1}
+    if args.draft_len is None:
+        args.draft_len = args.block_size - 1
+    if not 1 <= args.draft_len <= args.block_size - 1:
+        ap.error(f"--draft-len must be in 1..{args.block_size - 1} (the block's masks)")
+    opts = {"block_size": args.block_size, "draft_len": args.draft_len}
     engines = [Engine(model, Options({**opts, "block_weights": str(p)}), 4096,
                       set(system.engine.stop_ids)) for _, p in labels]
     drafters = [make_drafter("block", e) for e in engines]
@@ -152,7 +162,7 @@ def main() -> None:
     cols = (["set", "category", "requests"] + [f"τ {lab}" for lab, _ in labels]
             + (["last / first"] if len(labels) > 1 else []) + ["= AR"])
     print_table(cols, rows, f"block drafter τ (block {args.block_size}, draft_len "
-                f"{args.block_size - 1}), {args.device}, {args.max_new} new tokens at most; "
+                f"{args.draft_len}), {args.device}, {args.max_new} new tokens at most; "
                 f"held-out: sealed templates, seed {args.heldout_seed}")
 
 
