@@ -188,6 +188,45 @@ def test_init_from_weights_loads_the_exact_tensors_and_refuses_another_config(tm
     assert man["training"]["init_from_weights"] == str(tmp_path / "w3")
 
 
+def test_a_drafter_grows_into_more_layers_drafting_the_same_at_the_start(tmp_path, toy):
+    """--init-from-weights (or --resume) with a larger --num-layers: the weights' layers
+    first, the new ones appended with their output projections zero, so the grown drafter's
+    loss is the small one's to the bit until training moves them; any other config change
+    is still refused; a grown --resume starts a fresh optimizer and says why."""
+    target, _, data = toy
+    cfg = TrainConfig(seed=0, **TOY)
+    small = BlockConfig.for_target(target.cfg, 1, cfg.block_size,
+                                   num_target_layers=cfg.num_target_layers)
+    big = small.model_copy(update={"num_layers": 3})
+    save_block(BlockNet(small).init_weights(9, std=0.3), tmp_path / "w", target=target, seed=9)
+    src, _ = load_block(tmp_path / "w", target)
+    cfg.init_from_weights = str(tmp_path / "w")
+    net, init = init_net(target, big, cfg)
+    assert "grown from 1 to 3 layers" in init and len(net.layers) == 3
+    state, ref = net.state_dict(), src.state_dict()
+    assert all(torch.equal(state[k], ref[k]) for k in ref)
+    assert net.layers[1].self_attn.q_proj.weight.detach().abs().sum() > 0   # seeded, not zero
+    idx = torch.arange(len(data.end))
+    p = sample_anchors(data, idx, 4, torch.Generator().manual_seed(2))
+    feats = extract_features(target, data, small.target_layers, 8)
+    off = torch.autocast("cpu", enabled=False)
+    before = evaluate(src, target, data, feats, idx, p, cfg, off)
+    assert evaluate(net, target, data, feats, idx, p, cfg, off) == before
+    with pytest.raises(BlockDrafterError, match="block_size"):   # growth is layers only
+        init_net(target, big.model_copy(update={"block_size": 6}), cfg)
+    save_block(BlockNet(big).init_weights(1), tmp_path / "big", target=target, seed=1)
+    with pytest.raises(BlockDrafterError, match="num_layers"):   # and never shrinks
+        init_net(target, small, TrainConfig(seed=0, init_from_weights=str(tmp_path / "big"),
+                                            **TOY))
+    # resumed, grown: its training state (of one layer) is not loaded, the run says so
+    said: list[str] = []
+    rcfg = TrainConfig(seed=0, steps=3, resume=str(tmp_path / "w"), val_every=0,
+                       **{**TOY, "num_layers": 3})   # no validation: the last step is kept
+    grown, stats, losses = train(target, [], rcfg, progress=said.append, data=data)
+    assert any("grown from 1 to 3 layers: a fresh optimizer" in m for m in said), said
+    assert grown.layers[2].mlp.down_proj.weight.detach().abs().sum() > 0   # it trained them
+
+
 def test_cached_features_that_would_not_fit_fall_back_to_live(toy, monkeypatch):
     """--features cached on a device without room for every row's hidden states trains
     with live features instead, says so, and records it (nothing of the answering lost)."""

@@ -31,10 +31,12 @@
    target's embedding and head are frozen; AdamW, warm-up then cosine decay (on the clock
    when --total-seconds is set). --init-from-target starts the drafter's layers as copies of
    target layers (BlockNet.init_from_target) instead of random weights; --init-from-weights
-   DIR continues from a trained drafter (its config must match); --resume DIR continues its
+   DIR continues from a trained drafter (its config must match, but a larger --num-layers
+   grows it: its layers first, new layers appended with their output projections zero, so
+   the grown drafter drafts the same at the start); --resume DIR continues its
    training: its last step's fp32 weights and AdamW moments (the training state every run
-   saves outside the repository, --optimizer-state FILE), and the new manifest's history
-   lists the runs before (training/resume.py).
+   saves outside the repository, --optimizer-state FILE; a fresh optimizer when it grows),
+   and the new manifest's history lists the runs before (training/resume.py).
 
 Several GPUs of one host train one drafter under `python -m torch.distributed.run
 --standalone --nproc_per_node N -m training.block ...` (training/dist.py: each rank

@@ -405,6 +405,9 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
     before, resumed = 0, ""
     if cfg.resume:
         path, why = find_state(Path(cfg.resume), cfg.optimizer_state)
+        have = read_manifest(Path(cfg.resume)).config
+        if grows(have, bcfg):   # the saved moments are of the smaller drafter's tensors
+            path, why = None, f"grown from {have.num_layers} to {bcfg.num_layers} layers"
         if path is None:
             progress(f"resume: {why}: a fresh optimizer from its weights (warm-up kept)")
         else:
@@ -562,19 +565,35 @@ def init_net(target, bcfg: BlockConfig, cfg: TrainConfig) -> tuple[BlockNet, str
         init = f"target layers {list(layers)} (fc selects target layer {max(bcfg.target_layers)})"
     elif cfg.init_from_weights:
         have = read_manifest(Path(cfg.init_from_weights)).config
-        if have != bcfg:
+        grow = grows(have, bcfg)
+        if have != bcfg and not grow:
             mine = bcfg.model_dump()
             diff = {k: (v, mine[k]) for k, v in have.model_dump().items() if v != mine[k]}
             raise BlockDrafterError(
                 f"--init-from-weights {cfg.init_from_weights}: its config does not match this "
                 f"run's (field: theirs, this run's): {diff}; set --num-layers, --block-size, "
-                "--num-target-layers to the weights' values")
+                "--num-target-layers to the weights' values (a larger --num-layers grows it)")
         src, man = load_block(Path(cfg.init_from_weights), target)
         with torch.no_grad():
-            net.load_state_dict({k: v.to(target.device) for k, v in src.state_dict().items()})
+            net.load_state_dict({k: v.to(target.device) for k, v in src.state_dict().items()},
+                                strict=not grow)
+            for layer in net.layers[have.num_layers:]:   # new layers add nothing at first
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
         init = (f"weights {cfg.init_from_weights} (seed {man.seed}, "
                 f"{(man.training or {}).get('steps', '?')} steps)")
+        if grow:
+            init += (f", grown from {have.num_layers} to {bcfg.num_layers} layers (layers "
+                     f"{have.num_layers}-{bcfg.num_layers - 1} seeded, their o_proj and "
+                     "down_proj zero: the same drafts at the start)")
     return net, init
+
+
+def grows(have: BlockConfig, want: BlockConfig) -> bool:
+    """Whether a drafter of config `have` can start one of config `want` by appending
+    layers: every field equal but num_layers, which `want` has more of."""
+    return (want.num_layers > have.num_layers
+            and have.model_copy(update={"num_layers": want.num_layers}) == want)
 
 
 def init_layers(spec: str, num_target: int, num_layers: int) -> tuple[int, ...]:
