@@ -68,6 +68,12 @@ if [ -z "$SMOKE" ] && [ "${MODEL#random:dense}" != "$MODEL" ]; then
     printf '\n[controller]\nresident = 1\n' >> .specpilot/config.toml
 elif [ -z "$SMOKE" ]; then
     printf '\n[controller]\nreference_processes = %s\n' "${REF_PROCS:-2}" >> .specpilot/config.toml
+    # every side's workers prepare beside stock's reference (AHEAD=0: after it, as before
+    # 2026-12-06 session 30): on the embedded default they were 2 m 18 s and 2 m 45 s of a
+    # three-candidate verdict's 7 m 54 s, one after the other
+    if [ "${AHEAD:-1}" = 1 ]; then
+        printf 'prepare_beside_reference = true\n' >> .specpilot/config.toml
+    fi
 fi
 # No widened near-tie by hand: the reference's noise pass measures stock's own bf16 noise
 # and the judges widen the near-tie to gates.noise_factor times it (judges/outputs.py).

@@ -54,6 +54,14 @@ class ControllerSection(BaseModel):
     # on one GPU (256 references in 2 m 37 s in two on the H100, 2026-12-06); 1 for a
     # target of which only one more copy fits.
     reference_processes: int = Field(1, ge=1, le=8)
+    # Start the candidates' workers once the prompts are tokenized and let them prepare
+    # (capture their graphs, compile) while stock's reference is computed, instead of
+    # after it: both are untimed, and on a small target they were a verdict's two largest
+    # phases (2 m 18 s and 2 m 45 s of 7 m 54 s on the H100, 2026-12-06). Every worker of
+    # the run is then resident at once (stock's reference workers beside the candidates'),
+    # so only for a target of which that many copies fit; with `resident` pairs run in
+    # several sessions it does nothing.
+    prepare_beside_reference: bool = False
     rounds: int = Field(4, ge=2)                   # measured rounds (A B B A ...)
     warmup_rounds: int = Field(1, ge=0)            # run first, never counted
     requests: int = Field(4, ge=1)                 # dev requests per round

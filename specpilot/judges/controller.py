@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -219,7 +220,8 @@ def paired_run(co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict, job: 
 
 def run_sides(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, log_dir: Path,
               progress: Callable[[str], None] = lambda s: None,
-              expected: dict[str, Expected] | None = None, co_stock: Checkout | None = None
+              expected: dict[str, Expected] | None = None, co_stock: Checkout | None = None,
+              ahead: "Ahead | None" = None
               ) -> tuple[Paired, dict[str, dict], dict[str, OutputCheck]]:
     """Run the design over every side of `job.sides` (A, then one letter a candidate; each
     side's checkout and options in `systems`); returns the times, every worker's `ready`
@@ -230,21 +232,25 @@ def run_sides(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, 
     In throughput mode the outputs are checked by forcing stock (`co_stock`, the
     references' clean checkout) through them once every session is over
     (forced_outputs.py), and the batches keep their own times; request by request, by
-    continuations (check_outputs), each request charged its kept share (`_charge`)."""
+    continuations (check_outputs), each request charged its kept share (`_charge`).
+    `ahead`: the workers already started and prepared beside stock's reference (one
+    session only)."""
     if set(systems) != set(job.sides) or not job.sides.startswith("A"):
         raise ValueError(f"systems {sorted(systems)} are not the job's sides {job.sides}")
     forced = bool(job.batch) and expected is not None
     if forced and co_stock is None:
         raise ValueError("throughput mode checks its outputs by forcing stock: give co_stock")
-    k = cfg.controller.resident or job.processes
-    sessions = [tuple(range(i, min(i + k, job.processes))) for i in range(0, job.processes, k)]
+    sessions = session_groups(job, cfg)
+    if ahead is not None and len(sessions) > 1:
+        raise ValueError("workers prepared ahead serve one session only")
     parts, checks, ready, replies = [], {}, {}, {}
     for n, session in enumerate(sessions):
         part = dataclasses.replace(job, session=session if len(sessions) > 1 else None)
         if len(sessions) > 1:
             progress(f"session {n + 1}/{len(sessions)}: {', '.join(part.names)}")
         paired, checks, got, said = _session(systems, part, cfg, log_dir, progress,
-                                             None if forced else expected, checks)
+                                             None if forced else expected, checks,
+                                             ahead.workers if ahead is not None else None)
         parts.append(paired)
         ready.update(got)
         replies.update(said)
@@ -289,15 +295,17 @@ def _forced_check(co_stock: Checkout, job: Job, replies: dict, expected: dict[st
 
 
 def _session(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, log_dir: Path,
-             progress, expected, checks) -> tuple[Paired, dict[str, OutputCheck],
-                                                  dict[str, dict],
-                                                  dict[str, dict[str, list[int]]]]:
+             progress, expected, checks, prepared: dict | None = None
+             ) -> tuple[Paired, dict[str, OutputCheck], dict[str, dict],
+                        dict[str, dict[str, list[int]]]]:
     """One session's workers: started, measured, their outputs checked (given `expected`),
-    stopped. Returns the times, the checks, each worker's ready report and its replies."""
-    workers: dict[str, Worker] = {}
+    stopped. Returns the times, the checks, each worker's ready report and its replies.
+    `prepared`: the session's workers, already started and prepared (`Ahead`)."""
+    workers: dict[str, Worker] = prepared if prepared is not None else {}
     try:
-        spawn_workers(workers, systems, job, cfg, log_dir)
-        prepare(workers, job, progress)
+        if prepared is None:
+            spawn_workers(workers, systems, job, cfg, log_dir)
+            prepare(workers, job, progress)
         paired, replies = measure(workers, job, progress)
         if expected is not None:
             progress("outputs against stock's reference")
@@ -309,6 +317,54 @@ def _session(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, l
     finally:
         for w in workers.values():
             w.stop()
+
+
+def session_groups(job: Job, cfg: Config) -> list[tuple[int, ...]]:
+    """The process indices of each session: `controller.resident` pairs alive at a time."""
+    k = cfg.controller.resident or job.processes
+    return [tuple(range(i, min(i + k, job.processes))) for i in range(0, job.processes, k)]
+
+
+class Ahead:
+    """controller.prepare_beside_reference: every side's workers started from the calling
+    thread once stock's reference has tokenized the prompts (`start`, stock_outputs'
+    `beside`), their untimed preparation in a thread of its own while the references are
+    computed; `join` waits for it (re-raising its failure); `stop` stops every worker
+    started (idempotent: run_sides stops them after measuring). Nothing is timed before
+    `join`, and no candidate learns more than before: the prompts' lengths (`prepare`'s
+    end), never stock's outputs."""
+
+    def __init__(self, systems: dict[str, tuple[Checkout, dict]], cfg: Config, log_dir: Path,
+                 progress: Callable[[str], None]):
+        self.systems, self.cfg, self.log_dir, self.progress = systems, cfg, log_dir, progress
+        self.workers: dict[str, Worker] = {}
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+
+    def start(self, job: Job) -> None:
+        self.progress("every side's workers started, to prepare beside stock's reference")
+        spawn_workers(self.workers, self.systems, job, self.cfg, self.log_dir)
+
+        def run() -> None:
+            try:
+                prepare(self.workers, job, self.progress)
+            except BaseException as exc:   # noqa: BLE001 - re-raised by join
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="prepare-ahead", daemon=True)
+        self._thread.start()
+
+    def join(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def stop(self) -> None:
+        for w in self.workers.values():   # a worker stopped mid-call fails that call
+            w.stop()
+        if self._thread is not None:
+            self._thread.join()
 
 
 def spawn_workers(workers: dict, systems: dict[str, tuple[Checkout, dict]], job: Job,
@@ -569,13 +625,23 @@ def compare_many(root: Path, rev_a: str, candidates: list[tuple[str, dict]],
     check_options_of([(f"{said[side]} options", co, opts, log_dir / f"{side}-options.log")
                       for side, co, opts in named if opts],
                      cfg.system_paths, cfg.judges.confine)   # before any model
-    progress("stock's reference outputs")
-    job, expected = stock_outputs(co_stock, job, cfg, log_dir, devices[0], progress)
-    if len(cands) > 1:
-        progress("candidates: " + ", ".join(f"{side} {rev}" for side, (rev, _o)
-                                            in zip(sides[1:], cands)))
-    paired, ready, checks = run_sides({side: (co, opts) for side, co, opts in named}, job, cfg,
-                                      log_dir, progress, expected, co_stock)
+    systems = {side: (co, opts) for side, co, opts in named}
+    ahead = (Ahead(systems, cfg, log_dir, progress)
+             if cc.prepare_beside_reference and len(session_groups(job, cfg)) == 1 else None)
+    try:
+        progress("stock's reference outputs")
+        job, expected = stock_outputs(co_stock, job, cfg, log_dir, devices[0], progress,
+                                      beside=ahead.start if ahead is not None else None)
+        if len(cands) > 1:
+            progress("candidates: " + ", ".join(f"{side} {rev}" for side, (rev, _o)
+                                                in zip(sides[1:], cands)))
+        if ahead is not None:
+            ahead.join()
+        paired, ready, checks = run_sides(systems, job, cfg, log_dir, progress, expected,
+                                          co_stock, ahead)
+    finally:
+        if ahead is not None:
+            ahead.stop()
     tol = near_tie(expected, cfg)
     log_dir.mkdir(parents=True, exist_ok=True)
     reports = []

@@ -21,13 +21,17 @@ from specpilot.judges.worker_proc import Checkout, Worker, deal
 
 
 def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path, device: str,
-                  progress: Callable[[str], None] = lambda s: None
+                  progress: Callable[[str], None] = lambda s: None,
+                  beside: Callable[[Job], None] | None = None
                   ) -> tuple[Job, dict[str, Expected]]:
     """Stock's greedy reference for every measured request, from a clean checkout of stock at
-    defaults in workers of its own (run before, never beside, the candidates:
+    defaults in workers of its own (before any candidate is timed:
     `controller.reference_processes` of them, started one after another, the requests dealt
     out among them); prompts are tokenized in the first, so every worker is sent the same
-    ids. Returns the job with ids."""
+    ids. `beside`, if given, is called with the tokenized job before the references are
+    computed, from this thread (controller.prepare_beside_reference: it starts the
+    candidates' workers and their untimed preparation, which then runs beside the
+    references). Returns the job with ids."""
     g = cfg.gates
     n_ref = cfg.controller.reference_processes
     refs = [Worker("stock" if i == 0 else f"stock{i}", co_stock, cfg.system_paths, job.model,
@@ -44,6 +48,8 @@ def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path, devi
                           refs[0].call("tokenize", rid, prompt=text)["ids"])
                          for rid, text, ids in row])
         job = dataclasses.replace(job, round_requests=rows)
+        if beside is not None:
+            beside(job)
         measured = job.measured
         eta = Eta("stock's reference, request", len(measured), progress)
         lock = threading.Lock()
