@@ -63,7 +63,7 @@ echo "$CMP"
 # One H200 holds two 27B-class workers: the pairs run one session after another (not in the
 # smoke: one session of four tiny workers saves a second round of process starts).
 # A small target (the embedded default) computes stock's references in REF_PROCS processes
-# (default 2).
+# (default 2), and every side's workers prepare beside them (AHEAD=1, the default).
 if [ -z "$SMOKE" ] && [ "${MODEL#random:dense}" != "$MODEL" ]; then
     printf '\n[controller]\nresident = 1\n' >> .specpilot/config.toml
 elif [ -z "$SMOKE" ]; then
