@@ -19,6 +19,18 @@ def test_the_time_left_is_the_recent_units_mean_times_the_units_left():
     assert Eta("nothing", 0, lines.append).total == 0 and len(lines) == 4
 
 
+def test_a_first_unit_with_a_start_up_is_reported_not_extrapolated():
+    """The verdicts' references said "request 2/256 (about 2.7 h left)" after a first
+    request of 38 s (the worker's first captures) and 0.3 s for each one after it."""
+    now, lines = [0.0], []
+    eta = Eta("request", 256, lines.append, clock=lambda: now[0], startup=True)
+    for t in (38.0, 38.3, 38.6):
+        now[0] = t
+        eta.done()
+    assert lines[1:] == ["request 2/256 (the first took 38 s)",
+                         "request 3/256 (about 76 s left)", "request 4/256 (about 76 s left)"]
+
+
 def test_spans_read_as_people_say_them():
     assert [span(s) for s in (8, 89.6, 210, 5399, 7200)] == ["8 s", "90 s", "3.5 min",
                                                               "90.0 min", "2.0 h"]

@@ -1,7 +1,10 @@
 """Progress of long judge work, with the time left: stock's references, a gate's requests,
 a comparison's rounds. A unit of work (a request, a round) takes about as long as the last
 few did, so the time left is their mean times the units left; before the first unit ends
-there is no estimate, and the line says what is starting."""
+there is no estimate, and the line says what is starting. Where the first unit carries a
+start-up (`startup`: a worker's first CUDA graphs and compiles, 38 s for the first of 256
+references on the H100 and then about 0.3 s each, 2026-12-06), its line says how long it
+took and the estimates leave it out."""
 
 from __future__ import annotations
 
@@ -24,8 +27,9 @@ class Eta:
     WINDOW = 5   # the units the estimate averages over (the latest ones)
 
     def __init__(self, what: str, total: int, progress: Callable[[str], None],
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, startup: bool = False):
         self.what, self.total, self.progress, self.clock = what, max(0, total), progress, clock
+        self.startup = startup
         self.count = 0
         self.times: list[float] = []
         self.last = clock()
@@ -40,6 +44,9 @@ class Eta:
         left = self.total - self.count
         if left <= 0:
             return
-        recent = self.times[-self.WINDOW:]
+        if self.startup and self.count == 1:   # no rate to extrapolate from yet
+            self.progress(f"{self.what} 2/{self.total} (the first took {span(self.times[0])})")
+            return
+        recent = self.times[1 if self.startup else 0:][-self.WINDOW:]
         eta = sum(recent) / len(recent) * left
         self.progress(f"{self.what} {self.count + 1}/{self.total} (about {span(eta)} left)")

@@ -49,7 +49,7 @@ def forced_passes(stocks: list, jobs: list[tuple[str, Expected, list[int]]],
     out: dict[str, tuple[list[int], list[float]]] = {}
     if not jobs:
         return out
-    eta = Eta("stock forced through an output", len(jobs), progress)
+    eta = Eta("stock forced through an output", len(jobs), progress, startup=True)
     lock = threading.Lock()
 
     def one(stock, job: tuple[str, Expected, list[int]]) -> None:

@@ -142,7 +142,7 @@ def stock_references(root: Path, cfg: Config, gates: GatesSection, stock_rev: st
         try:
             progress(f"stock's references: {len(missing)} of {len(requests)} not cached")
             stock.start()
-            eta = Eta("stock's reference, request", len(missing), progress)
+            eta = Eta("stock's reference, request", len(missing), progress, startup=True)
             for rid, prompt, ids in missing:
                 if ids is None:
                     ids = stock.call("tokenize", rid, prompt=prompt)["ids"]

@@ -51,7 +51,7 @@ def stock_outputs(co_stock: Checkout, job: Job, cfg: Config, log_dir: Path, devi
         if beside is not None:
             beside(job)
         measured = job.measured
-        eta = Eta("stock's reference, request", len(measured), progress)
+        eta = Eta("stock's reference, request", len(measured), progress, startup=True)
         lock = threading.Lock()
         parts: dict[str, float] = {}   # the workers' seconds in each part of a reference
 
