@@ -16,6 +16,11 @@ forwards' 27B-class costs:
 
     projected tok/s = tokens generated / sum over the run's forwards of cost(rows, T, KV)
 
+and each request's time to its first token as the cost of the forwards made before it was
+emitted (every request is submitted at once: issue 28's TTFT for prompt admission, whose
+riding chunks change which forwards come first), beside the small target's own measured
+TTFT.
+
 Left out, and said so in the table: the drafter's own cost (no 27B-class drafter is
 shipped), the host's time between steps, and a tree step's own machinery (its forward is
 costed as a chain step of the same shape; on the embedded default the tree's attention
@@ -71,35 +76,65 @@ def load_small(args):
 class Shapes:
     """Every target forward of a BatchEngine, as (rows, tokens a row, KV length): the
     static step's slot (its buckets) where the step runs in CUDA graphs, else the dynamic
-    forward's own sizes."""
+    forward's own sizes; counted (`seen`) and in order (`order`), so that a request's time
+    to its first token can be costed as the forwards made before it (`watch`)."""
 
     def __init__(self, engine):
         self.seen: Counter = Counter()
+        self.order: list[tuple[int, int, int]] = []
         runner = engine.runner
         if runner is not None:
             inner_slot = runner.slot
 
             def slot(b, t, kv_len, *a, **kw):
-                self.seen[(b, t, kv_len)] += 1
+                self.note((b, t, kv_len))
                 return inner_slot(b, t, kv_len, *a, **kw)
             runner.slot = slot
         inner_forward = engine._forward
 
         def forward(seqs, rows, starts, *a, **kw):
             t = max(len(s) for s in seqs)
-            self.seen[(len(seqs), t, max(starts) + t)] += 1
+            self.note((len(seqs), t, max(starts) + t))
             return inner_forward(seqs, rows, starts, *a, **kw)
         engine._forward = forward
 
+    def note(self, shape: tuple[int, int, int]) -> None:
+        self.seen[shape] += 1
+        self.order.append(shape)
 
-def run(engine, reqs) -> dict:
-    """Submit every request at once and step to the end: tokens, wall seconds, τ."""
+    def watch(self, requests) -> list:
+        """For each request, filled when its first token is emitted: [forwards made by
+        then, seconds since this call] (None until then)."""
+        t0, first = time.perf_counter(), [None] * len(requests)
+
+        def on_tokens(out, i):
+            if first[i] is None:
+                first[i] = [len(self.order), time.perf_counter() - t0]
+        for i, r in enumerate(requests):
+            r.on_tokens = lambda out, i=i: on_tokens(out, i)
+        return first
+
+
+def projected_ttft(order: list, first: list, cost: dict) -> list[float]:
+    """Each request's time to its first token on the big target: the summed cost of the
+    forwards made before its first token was emitted (every request submitted at once)."""
+    prefix, acc = [0.0], 0.0
+    for shape in order:
+        acc += cost[shape]
+        prefix.append(acc)
+    return [prefix[f[0]] for f in first if f is not None]
+
+
+def run(engine, reqs, rec: Shapes | None = None) -> dict:
+    """Submit every request at once and step to the end: tokens, wall seconds, τ; with a
+    recorder, each request's first token ([forwards before it, seconds]: "first")."""
     t0 = time.perf_counter()
     subs = [engine.submit(p, m) for p, m in reqs]
+    first = rec.watch(subs) if rec is not None else []
     engine.run()
     gained = [a for r in subs for a in r.accepted]
     return {"tokens": sum(len(r.tokens) for r in subs), "wall_s": time.perf_counter() - t0,
-            "tau": statistics.mean(gained) if gained else float("nan")}
+            "tau": statistics.mean(gained) if gained else float("nan"), "first": first}
 
 
 def step_cost(big, shape: tuple[int, int, int], iters: int) -> float:
@@ -133,6 +168,14 @@ def step_cost(big, shape: tuple[int, int, int], iters: int) -> float:
     return statistics.median(times)
 
 
+def ms(seconds: list[float], pct: float) -> str:
+    """The pct-th percentile (nearest rank) of `seconds`, in ms, for a table cell."""
+    if not seconds:
+        return ""
+    xs = sorted(seconds)
+    return f"{1e3 * xs[min(len(xs) - 1, max(0, round(pct / 100 * len(xs)) - 1))]:.0f}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--modes", default=None, help="default ar,block (--smoke: ar,ngram)")
@@ -155,7 +198,7 @@ def main() -> None:
     model, reqs, stops = load_small(args)
     ctx = max(len(p) for p, _ in reqs) + args.max_new + 8
     log(f"small target on {args.device}: {len(reqs)} requests, context {ctx}, modes {modes}")
-    runs, shapes = {}, {}
+    runs, shapes, orders = {}, {}, {}
     for mode in modes:
         name, opts = parse_mode(mode)
         base = Engine(model, Options(opts), ctx, set(stops))
@@ -164,8 +207,9 @@ def main() -> None:
             work = reqs[: 2 * c]
             run(eng, work)   # warm: graphs captured, code compiled
             rec = Shapes(eng)
-            runs[(mode, c)] = run(eng, work)
+            runs[(mode, c)] = run(eng, work, rec)
             shapes[(mode, c)] = rec.seen
+            orders[(mode, c)] = rec.order
             log(f"{mode}@{c}: {runs[(mode, c)]['tokens']} tokens, "
                 f"{sum(rec.seen.values())} forwards of {len(rec.seen)} shapes")
     del model
@@ -190,20 +234,26 @@ def main() -> None:
             big_s = sum(n * cost[s] for s, n in seen.items())
             proj = r["tokens"] / big_s
             tokens_verified = sum(n * s[0] * s[1] for s, n in seen.items())
+            ttft = projected_ttft(orders[(mode, c)], r["first"], cost)
+            small_ttft = [f[1] for f in r["first"] if f is not None]
             out["modes"][f"{mode}@{c}"] = {
                 **r, "forwards": sum(seen.values()), "tokens_verified": tokens_verified,
-                "big_s": big_s, "projected_tok_s": proj,
+                "big_s": big_s, "projected_tok_s": proj, "projected_ttft_s": ttft,
                 "shapes": {f"{b}x{t}@{kv}": n for (b, t, kv), n in sorted(seen.items())}}
             rows.append([mode, c, f"{r['tau']:.2f}", f"{r['tokens'] / r['wall_s']:.0f}",
-                         sum(seen.values()), tokens_verified, f"{1e3 * big_s:.0f}",
-                         f"{proj:.1f}", f"{proj / ar_proj:.2f}" if ar_proj else ""])
+                         ms(small_ttft, 50), sum(seen.values()), tokens_verified,
+                         f"{1e3 * big_s:.0f}", f"{proj:.1f}",
+                         f"{proj / ar_proj:.2f}" if ar_proj else "", ms(ttft, 50),
+                         ms(ttft, 100)])
     out["costs_ms"] = {f"{b}x{t}@{kv}": 1e3 * v for (b, t, kv), v in sorted(cost.items())}
     print(f"\nsmall target: {'tiny-qwen3 (smoke)' if args.smoke else 'embedded default'}, "
           f"{args.device}; step costs: random {args.big}, {args.device}"
           f"{', entry ' + ENTRY + ' applied' if ENTRY else ''}. Projected: target forwards "
           "only (no drafter, no host time; tree steps costed as chain steps of their shape)")
-    print_table(["mode", "C", "τ", "small tok/s (measured)", "forwards", "tokens verified",
-                 f"{args.big} forwards ms", "projected tok/s", "× AR (projected)"], rows)
+    print_table(["mode", "C", "τ", "small tok/s (measured)", "small TTFT p50 ms (measured)",
+                 "forwards", "tokens verified", f"{args.big} forwards ms", "projected tok/s",
+                 "× AR (projected)", "TTFT p50 ms (projected)", "TTFT max ms (projected)"],
+                rows)
     print_table(["rows x tokens @ KV", f"{args.big} ms"],
                 [[k, f"{v:.2f}"] for k, v in out["costs_ms"].items()])
     write_json(args.out, "batch_projection.json", out)
