@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specpilot.judges.eta import Eta, span
+from specpilot.judges.eta import Clock, Eta, span
 
 
 def test_the_time_left_is_the_recent_units_mean_times_the_units_left():
@@ -34,3 +34,22 @@ def test_a_first_unit_with_a_start_up_is_reported_not_extrapolated():
 def test_spans_read_as_people_say_them():
     assert [span(s) for s in (8, 89.6, 210, 5399, 7200)] == ["8 s", "90 s", "3.5 min",
                                                               "90.0 min", "2.0 h"]
+
+
+def test_the_clock_keeps_each_phase_its_own_wall_time_overlaps_included():
+    now = [0.0]
+    clock = Clock(lambda: now[0])
+    with clock.phase("reference"):
+        now[0] = 100.0
+        with clock.phase("graphs (beside the reference)"):   # overlapping: its own time
+            now[0] = 130.0
+        now[0] = 138.0
+    with clock.phase("rounds"):
+        now[0] = 176.0
+    with clock.phase("rounds"):                              # a second session adds up
+        now[0] = 180.0
+    assert clock.seconds == {"reference": 138.0, "graphs (beside the reference)": 30.0,
+                             "rounds": 42.0}
+    assert clock.line() == ("the run's clock: reference 2.3 min, graphs (beside the reference) "
+                            "30 s, rounds 42 s; 3.0 min in all")
+

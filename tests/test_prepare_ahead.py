@@ -73,6 +73,13 @@ def test_workers_prepared_beside_the_reference_give_the_same_verdicts(project):
     assert cheat_rep.outputs["B"].forced > 0 and not cheat_rep.decision.adopted
     assert honest.outputs["B"].ok and honest.outputs["A"].ok and not honest.faults
     assert children() <= before   # every worker stopped
+    # where the run's time went: the preparation its own phase, beside the reference
+    clocks = [m for m in said if m.startswith("the run's clock: stock's reference ")]
+    assert len(clocks) == 1 and "graphs (beside the reference)" in clocks[0], said
+    for rep in reps:
+        assert {"stock's reference", "workers started", "graphs (beside the reference)",
+                "waiting for the graphs", "rounds", "outputs forced", "all"} == set(rep.clock_s)
+        assert all(0 <= v <= rep.clock_s["all"] for v in rep.clock_s.values())
 
 
 def test_a_worker_that_fails_to_prepare_beside_the_reference_stops_the_run(project):

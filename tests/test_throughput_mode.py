@@ -101,6 +101,11 @@ def test_several_candidates_share_one_reference_and_one_A_side_and_are_judged_ap
     assert len(parts) == 1 and "in 2 worker(s)" in parts[0], said
     assert "generate " in parts[0] and "forced " in parts[0] and "noise" not in parts[0]
     assert any(m.startswith("candidates: B ") and "C stock" in m for m in said), said
+    # the run's clock, its phases one after another (nothing prepared beside the reference)
+    assert said[-1].startswith("the run's clock: stock's reference "), said[-1]
+    assert list(reps[0].clock_s) == ["stock's reference", "workers started", "graphs",
+                                     "rounds", "outputs forced", "all"]
+    assert sum(v for k, v in reps[0].clock_s.items() if k != "all") <= reps[0].clock_s["all"]
     cheat_rep, honest = reps
     run = sorted((project / ".specpilot" / "runs").glob("compare-*"))[-1]
     assert (run / "stock-check.log").exists() and (run / "stock-check1.log").exists()

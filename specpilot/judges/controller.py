@@ -68,7 +68,7 @@ from specpilot.gitstore import GitStore
 from specpilot.judges import prompts, stats
 from specpilot.judges.design import (MAX_CANDIDATES, Job, candidate_sides, device_of, labels,
                                      round_order)
-from specpilot.judges.eta import Eta
+from specpilot.judges.eta import Clock, Eta
 from specpilot.judges.forced_outputs import force_outputs, to_force
 from specpilot.judges.outputs import Expected, OutputCheck, Tolerance, check_request
 from specpilot.judges.preparation import Ahead, prepare, session_groups, spawn_workers
@@ -144,6 +144,7 @@ class Comparison(BaseModel):
     faults: list[str] = []                 # why the outputs reject, one line each
     tolerance: Tolerance | None = None     # the near-tie in force (outputs.tolerance)
     candidates: list[str] = []             # every candidate of the run (B is one of them)
+    clock_s: dict[str, float] = {}         # where the run's wall time went, by phase
 
 
 def side_view(paired: "Paired", side: str) -> "Paired":
@@ -222,7 +223,7 @@ def paired_run(co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict, job: 
 def run_sides(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, log_dir: Path,
               progress: Callable[[str], None] = lambda s: None,
               expected: dict[str, Expected] | None = None, co_stock: Checkout | None = None,
-              ahead: Ahead | None = None
+              ahead: Ahead | None = None, clock: Clock | None = None
               ) -> tuple[Paired, dict[str, dict], dict[str, OutputCheck]]:
     """Run the design over every side of `job.sides` (A, then one letter a candidate; each
     side's checkout and options in `systems`); returns the times, every worker's `ready`
@@ -235,12 +236,13 @@ def run_sides(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, 
     (forced_outputs.py), and the batches keep their own times; request by request, by
     continuations (check_outputs), each request charged its kept share (`_charge`).
     `ahead`: the workers already started and prepared beside stock's reference (one
-    session only)."""
+    session only). `clock`: where the phases' wall time goes (Clock)."""
     if set(systems) != set(job.sides) or not job.sides.startswith("A"):
         raise ValueError(f"systems {sorted(systems)} are not the job's sides {job.sides}")
     forced = bool(job.batch) and expected is not None
     if forced and co_stock is None:
         raise ValueError("throughput mode checks its outputs by forcing stock: give co_stock")
+    clock = clock or Clock()
     sessions = session_groups(job, cfg)
     if ahead is not None and len(sessions) > 1:
         raise ValueError("workers prepared ahead serve one session only")
@@ -251,7 +253,8 @@ def run_sides(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, 
             progress(f"session {n + 1}/{len(sessions)}: {', '.join(part.names)}")
         paired, checks, got, said = _session(systems, part, cfg, log_dir, progress,
                                              None if forced else expected, checks,
-                                             ahead.workers if ahead is not None else None)
+                                             ahead.workers if ahead is not None else None,
+                                             clock)
         parts.append(paired)
         ready.update(got)
         replies.update(said)
@@ -263,7 +266,8 @@ def run_sides(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, 
                         for side in job.sides[1:]},
         round_wall_s=[sum(p.round_wall_s[m] for p in parts) for m in range(job.rounds)])
     if forced:
-        checks = _forced_check(co_stock, job, replies, expected, cfg, log_dir, progress)
+        with clock.phase("outputs forced"):
+            checks = _forced_check(co_stock, job, replies, expected, cfg, log_dir, progress)
     for side in job.sides[1:]:   # a tolerated near-tie is a divergence: the bar rises
         if checks and checks[side].near_ties:
             paired.diverged_sides[side] = True
@@ -296,21 +300,27 @@ def _forced_check(co_stock: Checkout, job: Job, replies: dict, expected: dict[st
 
 
 def _session(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, log_dir: Path,
-             progress, expected, checks, prepared: dict | None = None
+             progress, expected, checks, prepared: dict | None = None,
+             clock: Clock | None = None
              ) -> tuple[Paired, dict[str, OutputCheck], dict[str, dict],
                         dict[str, dict[str, list[int]]]]:
     """One session's workers: started, measured, their outputs checked (given `expected`),
     stopped. Returns the times, the checks, each worker's ready report and its replies.
     `prepared`: the session's workers, already started and prepared (`Ahead`)."""
     workers: dict[str, Worker] = prepared if prepared is not None else {}
+    clock = clock or Clock()
     try:
         if prepared is None:
-            spawn_workers(workers, systems, job, cfg, log_dir)
-            prepare(workers, job, progress)
-        paired, replies = measure(workers, job, progress)
+            with clock.phase("workers started"):
+                spawn_workers(workers, systems, job, cfg, log_dir)
+            with clock.phase("graphs"):
+                prepare(workers, job, progress)
+        with clock.phase("rounds"):
+            paired, replies = measure(workers, job, progress)
         if expected is not None:
             progress("outputs against stock's reference")
-            checks, charges = check_outputs(workers, job, replies, expected, cfg, checks)
+            with clock.phase("outputs checked"):
+                checks, charges = check_outputs(workers, job, replies, expected, cfg, checks)
             rows = job.round_requests[job.warmup_rounds:]
             for label, times in paired.times.items():
                 _charge(times, rows, charges[label])
@@ -508,22 +518,26 @@ def compare_many(root: Path, rev_a: str, candidates: list[tuple[str, dict]],
                       for side, co, opts in named if opts],
                      cfg.system_paths, cfg.judges.confine)   # before any model
     systems = {side: (co, opts) for side, co, opts in named}
-    ahead = (Ahead(systems, cfg, log_dir, progress)
+    clock = Clock()
+    ahead = (Ahead(systems, cfg, log_dir, progress, clock)
              if cc.prepare_beside_reference and len(session_groups(job, cfg)) == 1 else None)
     try:
         progress("stock's reference outputs")
-        job, expected = stock_outputs(co_stock, job, cfg, log_dir, devices[0], progress,
-                                      beside=ahead.start if ahead is not None else None)
+        with clock.phase("stock's reference"):   # with its own batching, where batched
+            job, expected = stock_outputs(co_stock, job, cfg, log_dir, devices[0], progress,
+                                          beside=ahead.start if ahead is not None else None)
         if len(cands) > 1:
             progress("candidates: " + ", ".join(f"{side} {rev}" for side, (rev, _o)
                                                 in zip(sides[1:], cands)))
         if ahead is not None:
-            ahead.join()
+            with clock.phase("waiting for the graphs"):
+                ahead.join()
         paired, ready, checks = run_sides(systems, job, cfg, log_dir, progress, expected,
-                                          co_stock, ahead)
+                                          co_stock, ahead, clock)
     finally:
         if ahead is not None:
             ahead.stop()
+    progress(clock.line())
     tol = near_tie(expected, cfg)
     log_dir.mkdir(parents=True, exist_ok=True)
     reports = []
@@ -551,7 +565,8 @@ def compare_many(root: Path, rev_a: str, candidates: list[tuple[str, dict]],
             arrivals=[job.arrivals(reqs) or [] for reqs in job.round_requests[job.warmup_rounds:]]
             if job.rate else [], family=family, estimate=est, sigma=decision.sigma,
             sigma_source=decision.sigma_source, decision=decision, outputs=mine,
-            faults=faults, tolerance=tol, candidates=[rev for rev, _o in cands])
+            faults=faults, tolerance=tol, candidates=[rev for rev, _o in cands],
+            clock_s={**clock.seconds, "all": clock.total()})
         name = "comparison.json" if len(cands) == 1 else f"comparison-{side}.json"
         (log_dir / name).write_text(report.model_dump_json(indent=1))
         reports.append(report)

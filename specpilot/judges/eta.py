@@ -8,8 +8,10 @@ took and the estimates leave it out."""
 
 from __future__ import annotations
 
+import threading
 import time
-from typing import Callable
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 
 def span(seconds: float) -> str:
@@ -50,3 +52,32 @@ class Eta:
         recent = self.times[1 if self.startup else 0:][-self.WINDOW:]
         eta = sum(recent) / len(recent) * left
         self.progress(f"{self.what} {self.count + 1}/{self.total} (about {span(eta)} left)")
+
+
+class Clock:
+    """Where a run's wall time went, phase by phase: `with clock.phase(name):` adds the
+    seconds spent inside to `name` (from any thread; phases may overlap, each keeps its own
+    wall time); `line()` says them in the order they first began, and the whole."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic):
+        self.clock, self.t0 = clock, clock()
+        self.seconds: dict[str, float] = {}
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        with self._lock:
+            self.seconds.setdefault(name, 0.0)
+        t = self.clock()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.seconds[name] += self.clock() - t
+
+    def total(self) -> float:
+        return self.clock() - self.t0
+
+    def line(self) -> str:
+        parts = ", ".join(f"{name} {span(sec)}" for name, sec in self.seconds.items())
+        return f"the run's clock: {parts}; {span(self.total())} in all"

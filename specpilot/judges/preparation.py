@@ -15,6 +15,7 @@ from typing import Callable
 
 from specpilot.config import Config
 from specpilot.judges.design import Job, device_of
+from specpilot.judges.eta import Clock
 from specpilot.judges.worker_proc import Checkout, Worker
 
 
@@ -34,19 +35,22 @@ class Ahead:
     end), never stock's outputs."""
 
     def __init__(self, systems: dict[str, tuple[Checkout, dict]], cfg: Config, log_dir: Path,
-                 progress: Callable[[str], None]):
+                 progress: Callable[[str], None], clock: Clock | None = None):
         self.systems, self.cfg, self.log_dir, self.progress = systems, cfg, log_dir, progress
+        self.clock = clock or Clock()
         self.workers: dict[str, Worker] = {}
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
     def start(self, job: Job) -> None:
         self.progress("every side's workers started, to prepare beside stock's reference")
-        spawn_workers(self.workers, self.systems, job, self.cfg, self.log_dir)
+        with self.clock.phase("workers started"):
+            spawn_workers(self.workers, self.systems, job, self.cfg, self.log_dir)
 
         def run() -> None:
             try:
-                prepare(self.workers, job, self.progress)
+                with self.clock.phase("graphs (beside the reference)"):
+                    prepare(self.workers, job, self.progress)
             except BaseException as exc:   # noqa: BLE001 - re-raised by join
                 self._error = exc
 
