@@ -127,4 +127,7 @@ for r in reports if isinstance(reports, list) else [reports]:
           f"{t.get('noise_max')}, flips {t.get('noise_flip_rate')})")
     for side, c in r.get("outputs", {}).items():
         print(f"outputs {side}: faults {c['faults'][:3]}")
+clock = (reports[0] if isinstance(reports, list) else reports).get("clock_s") or {}
+if clock:   # one run's phases, the same in every report of it
+    print("\nthe run's clock (s): " + ", ".join(f"{k} {v:.0f}" for k, v in clock.items()))
 PY
