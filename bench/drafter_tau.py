@@ -19,7 +19,8 @@ equal AR's token for token, and the table counts those that do.
     python bench/drafter_tau.py --sets heldout --per-category 8       # the shipped weights
     python bench/drafter_tau.py --sets dev,corpus --per-category 4    # requests against corpus
     python bench/drafter_tau.py --sets dev --draft-len 7                # 7 drafts of a block of 16
-    python bench/drafter_tau.py --sets dev --block-size 8               # ... of a block of 8
+    python bench/drafter_tau.py --sets dev --draft-len 7 --weights shipped,shipped@block_size=8
+                                          # side by side: blocks of 16 and of 8, 7 drafts each
     python bench/drafter_tau.py --smoke        # CPU: shipped twice, 2 requests of every set
 
 Prints one table; writes drafter_tau.json to --out (default $OUT).
@@ -79,6 +80,25 @@ def request_set(name: str, per_category: int, seed: int, corpus_seed: int = 0):
     raise SystemExit(f"drafter_tau: unknown request set {name!r} (dev, heldout, corpus)")
 
 
+def column(spec: str, block_size: int, draft_len: int) -> tuple[str, Path, dict]:
+    """One column of the table: "FOLDER" or "FOLDER@block_size=8+draft_len=7" (the weights,
+    then stock options of this column only) -> (label, folder, the engine's options)."""
+    folder, _, rest = spec.partition("@")
+    opts = {"block_size": block_size, "draft_len": draft_len}
+    for kv in filter(None, rest.split("+")):
+        key, sep, val = kv.partition("=")
+        if key not in opts or not sep or not val.isdigit():
+            raise SystemExit(f"drafter_tau: {spec!r}: options after '@' are block_size=N, "
+                             "draft_len=N joined by '+'")
+        opts[key] = int(val)
+    if "draft_len" not in rest and "block_size" in rest:
+        opts["draft_len"] = min(draft_len, opts["block_size"] - 1)
+    if not 1 <= opts["draft_len"] <= opts["block_size"] - 1:
+        raise SystemExit(f"drafter_tau: {spec!r}: draft_len must be in 1..block_size - 1")
+    label, path = weights_label(folder)
+    return (label + (f" @{rest}" if rest else "")), path, opts
+
+
 def weights_label(folder: str) -> tuple[str, Path]:
     path = DEFAULT_DIR if folder in ("", "shipped") else Path(folder)
     if not (path / "manifest.json").is_file():
@@ -92,7 +112,8 @@ def weights_label(folder: str) -> tuple[str, Path]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--weights", default="shipped",
-                    help="block-drafter folders, comma-separated ('shipped': the shipped one)")
+                    help="block-drafter folders, comma-separated ('shipped': the shipped one), "
+                         "each with its own options after '@' (shipped@block_size=8)")
     ap.add_argument("--sets", default="dev,heldout")
     ap.add_argument("--per-category", type=int, default=4)
     ap.add_argument("--max-new", type=int, default=128)
@@ -113,17 +134,17 @@ def main() -> None:
         args.weights, args.per_category, args.max_new = "shipped,shipped", 1, 12
         args.sets = "dev,heldout,corpus"
     args.device = smoke_device(args)
-    folders = [w.strip() for w in args.weights.split(",") if w.strip() != ""] or ["shipped"]
-    labels = [weights_label(f) for f in folders]
-    system = load_system("embedded", Options(), device=args.device, max_context=4096)
-    tok, model = system.tokenizer, system.engine.model
     if args.draft_len is None:
         args.draft_len = args.block_size - 1
     if not 1 <= args.draft_len <= args.block_size - 1:
         ap.error(f"--draft-len must be in 1..{args.block_size - 1} (the block's masks)")
-    opts = {"block_size": args.block_size, "draft_len": args.draft_len}
-    engines = [Engine(model, Options({**opts, "block_weights": str(p)}), 4096,
-                      set(system.engine.stop_ids)) for _, p in labels]
+    specs = [w.strip() for w in args.weights.split(",") if w.strip() != ""] or ["shipped"]
+    columns = [column(w, args.block_size, args.draft_len) for w in specs]
+    labels = [(lab, p) for lab, p, _o in columns]
+    system = load_system("embedded", Options(), device=args.device, max_context=4096)
+    tok, model = system.tokenizer, system.engine.model
+    engines = [Engine(model, Options({**o, "block_weights": str(p)}), 4096,
+                      set(system.engine.stop_ids)) for _lab, p, o in columns]
     drafters = [make_drafter("block", e) for e in engines]
     ar = system.engine
     result: dict = {"weights": [lab for lab, _ in labels], "sets": {}, "device": args.device}
@@ -162,7 +183,7 @@ def main() -> None:
     cols = (["set", "category", "requests"] + [f"τ {lab}" for lab, _ in labels]
             + (["last / first"] if len(labels) > 1 else []) + ["= AR"])
     print_table(cols, rows, f"block drafter τ (block {args.block_size}, draft_len "
-                f"{args.draft_len}), {args.device}, {args.max_new} new tokens at most; "
+                f"{args.draft_len} where a column's '@' does not say), {args.device}, {args.max_new} new tokens at most; "
                 f"held-out: sealed templates, seed {args.heldout_seed}")
 
 
