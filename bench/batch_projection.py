@@ -46,7 +46,7 @@ from collections import Counter
 
 import common  # noqa: F401  (the repository on sys.path)
 from common import (embedded_workload, entry_on_path, is_cuda, log, parse_mode, print_table,
-                    smoke_device, write_json)
+                    quantile, smoke_device, write_json)
 
 ENTRY = entry_on_path(sys.argv)   # before stock is imported
 
@@ -169,11 +169,8 @@ def step_cost(big, shape: tuple[int, int, int], iters: int) -> float:
 
 
 def ms(seconds: list[float], pct: float) -> str:
-    """The pct-th percentile (nearest rank) of `seconds`, in ms, for a table cell."""
-    if not seconds:
-        return ""
-    xs = sorted(seconds)
-    return f"{1e3 * xs[min(len(xs) - 1, max(0, round(pct / 100 * len(xs)) - 1))]:.0f}"
+    """The pct-th percentile of `seconds` (common.quantile), in ms, for a table cell."""
+    return f"{1e3 * quantile(seconds, pct / 100):.0f}" if seconds else ""
 
 
 def main() -> None:

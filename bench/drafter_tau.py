@@ -84,15 +84,16 @@ def column(spec: str, block_size: int, draft_len: int) -> tuple[str, Path, dict]
     """One column of the table: "FOLDER" or "FOLDER@block_size=8+draft_len=7" (the weights,
     then stock options of this column only) -> (label, folder, the engine's options)."""
     folder, _, rest = spec.partition("@")
-    opts = {"block_size": block_size, "draft_len": draft_len}
+    given: dict[str, int] = {}
     for kv in filter(None, rest.split("+")):
         key, sep, val = kv.partition("=")
-        if key not in opts or not sep or not val.isdigit():
+        if key not in ("block_size", "draft_len") or not sep or not val.isdigit():
             raise SystemExit(f"drafter_tau: {spec!r}: options after '@' are block_size=N, "
                              "draft_len=N joined by '+'")
-        opts[key] = int(val)
-    if "draft_len" not in rest and "block_size" in rest:
-        opts["draft_len"] = min(draft_len, opts["block_size"] - 1)
+        given[key] = int(val)
+    size = given.get("block_size", block_size)   # a smaller block caps the drafts it holds
+    opts = {"block_size": size, "draft_len": given.get(
+        "draft_len", min(draft_len, size - 1) if "block_size" in given else draft_len)}
     if not 1 <= opts["draft_len"] <= opts["block_size"] - 1:
         raise SystemExit(f"drafter_tau: {spec!r}: draft_len must be in 1..block_size - 1")
     label, path = weights_label(folder)

@@ -300,15 +300,13 @@ def _forced_check(co_stock: Checkout, job: Job, replies: dict, expected: dict[st
 
 
 def _session(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, log_dir: Path,
-             progress, expected, checks, prepared: dict | None = None,
-             clock: Clock | None = None
+             progress, expected, checks, prepared: dict | None, clock: Clock
              ) -> tuple[Paired, dict[str, OutputCheck], dict[str, dict],
                         dict[str, dict[str, list[int]]]]:
     """One session's workers: started, measured, their outputs checked (given `expected`),
     stopped. Returns the times, the checks, each worker's ready report and its replies.
     `prepared`: the session's workers, already started and prepared (`Ahead`)."""
     workers: dict[str, Worker] = prepared if prepared is not None else {}
-    clock = clock or Clock()
     try:
         if prepared is None:
             with clock.phase("workers started"):
