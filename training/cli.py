@@ -15,6 +15,8 @@
    24's 5x data; summarisation grows further through --summaries); --mix chat=0.3,... sets
    the categories' shares instead of the corpus's own (asked for 60,000 chat prompts from
    seed 0, the wide corpus gives 29,210 distinct ones; the shipped drafter's data held 7,682).
+   --self-prompts N adds N requests the target writes itself (sampled from its chat
+   template's user turn, training/self_prompts.py), spread evenly through the others.
 2. Data: the target answers them greedily, many prompts at once (left-padded batches with
    per-sequence positions and masks, of prompts of similar length: sorted by length within
    groups of training.data.SORT_GROUP batches, each batch padded to its own longest; the
@@ -76,6 +78,7 @@ from training.dist import Dist
 from training.loop import TrainConfig, train
 from training.prompts import build_prompts, dev_prompts, parse_mix, prompt_group, shortfalls
 from training.resume import default_state_path, history, save_state, stamp, weights_key
+from training.self_prompts import interleave, sample_requests
 
 _DESCRIPTION = __doc__.split("\n\n")[0]
 
@@ -112,6 +115,27 @@ def embedded_setup(cfg: TrainConfig, device: str | None, log_files: int | None =
     stops = set(system.engine.stop_ids)
     groups = [prompt_group(c, text) for c, text in pairs]
     return system.engine.model, prompts, stops, cats, groups, tok, [c for c, _ in pairs]
+
+
+def add_self_prompts(target, tok, cfg: TrainConfig, prompts: list[list[int]],
+                     sources: list[str], groups: list | None, stops):
+    """--self-prompts N: N requests the target writes itself, chat-wrapped like the rest and
+    spread evenly through the corpus's prompts (source "self"). Returns (prompts, sources,
+    groups, stats)."""
+    room = cfg.max_prompt - len(tok.chat("")) - 2
+    texts, stats = sample_requests(target, tok, cfg.self_prompts, cfg.seed, cfg.gen_batch,
+                                   max(16, room), stops, cfg.self_temperature,
+                                   exclude=dev_prompts(), progress=log,
+                                   max_seconds=cfg.gen_seconds)
+    log(f"self-written requests: {stats['kept']} kept of {stats['sampled']} sampled "
+        f"({stats['unfinished']} unfinished or too short, {stats['duplicates']} repeats; "
+        f"{stats['seconds']}s)")
+    mine = [tok.chat(t)[-cfg.max_prompt:] for t in texts]
+    prompts = interleave(prompts, mine)
+    sources = interleave(sources, ["self"] * len(mine))
+    if groups is not None:
+        groups = interleave(groups, [prompt_group("self", t) for t in texts])
+    return prompts, sources, groups, {f"self_{k}": v for k, v in stats.items()}
 
 
 def answer_corpus(target, prompts: list[list[int]], sources: list[str], groups: list | None,
@@ -204,6 +228,10 @@ def main(argv: list[str] | None = None) -> None:
         target, prompts, stops, _, groups, tok, sources = embedded_setup(
             cfg, args.device, with_prompts=not args.data_in)
         name = "embedded (SmolLM2-135M-Instruct)"
+    self_stats: dict = {}
+    if cfg.self_prompts and tok is not None and not args.data_in:
+        prompts, sources, groups, self_stats = add_self_prompts(target, tok, cfg, prompts,
+                                                                sources, groups, stops)
     corpus = len(prompts)
     prompts, sources = shard(prompts, cfg.prompt_shard), shard(sources, cfg.prompt_shard)
     groups = shard(groups, cfg.prompt_shard) if groups else None
@@ -225,6 +253,7 @@ def main(argv: list[str] | None = None) -> None:
             + f"; setup {time.perf_counter() - t0:.1f}s")
         data, groups, cats, data_stats = answer_corpus(target, prompts, sources, groups, cfg,
                                                        stops, tok)
+        data_stats.update(self_stats)
         n_prompts = len(prompts)
         if args.data_out:
             answer_tokens = int((data.end - data.prompt_cols).clamp(min=0).sum())
@@ -269,7 +298,9 @@ def main(argv: list[str] | None = None) -> None:
                             "docstrings/functions (dev prompts excluded, sealed set not used)"
                             + (f"; stage 2: {cats['own-prose summaries']} prompts summarising "
                                "the target's own long-form/chat answers"
-                               if cats.get("own-prose summaries") else ""),
+                               if cats.get("own-prose summaries") else "")
+                            + (f"; {cats['self']} requests written by the target itself "
+                               "(training/self_prompts.py)" if cats.get("self") else ""),
                  "init": stats.get("init", ""),
                  "python": platform.python_version(), "max_prompt": cfg.max_prompt,
                  "max_new": cfg.max_new, "labels": "target greedy tokens"}

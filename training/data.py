@@ -87,10 +87,15 @@ def generate_data(target, prompts: list[list[int]], max_new: int, batch: int,
     return Data(tokens, pad, end, p_cols)
 
 
-def _answer(target, part: list[list[int]], max_new: int, stops: torch.Tensor):
-    """One batch's greedy answers: (ids [n, width + max_new] on the device, prompts
-    right-aligned to column `width` (the batch's longest prompt), answers after; each row's
-    end [n] (one past its stop token, else width + max_new); width)."""
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    return logits.argmax(-1)
+
+
+def _answer(target, part: list[list[int]], max_new: int, stops: torch.Tensor, pick=greedy):
+    """One batch's answers, each next token `pick(logits [n, vocab])` (greedy: argmax):
+    (ids [n, width + max_new] on the device, prompts right-aligned to column `width` (the
+    batch's longest prompt), answers after; each row's end [n] (one past its stop token,
+    else width + max_new); width)."""
     dev = target.device
     n, width = len(part), max(len(p) for p in part)
     s = width + max_new
@@ -103,7 +108,7 @@ def _answer(target, part: list[list[int]], max_new: int, stops: torch.Tensor):
     pos = (cols - vfrom[:, None]).clamp(min=0)
     out = target(ids[:, :width], cache, 0, positions=pos, mask=_mask(vfrom, cols, width),
                  logits="last")
-    nxt = out.logits[:, -1].argmax(-1)
+    nxt = pick(out.logits[:, -1])
     done = torch.zeros(n, dtype=torch.bool, device=dev)
     stop_at = torch.full((n,), s, device=dev)
     for j in range(max_new):
@@ -117,7 +122,7 @@ def _answer(target, part: list[list[int]], max_new: int, stops: torch.Tensor):
         c = torch.full((n, 1), col, device=dev)
         out = target(ids[:, col:col + 1], cache, col, positions=c - vfrom[:, None],
                      mask=_mask(vfrom, c, col + 1), logits="last")
-        nxt = out.logits[:, -1].argmax(-1)
+        nxt = pick(out.logits[:, -1])
     return ids, stop_at, width
 
 

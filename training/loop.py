@@ -42,6 +42,10 @@ class TrainConfig:
     # is ~21 GB in bf16)
     feat_batch: int = 512  # sequences per feature-extraction forward (full attention)
     summaries: int = 0  # second-stage prompts: summarise/explain the target's own prose answers
+    self_prompts: int = 0  # requests the target writes itself (training/self_prompts.py),
+    # sampled before answering (within --gen-seconds, if set) and spread through the
+    # corpus's prompts
+    self_temperature: float = 1.0  # their sampling temperature (top-p 0.95)
     init_from_target: str = ""  # "" random init; "last": the target's last num_layers layers;
     # or comma-separated target layer indices (see BlockNet.init_from_target)
     num_layers: int = 3
