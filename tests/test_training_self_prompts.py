@@ -4,7 +4,6 @@ repeats excluded, and their place in the corpus. fp32 CPU."""
 
 from __future__ import annotations
 
-import pytest
 
 from training.loop import TrainConfig
 from training.self_prompts import (MIN_TOKENS, interleave, kept_request, query_prefix,
