@@ -87,3 +87,24 @@ def test_self_prompts_join_the_corpus_as_their_own_source(smol):
     mine = [p for p, s in zip(prompts, sources) if s == "self"]
     assert all(len(p) <= cfg.max_prompt for p in mine)
     assert all(g.startswith("self:") for g, s in zip(groups, sources) if s == "self")
+
+
+def test_sampling_keeps_to_the_nucleus_among_the_likeliest():
+    import math
+
+    import torch
+
+    from training.self_prompts import TOP_K, TOP_P, nucleus
+
+    assert TOP_P == 0.95
+    pick = nucleus(1.0, torch.Generator().manual_seed(0))
+    probs = torch.tensor([0.5, 0.3, 0.1, 0.08, 0.02])       # cumulative before: .5 .8 .9 .98
+    seen = pick(probs.log().expand(4000, -1).clone())
+    assert set(seen.tolist()) == {0, 1, 2, 3}                  # the 5th starts at 0.98: out
+    share = (seen == 0).float().mean().item()
+    assert abs(share - 0.5 / 0.98) < 0.03
+    flat = -torch.arange(1000, dtype=torch.float) * 1e-4      # nucleus wider than TOP_K
+    seen = pick(flat.expand(4000, -1).clone())
+    assert int(seen.max()) < TOP_K and len(set(seen.tolist())) > TOP_K // 2
+    hot = nucleus(0.01, torch.Generator().manual_seed(0))     # near-greedy at low temperature
+    assert set(hot(torch.tensor([[0.0, math.log(0.9)]]).expand(50, -1).clone()).tolist()) == {0}
