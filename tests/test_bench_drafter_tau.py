@@ -26,3 +26,27 @@ def test_a_column_takes_its_own_block_size_and_draft_length():
                 "shipped@block_size"):
         with pytest.raises(SystemExit, match="drafter_tau: "):
             dt.column(bad, 16, 15)
+
+
+@pytest.mark.parametrize("draft_len", [15, 7])
+def test_the_walk_gains_what_decoding_gains(smol, draft_len):
+    """--walk's τ (teacher-forced blocks of the AR output, walked) is the speculative
+    decode's, step for step, in fp32."""
+    from specpilot.requests import load_dev, select
+    from stock.drafters.block_weights import DEFAULT_DIR
+    from stock.engine import Engine
+    from stock.options import Options
+    from stock.system import make_drafter
+
+    model = smol.engine.model
+    eng = Engine(model, Options({"block_size": 16, "draft_len": draft_len,
+                                 "block_weights": str(DEFAULT_DIR)}), 2048,
+                 set(smol.engine.stop_ids))
+    drafter = make_drafter("block", eng)
+    decode, walk = dt.decoder(eng, drafter), dt.walker(model, drafter, draft_len)
+    for r in select(load_dev(), None, 1)[:2]:
+        prompt = smol.tokenizer.chat(r.prompt)
+        want = smol.engine.generate(prompt, 24).tokens
+        decoded, equal = decode(prompt, want, 24)
+        walked, _ = walk(prompt, want, 24)
+        assert equal and walked == decoded and sum(walked) == len(want) - 1
