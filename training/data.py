@@ -77,7 +77,7 @@ def generate_data(target, prompts: list[list[int]], max_new: int, batch: int,
         order = sorted(range(g0, min(g0 + group, len(prompts))), key=lambda i: len(prompts[i]))
         for b0 in range(0, len(order), batch):
             idx = order[b0:b0 + batch]
-            ids, stop_at, width = _answer(target, [prompts[i] for i in idx], max_new, stops)
+            ids, stop_at, width = answer_batch(target, [prompts[i] for i in idx], max_new, stops)
             tokens[idx, p_cols - width:] = ids.cpu()   # right-aligned to column p_cols
             end[idx] = stop_at.cpu() + (p_cols - width)
         progress(f"  generated {min(g0 + group, len(prompts))}/{len(prompts)} answers "
@@ -91,7 +91,7 @@ def greedy(logits: torch.Tensor) -> torch.Tensor:
     return logits.argmax(-1)
 
 
-def _answer(target, part: list[list[int]], max_new: int, stops: torch.Tensor, pick=greedy):
+def answer_batch(target, part: list[list[int]], max_new: int, stops: torch.Tensor, pick=greedy):
     """One batch's answers, each next token `pick(logits [n, vocab])` (greedy: argmax):
     (ids [n, width + max_new] on the device, prompts right-aligned to column `width` (the
     batch's longest prompt), answers after; each row's end [n] (one past its stop token,

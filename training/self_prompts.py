@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from training.data import _answer
+from training.data import answer_batch
 from training.prompts import W
 
 TOP_P = 0.95          # nucleus sampling: the smallest set of tokens holding this much probability
@@ -95,7 +95,7 @@ def sample_requests(target, tok, n: int, seed: int, batch: int, max_new: int, st
             break
         rows = openers(rng, min(batch, 2 * (n - len(kept)) + 8))
         prompts = [tok.tok.encode(prefix + o, add_special_tokens=False).ids for o in rows]
-        ids, _, width = _answer(target, prompts, max_new, stop_t, pick)
+        ids, _, width = answer_batch(target, prompts, max_new, stop_t, pick)
         for opener, row in zip(rows, ids[:, width:].tolist()):
             text = kept_request(opener, row, set(stops), tok)
             if text is None:
