@@ -234,7 +234,8 @@ def main() -> None:
             + (["last / first"] if len(labels) > 1 else []) + ["= AR"])
     print_table(cols, rows, ("walked " if args.walk else "")
                 + f"block drafter τ (block {args.block_size}, draft_len "
-                f"{args.draft_len} where a column's '@' does not say), {args.device}, {args.max_new} new tokens at most; "
+                f"{args.draft_len} where a column's '@' does not say), {args.device}, "
+                f"{args.max_new} new tokens at most; "
                 f"held-out: sealed templates, seed {args.heldout_seed}")
 
 
