@@ -4,6 +4,8 @@ repeats excluded, and their place in the corpus. fp32 CPU."""
 
 from __future__ import annotations
 
+import pytest
+
 
 from training.loop import TrainConfig
 from training.self_prompts import (MIN_TOKENS, interleave, kept_request, query_prefix,
@@ -27,8 +29,13 @@ def test_the_prefix_is_the_chat_template_before_the_users_text(smol):
     assert tok.chat(user)[:len(ids)] == ids
 
 
-def test_requests_are_fixed_by_the_seed_distinct_and_finished(smol):
-    texts, counts = _sample(smol, 11)
+@pytest.fixture(scope="module")
+def seed_11(smol):
+    return _sample(smol, 11)
+
+
+def test_requests_are_fixed_by_the_seed_distinct_and_finished(smol, seed_11):
+    texts, counts = seed_11
     again, _ = _sample(smol, 11)
     other, _ = _sample(smol, 12)
     assert texts == again and texts != other
@@ -37,8 +44,8 @@ def test_requests_are_fixed_by_the_seed_distinct_and_finished(smol):
     assert counts["sampled"] >= N + counts["unfinished"] + counts["duplicates"] - 16
 
 
-def test_excluded_texts_are_never_kept(smol):
-    texts, _ = _sample(smol, 11)
+def test_excluded_texts_are_never_kept(smol, seed_11):
+    texts, _ = seed_11
     kept, counts = _sample(smol, 11, exclude=set(texts[:3]))
     assert not set(texts[:3]) & set(kept)
     assert kept[:N - 3] == texts[3:]                  # the same draws, the excluded skipped
