@@ -31,14 +31,13 @@ from common import log, print_table, smoke_device, write_json  # noqa: E402 - se
 
 import torch  # noqa: E402
 
-from drafter_tau import HELDOUT_SEED, request_set, weights_label  # noqa: E402
+from drafter_tau import HELDOUT_SEED, answer_runs, request_set, weights_label  # noqa: E402
 from specpilot.requests import CATEGORIES  # noqa: E402
 from stock.drafters.block_weights import load_block  # noqa: E402
 from stock.engine import Engine  # noqa: E402
 from stock.options import Options  # noqa: E402
 from stock.system import load_system, make_drafter  # noqa: E402
-from training.data import Data  # noqa: E402
-from training.loop import LiveFeatures, anchor_runs, depth_rates, walk  # noqa: E402
+from training.loop import depth_rates, walk  # noqa: E402
 
 DEPTHS = 4
 
@@ -70,7 +69,6 @@ def main() -> None:
                                     "block_weights": str(folder)}), 4096,
                     set(system.engine.stop_ids))
     drafter = make_drafter("block", engine)
-    autocast = torch.autocast(model.device.type, enabled=False)
     rows, result = [], {"weights": label, "device": args.device, "sets": {}}
     for set_name in [s for s in args.sets.split(",") if s]:
         per: dict[str, dict] = {}
@@ -81,10 +79,7 @@ def main() -> None:
             res = engine.generate(prompt, max_new, drafter)
             if len(ans) < 2:
                 continue
-            data = Data(tokens=torch.tensor([prompt + ans]), pad=torch.tensor([0]),
-                        end=torch.tensor([len(prompt) + len(ans)]), prompt_cols=len(prompt))
-            feats = LiveFeatures(model, data, tuple(net.cfg.target_layers))
-            runs = anchor_runs(net, model, data, feats, torch.tensor([0]), k, 1, 64, autocast)[0]
+            runs = answer_runs(net, model, prompt, ans, k)
             c = per.setdefault(r.category, {"engine": [], "walk": [], "runs": [], "each": []})
             c["engine"] += res.accepted
             c["walk"] += walk(runs)

@@ -132,20 +132,23 @@ def decoder(engine: Engine, drafter):
     return gain
 
 
+def answer_runs(net, model, prompt: list[int], answer: list[int], draft_len: int):
+    """Every block of one answer scored by teacher forcing (training.loop.anchor_runs): the
+    leading run of top-1 hits at each answer column, at most draft_len."""
+    data = Data(tokens=torch.tensor([prompt + answer]), pad=torch.tensor([0]),
+                end=torch.tensor([len(prompt) + len(answer)]), prompt_cols=len(prompt))
+    feats = LiveFeatures(model, data, tuple(net.cfg.target_layers))
+    return anchor_runs(net, model, data, feats, torch.tensor([0]), draft_len, 1, 64,
+                       torch.autocast(model.device.type, enabled=False))[0]
+
+
 def walker(model, drafter, draft_len: int):
     """The same from the AR output alone: its blocks scored by teacher forcing and walked
     (training.loop), no decoding; "equal" is not known (False)."""
-    net = drafter.net
-
     def gain(prompt, want, max_new):
         if len(want) < 2:
             return [], False
-        data = Data(tokens=torch.tensor([prompt + want]), pad=torch.tensor([0]),
-                    end=torch.tensor([len(prompt) + len(want)]), prompt_cols=len(prompt))
-        feats = LiveFeatures(model, data, tuple(net.cfg.target_layers))
-        runs = anchor_runs(net, model, data, feats, torch.tensor([0]), draft_len, 1, 64,
-                           torch.autocast(model.device.type, enabled=False))[0]
-        return walk(runs), False
+        return walk(answer_runs(drafter.net, model, prompt, want, draft_len)), False
     return gain
 
 

@@ -52,4 +52,3 @@ def test_the_clock_keeps_each_phase_its_own_wall_time_overlaps_included():
                              "rounds": 42.0}
     assert clock.line() == ("the run's clock: reference 2.3 min, graphs (beside the reference) "
                             "30 s, rounds 42 s; 3.0 min in all")
-

@@ -84,7 +84,8 @@ def sample_requests(target, tok, n: int, seed: int, batch: int, max_new: int, st
     gen = torch.Generator(device=target.device).manual_seed(seed)
     pick = nucleus(temperature, gen)
     prefix = query_prefix(tok)
-    stop_t = torch.tensor(sorted(stops) or [-1], device=target.device)
+    stop_set = set(stops)
+    stop_t = torch.tensor(sorted(stop_set) or [-1], device=target.device)
     kept: list[str] = []
     seen: set[str] = set(exclude)
     counts = {"sampled": 0, "unfinished": 0, "duplicates": 0}
@@ -97,7 +98,7 @@ def sample_requests(target, tok, n: int, seed: int, batch: int, max_new: int, st
         prompts = [tok.tok.encode(prefix + o, add_special_tokens=False).ids for o in rows]
         ids, _, width = answer_batch(target, prompts, max_new, stop_t, pick)
         for opener, row in zip(rows, ids[:, width:].tolist()):
-            text = kept_request(opener, row, set(stops), tok)
+            text = kept_request(opener, row, stop_set, tok)
             if text is None:
                 counts["unfinished"] += 1
             elif text in seen:
