@@ -41,7 +41,6 @@ def test_requests_are_fixed_by_the_seed_distinct_and_finished(smol, seed_11):
     assert texts == again and texts != other
     assert len(texts) == N == counts["kept"] and len(set(texts)) == N
     assert all(t and t == t.strip() for t in texts)
-    assert counts["sampled"] >= N + counts["unfinished"] + counts["duplicates"] - 16
 
 
 def test_excluded_texts_are_never_kept(smol, seed_11):
