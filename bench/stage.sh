@@ -185,6 +185,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then   # run, not sourced
     set -u
     cd "$(dirname "$0")/.." || exit 1
     stage "$@" || exit 1
-    command -v nvidia-smi >/dev/null \
-        && nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+    if command -v nvidia-smi >/dev/null; then   # a CPU machine (stage carry) has none
+        nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
+    fi
 fi
