@@ -111,15 +111,16 @@ def block_net(engine: Engine):
     return net
 
 
-def batch_engine(engine: Engine, drafter: str | None, max_batch: int, **kw):
+def batch_engine(engine: Engine, drafter: str | None, max_batch: int, net=None, **kw):
     """A BatchEngine over `engine`'s model, options, context and stop ids, speculating with
     `drafter`: the block drafter batched (one forward for every row's block), the others
-    one per request."""
+    one per request. `net`: the block drafter's BlockNet (default: the weights option
+    block_weights names, checked against the target; a benchmark on random weights passes a
+    random one)."""
     from stock.batch import BatchEngine  # lazy: the serving and throughput paths only
     from stock.drafters.block_batch import BatchBlockDrafter
 
     args = dict(max_batch=max_batch, max_context=engine.max_context, stop_ids=engine.stop_ids)
-    net = None
     if drafter == "auto":   # as make_drafter resolves it, so that the block drafter is batched
         drafter, net = resolve_auto(engine)
     if drafter == "block":

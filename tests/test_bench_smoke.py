@@ -39,6 +39,7 @@ SMOKES = [
     pytest.param("batch_throughput.py", id="batch_throughput"),
     pytest.param("batch_draft.py", id="batch_draft"),   # a random drafter, eager
     pytest.param("batch_prepare.py", id="batch_prepare"),   # static and dynamic sizes, eager
+    pytest.param("batch_step.py", id="batch_step"),   # a full batch's step, a random drafter
     pytest.param("readme_commands.py", id="readme_commands"),   # a fresh clone, a venv
     pytest.param("concurrent_runs.py", id="concurrent_runs"),
     pytest.param("gpu_explore.sh", id="gpu_explore"),   # staged, stopped before the plan, resumed
