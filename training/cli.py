@@ -39,6 +39,9 @@
    training: its last step's fp32 weights and AdamW moments (the training state every run
    saves outside the repository, --optimizer-state FILE; a fresh optimizer when it grows),
    and the new manifest's history lists the runs before (training/resume.py).
+   --time-steps N times the phases of N steps (features, drafter forward, head + loss,
+   backward, optimizer), synchronised, after 5 warm ones: a progress line and the
+   manifest's `step_time` (training/steptime.py).
 
 Several GPUs of one host train one drafter under `python -m torch.distributed.run
 --standalone --nproc_per_node N -m training.block ...` (training/dist.py: each rank

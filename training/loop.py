@@ -26,6 +26,7 @@ from training.data import Data, _mask, generate_data, log
 from training.dist import Dist
 from training.loss import HeadLoss, head_terms, loss_terms
 from training.resume import find_state, load_state
+from training.steptime import StepTimer
 
 
 @dataclass
@@ -76,6 +77,7 @@ class TrainConfig:
     optimizer_state: str = ""  # where the training state is saved (and read by --resume);
     # default: the user cache, keyed by the weights
     compile_loss: bool = True  # head + loss through torch.compile on CUDA (training/loss.py)
+    time_steps: int = 0  # time this many steps' phases, synchronised (training/steptime.py)
 
 
 def extract_features(target, data: Data, layers: tuple[int, ...], batch: int) -> torch.Tensor:
@@ -145,13 +147,14 @@ def feature_rows(feats, idx: torch.Tensor, s: int) -> torch.Tensor:
 
 
 def block_hidden(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torch.Tensor,
-                 p: torch.Tensor):
+                 p: torch.Tensor, mark=None):
     """Final hidden states [B, A, T, H] (before the target's head) and labels [B, A, T] (-100
     past the answer) of the blocks at anchors p [B, A] (columns of data.tokens) of sequences
     idx: the block at p holds the token at p then masks, sees the target context of columns
     [pad, p), positions counted from the sequence's first real column. The same inputs as
     `BlockDrafter` at inference (tests/test_block_drafter.py checks that both give the same
-    logits)."""
+    logits). `mark(phase)`: a StepTimer's, after the features and after the forward."""
+    mark = mark or (lambda phase: None)
     dev = feats.device
     t = net.cfg.block_size
     end = data.end[idx]
@@ -171,13 +174,16 @@ def block_hidden(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: to
     ctx_pos = (cols[None] - pad_d[:, None]).clamp(min=0)
     q_pos = ((p_d - pad_d[:, None])[:, :, None] + torch.arange(t, device=dev)).reshape(b, a * t)
     cos, sin = target.cos, target.sin
-    feat = net.features([feature_rows(feats, idx, s)])
+    rows = feature_rows(feats, idx, s)   # --features live: the target's forward
+    mark("features")
+    feat = net.features([rows])
     ctx_kv = net.context_kv(feat, cos[ctx_pos][:, None], sin[ctx_pos][:, None])
     ctx_ok = (cols[None, None] >= pad_d[:, None, None]) & (cols[None, None] < p_d[:, :, None])
     ctx_ok = ctx_ok[:, :, None, :].expand(b, a, t, s).reshape(b, a * t, s)
     blk = torch.arange(a, device=dev).repeat_interleave(t)
     mask = torch.cat([ctx_ok, (blk[:, None] == blk[None, :]).expand(b, -1, -1)], dim=-1)
     h = net(x, cos[q_pos][:, None], sin[q_pos][:, None], ctx_kv, mask[:, None])
+    mark("drafter forward")
     return h.view(b, a, t, -1), labels.to(dev)
 
 
@@ -196,15 +202,19 @@ def sample_anchors(data: Data, idx: torch.Tensor, anchors: int, gen: torch.Gener
 
 
 def block_loss(net: BlockNet, target, data: Data, feats: torch.Tensor, idx: torch.Tensor,
-               gen: torch.Generator, anchors: int, decay: float, head_loss: HeadLoss | None = None):
+               gen: torch.Generator, anchors: int, decay: float, head_loss: HeadLoss | None = None,
+               mark=None):
     """Weighted CE over a batch of blocks, plus the expected accepted length of the blocks
-    (training.loss.loss_terms); `head_loss`: the head and loss to use (default eager)."""
+    (training.loss.loss_terms); `head_loss`: the head and loss to use (default eager);
+    `mark`: a StepTimer's (block_hidden's phases, then "head + loss")."""
     p = sample_anchors(data, idx, anchors, gen)
-    h, labels = block_hidden(net, target, data, feats, idx, p)
+    h, labels = block_hidden(net, target, data, feats, idx, p, mark)
     if head_loss is None:
         loss, acc = head_terms(h, labels, target.lm_head.weight, decay)
     else:
         loss, acc = head_loss(h, labels)
+    if mark is not None:
+        mark("head + loss")
     return loss, float(acc)
 
 
@@ -468,20 +478,27 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
         # the weights it starts from, on this run's validation: the run's gain is read off
         # its own log, and a run that only makes them worse keeps them (step 0)
         check(0)
+    timer = StepTimer(dev, cfg.time_steps)
     for step in range(cfg.steps):
         lr = _lr(step, cfg, frac)
         for g in opt.param_groups:
             g["lr"] = lr
         idx = tr[torch.randint(len(tr), (min(cfg.batch, len(tr)),), generator=gen)]
+        timer.start(step)
         with autocast:
             loss, acc = block_loss(net, target, data, feats, idx, gen, cfg.anchors, cfg.decay,
-                                   head_loss)
+                                   head_loss, timer.mark)
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        timer.mark("backward")
         dist.mean_grads(params)
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
+        timer.mark("optimizer")
         losses.append(float(loss.detach()))
+        timer.end()
+        if cfg.time_steps and len(timer.walls) == timer.skip + cfg.time_steps + 20:
+            progress("  " + timer.line())
         steps_done = step + 1
         if dist.main and (step % max(cfg.steps // 20, 1) == 0 or step == cfg.steps - 1):
             progress(f"  step {step:5d}  loss {losses[-1]:.4f}  block acc-len {acc:.2f}  "
@@ -525,6 +542,7 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
              "compiled_loss": head_loss.compiled, "ranks": dist.world,
              "features_used": features, "resumed_from_state": resumed,
              "steps_before": before,
+             **({"step_time": timer.summary()} if timer.summary() else {}),
              **({"ranks_agree": ranks_agree} if dist.on else {}),
              **(data_stats or {})}
     if len(val):
