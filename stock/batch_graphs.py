@@ -88,6 +88,9 @@ class BatchRunner:
         self.buckets, self.b_buckets = tuple(sorted(buckets)), request_buckets(max_batch)
         self.kv_buckets = kv_buckets(cache.max_len, min_kv)
         self.slots: dict[tuple[int, int, int], BatchSlot] = {}
+        # a step's inputs staged on the host, one buffer a (B, T) bucket: pinned on CUDA so
+        # that their copy is queued behind the drafts without the host waiting for them
+        self._host: dict[tuple[int, int], torch.Tensor] = {}
         self._pool = None
         self.last: BatchSlot | None = None   # the slot of the last step
 
@@ -173,8 +176,12 @@ class BatchRunner:
         b = self._fit(self.b_buckets, r, "a batch of")
         kv = self._fit(self.kv_buckets, max(starts) + t, "a context of")
         s = self.slot(b, t, kv)
-        host = torch.zeros(b * t + 3 * b, dtype=torch.long)
+        host = self._host.get((b, t))
+        if host is None:   # reused every step: the last step's copy ended before its read
+            host = self._host[(b, t)] = torch.zeros(b * t + 3 * b, dtype=torch.long,
+                                                    pin_memory=self.device.type == "cuda")
         buf = host.numpy()
+        buf[:] = 0
         for i, seq in enumerate(seqs):
             buf[i * t:i * t + len(seq)] = seq
             buf[i * t + len(seq):(i + 1) * t] = seq[-1]
@@ -183,8 +190,7 @@ class BatchRunner:
         buf[b * t + b + r:b * t + 2 * b] = self.spare       # padding requests: the spare row
         buf[b * t + 2 * b:b * t + 2 * b + r] = [len(x) - 1 for x in seqs]
         with torch.inference_mode():
-            s.inp.copy_(host.to(self.device, non_blocking=True) if self.device.type == "cuda"
-                        else host)
+            s.inp.copy_(host, non_blocking=host.is_pinned())
             if chains is not None:   # the drafts, device to device (ids as int64)
                 w = min(t - 1, chains.shape[1])
                 s.inp[:b * t].view(b, t)[:chains.shape[0], 1:1 + w].copy_(chains[:, :w])
