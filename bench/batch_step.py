@@ -33,11 +33,10 @@ import argparse
 import os
 import statistics
 import time
-from collections import defaultdict
 
 import common  # noqa: F401  (the repository on sys.path)
-from common import (is_cuda, log, parse_mode, print_table, quantile, smoke_device,
-                    write_json)
+from common import (is_cuda, kernel_times, log, parse_mode, print_table, quantile,
+                    smoke_device, write_json)
 
 import torch  # noqa: E402
 
@@ -90,24 +89,6 @@ def steps(eng, n: int) -> list[float]:
     return out
 
 
-def kernels(eng, n: int) -> tuple[dict, float]:
-    """{kernel name: [device us, calls]} over n steps under torch.profiler, and the wall s."""
-    from torch.profiler import ProfilerActivity, profile
-
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        t0 = time.perf_counter()
-        steps(eng, n)
-        torch.cuda.synchronize()
-        wall = time.perf_counter() - t0
-    acc: dict[str, list] = defaultdict(lambda: [0.0, 0])
-    for e in prof.key_averages():
-        if e.device_type.name == "CUDA":
-            acc[e.key][0] += e.self_device_time_total
-            acc[e.key][1] += e.count
-    return dict(acc), wall
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", default="random:smollm2-135m")
@@ -158,7 +139,7 @@ def main() -> None:
                             "p90": quantile(ms, 0.9), "tau": gained / (c * args.steps),
                             "tok_s": gained / sum(wall)}
             if cuda and args.profile_steps:
-                acc, pwall = kernels(eng, args.profile_steps)
+                acc, pwall = kernel_times(lambda: steps(eng, args.profile_steps))
                 per_kernel[key] = {k: (us / args.profile_steps, n / args.profile_steps)
                                    for k, (us, n) in acc.items()}
                 k_ms = sum(us for us, _ in acc.values()) / args.profile_steps / 1e3
@@ -171,7 +152,6 @@ def main() -> None:
                          f"{r['launches']:.0f}" if "launches" in r else "",
                          f"{100 * r['busy']:.0f}" if "busy" in r else ""])
             log(f"{key}: step {r['step_ms']:.3f} ms, τ {r['tau']:.2f}")
-            del eng
     print_table(["mode", "C", "step ms (median)", "p10-p90", "τ", "tok/s", "step x AR",
                  "kernel ms a step", "kernels a step", "busy %"], rows,
                 f"{args.target}: a full batch's decode step")

@@ -7,6 +7,7 @@ on sys.path. Nothing here imports torch at module level.
 
     log(msg)                      progress line with seconds since start, flushed
     sync(dev)                     torch.cuda.synchronize() on CUDA, nothing on CPU
+    kernel_times(fn)              fn() under torch.profiler: device us and calls a kernel name
     timed(fn, iters, dev)         per-call time: CUDA events on CUDA, perf_counter on CPU;
                                   median, p10, p90 (nearest rank), min, max, n (ms)
     copy_bandwidth(nbytes, dev)   device-to-device copy; bytes read + written over time
@@ -101,11 +102,10 @@ def timed(fn, iters: int, dev="cuda", warmup: int = 3, each: bool = False) -> di
     return summary(ms)
 
 
-def profiled(fn, top: int) -> tuple[dict, list[list]]:
-    """`fn()` once under torch.profiler (CUDA): its wall seconds, the sum of its kernels'
-    device time, how many distinct kernels, and the `top` kernels by device time (name,
-    calls, ms, % of kernel time). Kernels replayed from CUDA graphs are listed where the
-    profiler sees them. The profiler slows the host: the wall time is not the run's."""
+def kernel_times(fn) -> tuple[dict[str, list], float]:
+    """`fn()` once under torch.profiler (CUDA): {kernel name: [device us, calls]} and the
+    wall seconds (slowed by the profiler). Kernels replayed from CUDA graphs are listed where
+    the profiler sees them."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -115,13 +115,26 @@ def profiled(fn, top: int) -> tuple[dict, list[list]]:
         fn()
         torch.cuda.synchronize()
         wall = time.perf_counter() - t0
-    kernels = [e for e in prof.key_averages() if e.device_type.name == "CUDA"]
-    total_us = sum(e.self_device_time_total for e in kernels)
-    kernels.sort(key=lambda e: -e.self_device_time_total)
-    rows = [[e.key[:70], e.count, f"{e.self_device_time_total / 1e3:.2f}",
-             f"{100 * e.self_device_time_total / max(total_us, 1e-9):.1f}"]
-            for e in kernels[:top]]
-    return {"wall_s": wall, "kernel_s": total_us / 1e6, "kernels": len(kernels)}, rows
+    acc: dict[str, list] = {}
+    for e in prof.key_averages():
+        if e.device_type.name == "CUDA":
+            a = acc.setdefault(e.key, [0.0, 0])
+            a[0] += e.self_device_time_total
+            a[1] += e.count
+    return acc, wall
+
+
+def profiled(fn, top: int) -> tuple[dict, list[list]]:
+    """`fn()` once under torch.profiler (CUDA, `kernel_times`): its wall seconds, the sum of
+    its kernels' device time, how many distinct kernels, and the `top` kernels by device
+    time (name, calls, ms, % of kernel time). The profiler slows the host: the wall time is
+    not the run's."""
+    acc, wall = kernel_times(fn)
+    total_us = sum(us for us, _ in acc.values())
+    order = sorted(acc.items(), key=lambda kv: -kv[1][0])
+    rows = [[name[:70], n, f"{us / 1e3:.2f}", f"{100 * us / max(total_us, 1e-9):.1f}"]
+            for name, (us, n) in order[:top]]
+    return {"wall_s": wall, "kernel_s": total_us / 1e6, "kernels": len(acc)}, rows
 
 
 def parse_mode(mode: str) -> tuple[str, dict]:

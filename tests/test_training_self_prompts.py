@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-
 from training.loop import TrainConfig
 from training.self_prompts import (MIN_TOKENS, interleave, kept_request, query_prefix,
                                    sample_requests)

@@ -542,7 +542,7 @@ def train(target, prompts: list[list[int]], cfg: TrainConfig, stop_ids=(), progr
              "compiled_loss": head_loss.compiled, "ranks": dist.world,
              "features_used": features, "resumed_from_state": resumed,
              "steps_before": before,
-             **({"step_time": timer.summary()} if timer.summary() else {}),
+             **({"step_time": timer.summary()} if timer.timed else {}),
              **({"ranks_agree": ranks_agree} if dist.on else {}),
              **(data_stats or {})}
     if len(val):
