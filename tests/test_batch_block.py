@@ -271,6 +271,31 @@ def test_device_chains_are_the_lattices_top_one_and_reach_the_dynamic_forward(
     assert [r.tokens for r in reqs] == want and be._chains is None
 
 
+def test_chain_len_drafts_only_the_columns_a_step_verifies(toy, toy_trained):
+    """A drafter made with chain_len k runs the head over a block's first k positions only:
+    its chains are the whole block's first k columns; a row asking for more is refused."""
+
+    target, prompts, _ = toy
+    net = toy_trained[0]
+    layers = tuple(net.cfg.target_layers)
+    whole = BatchBlockDrafter(net, target, 256, rows=3, static=True, capture=False)
+    cut = BatchBlockDrafter(net, target, 256, rows=3, static=True, capture=False,
+                            chain_len=3)
+    assert whole.chain_len == net.cfg.block_size and cut.chain_len == 3
+    pend = []
+    for row, p in enumerate(prompts[:2]):
+        out = target(torch.tensor([p]), target.new_cache(256), 0, logits="last",
+                     hidden_layers=layers)
+        pend.append(int(out.logits[0, -1].argmax()))
+        for bd in (whole, cut):
+            bd.extend([(row, len(p), torch.cat([out.hidden[i][0] for i in layers], -1))])
+    full = whole.draft_chains([0, 1], pend, [3, 2]).long()
+    got = cut.draft_chains([0, 1], pend, [3, 2]).long()
+    assert got.shape == (2, 3) and got.tolist() == full[:, :3].tolist()
+    with pytest.raises(BlockDrafterError, match="chain_len"):
+        cut.draft_chains([0, 1], pend, [4, 1])
+
+
 def test_a_batch_drafter_and_a_drafter_factory_are_refused_together(toy):
     target, _, _ = toy
     bd = BatchBlockDrafter(random_net(target), target, 64, rows=2)

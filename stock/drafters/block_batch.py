@@ -57,7 +57,7 @@ class BatchBlockDrafter:
 
     def __init__(self, net: BlockNet, target, max_len: int, rows: int, topk: int = 4,
                  static: bool | None = None, capture: bool | None = None,
-                 compiled: bool = False):
+                 compiled: bool = False, chain_len: int | None = None):
         cfg = net.cfg
         cfg.check_target(target.cfg)
         p = next(net.parameters())
@@ -81,6 +81,10 @@ class BatchBlockDrafter:
             self._ctx_knorm = (torch.stack([a.k_norm.weight for a in attn])
                                if cfg.qk_norm else None)
             self._masks = net.mask_embedding.to(dt)[None].expand(cfg.block_size - 1, -1)
+        # `draft_chains` drafts the first chain_len positions' top-1 ids (a step verifies at
+        # most draft_len of them: the head over the rest was wasted), default the whole block
+        self.chain_len = cfg.block_size if chain_len is None else max(1, min(chain_len,
+                                                                           cfg.block_size))
         self._steps = torch.arange(cfg.block_size, device=dev)
         self._keys = torch.arange(self.slots, device=dev)
         self.static = dev.type == "cuda" if static is None else static
@@ -206,8 +210,8 @@ class BatchBlockDrafter:
     @torch.inference_mode()
     def draft_chains(self, rows: list[int], pendings: list[int],
                      ks: list[int]) -> torch.Tensor | None:
-        """Each row's top-1 chain as the device holds it, with no host read: [len(rows), T]
-        token ids (int64; positions past ks[i] are drafted too and mean nothing; a row with
+        """Each row's top-1 chain as the device holds it, with no host read: [len(rows),
+        chain_len] token ids (int64; positions past ks[i] are drafted too and mean nothing; a row with
         ks[i] = 0 gets zeros), or None when no row drafts. The same forward as `draft`'s,
         ending in an argmax instead of the lattice's log-softmax and top-k (the lattice's
         top-1 but at ties, exact or within the log-softmax's rounding). On the static path
@@ -216,6 +220,9 @@ class BatchBlockDrafter:
         live = [i for i, k in enumerate(ks) if k > 0]
         if not live:
             return None
+        if max(ks) > self.chain_len:
+            raise BlockDrafterError(f"a chain of {max(ks)} drafts passes the drafter's "
+                                    f"chain_len ({self.chain_len})")
         top1 = self._lattices([rows[i] for i in live], [pendings[i] for i in live], top1=True)
         if len(live) == len(rows):
             return top1

@@ -112,8 +112,9 @@ for _name, _fn in (("batch_block_prologue", batch_block_prologue),
 def draft_step(d, inp: torch.Tensor, kv_len: int, top1: bool = False) -> torch.Tensor:
     """Every row's block of BatchBlockDrafter `d` in one forward over key slots [0, kv_len):
     inp [3B] int64 (rows, context ends, pending ids); the packed lattices [2, B, T, top-k]
-    (float64 on the device), or with `top1` only each position's top-1 id [B, T] (int64,
-    `batch_block_chain`). Each row's block K/V written into its cache row."""
+    (float64 on the device), or with `top1` only the top-1 ids of the first d.chain_len
+    positions [B, chain_len] (int64, `batch_block_chain`). Each row's block K/V written into
+    its cache row."""
     run = run_region if d.compiled else _eager   # as block_step.packed_step
     net, target = d.net, d.target
     layers = list(net.layers)
@@ -141,8 +142,8 @@ def draft_step(d, inp: torch.Tensor, kv_len: int, top1: bool = False) -> torch.T
                 x = run("attn_out_mlp", x, out, layer.self_attn, layer.post_attention_layernorm,
                         layer.mlp, d._gate_up_w[i])
             dyn((x, (0,)))
-        if top1:
-            return run("batch_block_chain", x, net.norm, target.lm_head)
+        if top1:   # the head over the columns a verify step reads, not the whole block
+            return run("batch_block_chain", x[:, :d.chain_len], net.norm, target.lm_head)
         return run("batch_block_lattice", x, net.norm, target.lm_head, d.topk)
 
 
