@@ -126,11 +126,12 @@ def batch_engine(engine: Engine, drafter: str | None, max_batch: int, net=None, 
     if drafter == "block":
         opts = engine.options
         static = engine.model.device.type == "cuda" and opts["cuda_graphs"]
+        compiled = static and compile_enabled(opts, engine.model.device)
         bd = BatchBlockDrafter(net if net is not None else block_net(engine), engine.model,
                                engine.max_context, rows=max_batch + 1, topk=opts["block_topk"],
-                               static=static, compiled=static and opts["block_compile"]
-                               and compile_enabled(opts, engine.model.device),
-                               chain_len=opts["draft_len"])
+                               static=static, compiled=compiled and opts["block_compile"],
+                               chain_len=opts["draft_len"],
+                               attention=opts["attention_kernel"] if compiled else "sdpa")
         return _named(BatchEngine(engine.model, engine.options, batch_drafter=bd, **args, **kw),
                       "block")
     make_drafter(drafter, engine)   # an unknown name fails here, before any request

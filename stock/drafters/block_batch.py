@@ -39,6 +39,7 @@ import copy
 import torch
 
 from stock.batch_graphs import request_buckets
+from stock.compiled import uses_kernel
 from stock.drafters.base import DraftLattice
 from stock.drafters.block import BlockDrafterError, BlockNet
 from stock.drafters.block_batch_step import context_step, draft_step, write_context
@@ -57,7 +58,8 @@ class BatchBlockDrafter:
 
     def __init__(self, net: BlockNet, target, max_len: int, rows: int, topk: int = 4,
                  static: bool | None = None, capture: bool | None = None,
-                 compiled: bool = False, chain_len: int | None = None):
+                 compiled: bool = False, chain_len: int | None = None,
+                 attention: str = "sdpa"):
         cfg = net.cfg
         cfg.check_target(target.cfg)
         p = next(net.parameters())
@@ -94,6 +96,9 @@ class BatchBlockDrafter:
         if compiled and not self.static:
             raise BlockDrafterError("a compiled batch drafter runs the static path")
         self.compiled = compiled   # regions torch.compile'd (block_batch_step.py)
+        # attention ("triton" or "sdpa", as the target's option attention_kernel): the
+        # static path on CUDA runs kernels/attention's split-KV kernel over each row's keys
+        self.kernel = self.static and uses_kernel(attention, dev, cfg.head_dim)
         self.spare = rows - 1   # padding's scratch row (the engine's requests use 0..rows-2)
         self.b_buckets = request_buckets(max(1, rows - 1))
         self.kv_buckets = kv_buckets(self.slots, MIN_KV)

@@ -13,7 +13,12 @@ block_step.py). Here the batched forwards are regions too:
   inputs [B, T, H];
 - per drafter layer stock's own `attn_in` / `attn_out_mlp_next` / `attn_out_mlp`
   (stock/compiled.py, their batched form: each row's K/V written in its own cache row),
-  with SDPA over the rows' gathered keys between them (stock/body.py's `attend`);
+  with attention between them: kernels/attention's split-KV kernel reading each row's
+  keys in its own cache row (`attention` "triton" on CUDA, the target's option
+  attention_kernel; every block position masked as the block's last, so the kernel's
+  causal mask is the block's), else SDPA over the rows' gathered keys (stock/body.py's
+  `attend`). On the H100 the gather alone cost 183 us of a 1.92 ms step at 16 rows and
+  SDPA 52 (bench/batch_step.py, docs/results.md session 33);
 - `batch_block_lattice`: final norm, the target's head, log-softmax, top-k, packed
   [2, B, T, top-k] for one host read (block_step.pack_lattice); or `batch_block_chain`:
   final norm, head, argmax [B, T], where only the top-1 chains are wanted (they stay on the
@@ -109,6 +114,13 @@ for _name, _fn in (("batch_block_prologue", batch_block_prologue),
     register_region(_name, _fn)
 
 
+def decode_attention(*args, **kw):
+    """kernels/attention's split-KV kernel (lazy: Triton, CUDA only)."""
+    from kernels.attention import decode_attention as kernel
+
+    return kernel(*args, **kw)
+
+
 def draft_step(d, inp: torch.Tensor, kv_len: int, top1: bool = False) -> torch.Tensor:
     """Every row's block of BatchBlockDrafter `d` in one forward over key slots [0, kv_len):
     inp [3B] int64 (rows, context ends, pending ids); the packed lattices [2, B, T, top-k]
@@ -129,8 +141,13 @@ def draft_step(d, inp: torch.Tensor, kv_len: int, top1: bool = False) -> torch.T
         first = layers[0]
         qg = run("attn_in", x, first.input_layernorm, first.self_attn, cos, sin, pos, d.k[0],
                  d.v[0], d._qkv_w[0], rows)
-        for i, layer in enumerate(layers):
-            out = body.attend(qg, d.k[i], d.v[i], kv_len, mask, rows)
+        if d.kernel:   # every block position sees keys up to its block's last: one position
+            seen = pos[:, -1:].expand_as(pos).contiguous()   # a row's for all T, the kernel's
+        for i, layer in enumerate(layers):                   # causal mask then the block's
+            if d.kernel:   # each row's keys read in place, no gather of K/V (kernels/attention)
+                out = decode_attention(qg, d.k[i], d.v[i], seen, kv_len, rows_of=rows)
+            else:
+                out = body.attend(qg, d.k[i], d.v[i], kv_len, mask, rows)
             dyn((out, (0,)))
             if i + 1 < len(layers):
                 nxt = layers[i + 1]
