@@ -149,9 +149,12 @@ def attend(qg, k_buf, v_buf, kv_len: int, mask_g, rows: torch.Tensor | None = No
 
 
 def merge(attn, out: torch.Tensor, b: int, t: int) -> torch.Tensor:
-    """Attention output [B, Hkv, G*T, D] -> [B, T, H*D]. A reshape, not a view: SDPA's
-    memory-efficient kernel and kernels/attention may return [B, G*T, Hkv, D]-strided
-    outputs, which no view can split into query heads."""
+    """Attention output [B, Hkv, G*T, D] -> [B, T, H*D]; an output already [B, T, H*D]
+    (kernels/attention's `merged`) as it is. A reshape, not a view: SDPA's
+    memory-efficient kernel may return [B, G*T, Hkv, D]-strided outputs, which no view can
+    split into query heads."""
+    if out.dim() == 3:
+        return out
     return out.reshape(b, attn.h, t, attn.d).transpose(1, 2).reshape(b, t, attn.h * attn.d)
 
 

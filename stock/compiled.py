@@ -150,7 +150,8 @@ def attn_in(x, ln, attn, cos, sin, positions, k_buf, v_buf, qkv=None, rows=None)
 
 
 def attn_out_mlp(x, out, attn, ln, mlp, gate_up=None, gate=None):
-    """Region B: attention output [B, Hkv, G*T, D] -> the layer's output x [B, T, H].
+    """Region B: attention output [B, Hkv, G*T, D] (or [B, T, H*D], body.merge) -> the
+    layer's output x [B, T, H].
     `gate_up`: the layer's fused gate/up matrix (stock/fused.py) or None; `gate`: a gated
     attention's output gate (gated_attn_in's)."""
     b, t, _ = x.shape
@@ -364,12 +365,13 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
         return fused_qkv(layer.self_attn) if fused else None
 
     def attend(qg, k_buf, v_buf):
-        if kernel:
+        if kernel:   # [B, T, H*D]: what o_proj reads, no transposing copy
             out = decode_attention(qg, k_buf, v_buf, positions, kv_len, tree=tree,
-                                   rows_of=rows)
+                                   rows_of=rows, merged=True)
+            dyn((out, (0, 1)))
         else:
             out = body.attend(qg, k_buf, v_buf, kv_len, mask_g, rows)
-        dyn((out, (0, 2)))
+            dyn((out, (0, 2)))
         return out
 
     with dynamo_limits():

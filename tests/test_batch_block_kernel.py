@@ -64,9 +64,9 @@ def test_a_block_that_saw_only_its_causal_past_would_draft_otherwise(monkeypatch
     feats = torch.cat([out.hidden[i][0] for i in layers], -1)
     real = step.decode_attention
 
-    def causal(q, k, v, seen, kv_len, rows_of=None):   # each block position's own
+    def causal(q, k, v, seen, kv_len, **kw):   # each block position's own
         t = seen.shape[1]
-        return real(q, k, v, seen - (t - 1) + torch.arange(t), kv_len, rows_of=rows_of)
+        return real(q, k, v, seen - (t - 1) + torch.arange(t), kv_len, **kw)
 
     got = []
     for attend in (real, causal):

@@ -216,3 +216,36 @@ def test_the_compiled_batched_step_runs_the_kernel_on_each_requests_row(monkeypa
         assert not C.fallbacks()
     finally:
         C.reset()
+
+
+def test_the_merged_layout_holds_the_same_bits_as_the_query_head_layout():
+    """`merged`: the output written as [B, T, H*D] (what the output projection reads) holds
+    bit for bit what stock/body.py's merge makes of the [B, Hkv, G*T, D] output: a chain
+    step, a batched step and a tree step; and at T > 1 the two layouts differ in memory
+    (the test could fail: a transposed write would put heads and tokens apart)."""
+    from types import SimpleNamespace
+
+    from stock.body import merge
+    from stock.tree import ancestors, tree_table
+
+    gen = torch.Generator().manual_seed(6)
+    hkv, g, t, d = 2, 3, 5, 16
+    attn = SimpleNamespace(h=hkv * g, d=d)
+    k = torch.randn(4, hkv, 96, d, generator=gen)
+    v = torch.randn(4, hkv, 96, d, generator=gen)
+    parents = torch.tensor([0, 0, 1, 1, 2])
+    anc = ancestors(parents)
+    cases = [   # (q, positions, kwargs)
+        (torch.randn(1, hkv, g * t, d, generator=gen), torch.arange(40, 40 + t), {}),
+        (torch.randn(3, hkv, g * t, d, generator=gen),
+         torch.tensor([[50], [7], [20]]) + torch.arange(t), {"rows_of": torch.tensor([3, 0, 2])}),
+        (torch.randn(1, hkv, g * t, d, generator=gen), 30 + torch.arange(t),
+         {"tree": tree_table(anc, anc.sum(1) - 1, torch.tensor(30))}),
+    ]
+    for q, pos, kw in cases:
+        kk, vv = (k, v) if "rows_of" in kw else (k[:1], v[:1])
+        plain = decode_attention(q, kk, vv, pos, 64, **kw)
+        got = decode_attention(q, kk, vv, pos, 64, merged=True, **kw)
+        assert got.shape == (q.shape[0], t, hkv * g * d) and got.is_contiguous()
+        assert torch.equal(got, merge(attn, plain, q.shape[0], t))
+        assert not torch.equal(got.flatten(), plain.flatten())

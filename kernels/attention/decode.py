@@ -156,7 +156,8 @@ def _partial(q_ptr, k_ptr, v_ptr, pos_ptr, tree_ptr, row_ptr, m_ptr, l_ptr, acc_
 
 @triton.jit
 def _combine(m_ptr, l_ptr, acc_ptr, o_ptr, tree_ptr, R, T, HKV, chunk, splits,
-             so_b, so_h, so_r, D: tl.constexpr, BLOCK_R: tl.constexpr, TREE: tl.constexpr):
+             so_b, so_h, so_g, so_t, D: tl.constexpr, BLOCK_R: tl.constexpr,
+             TREE: tl.constexpr):
     bh = tl.program_id(0)
     rb = tl.program_id(1)
     rows = rb * BLOCK_R + tl.arange(0, BLOCK_R)
@@ -180,8 +181,9 @@ def _combine(m_ptr, l_ptr, acc_ptr, o_ptr, tree_ptr, R, T, HKV, chunk, splits,
     out = out / tl.where(den > 0, den, 1.0)[:, None]
     b = bh // HKV
     h = bh % HKV
-    tl.store(o_ptr + b * so_b + h * so_h + rows[:, None] * so_r + d[None, :],
-             out.to(o_ptr.dtype.element_ty), mask=rmask[:, None])
+    g = rows // T   # row r: query head g of the group, token r % T (stock/body.py's fold)
+    tl.store(o_ptr + b * so_b + h * so_h + g[:, None] * so_g + (rows % T)[:, None] * so_t
+             + d[None, :], out.to(o_ptr.dtype.element_ty), mask=rmask[:, None])
 
 
 def _num_sms(device: torch.device) -> int:
@@ -212,12 +214,16 @@ def supported(head_dim: int) -> bool:
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                      positions: torch.Tensor, kv_len: int,
                      tree: torch.Tensor | None = None,
-                     rows_of: torch.Tensor | None = None) -> torch.Tensor:
+                     rows_of: torch.Tensor | None = None,
+                     merged: bool = False) -> torch.Tensor:
     """Attention of the step's rows q [B, Hkv, R, D] over cache slots [0, kv_len) of k, v
     [B, Hkv, S, D] (last dim contiguous) with the static step's mask, or a draft tree's
     (`tree`: stock/tree.py's `tree_table`; module docstring); returns [B, Hkv, R, D] in q's
-    dtype. A batched step (`rows_of` [B] int64: request b's cache row, k and v the whole
-    cache [rows, Hkv, S, D]; `positions` [B, T]: each request's own positions) reads each
+    dtype, or with `merged` the same values as [B, T, Hkv * G * D] (R = G * T rows, row
+    r = g * T + t: query head g of its group, token t), the layout the output projection
+    reads: for T > 1 the other layout needs a transposing copy (stock/body.py's merge). A
+    batched step (`rows_of` [B] int64: request b's cache row, k and v the whole cache
+    [rows, Hkv, S, D]; `positions` [B, T]: each request's own positions) reads each
     request's keys from its own row, masked by its own positions: no gather of K/V."""
     bsz, hkv, rows, dim = q.shape
     batched = rows_of is not None
@@ -246,7 +252,13 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     m = torch.empty(bsz * hkv * splits * rows, **f32)
     l_ = torch.empty_like(m)
     acc = torch.empty(bsz * hkv * splits * rows * dim, **f32)
-    out = torch.empty(bsz, hkv, rows, dim, device=q.device, dtype=q.dtype)
+    if merged:   # [B, T, Hkv, G, D]: strides of batch, K/V head, query head, token
+        g = rows // t
+        out = torch.empty(bsz, t, hkv * g * dim, device=q.device, dtype=q.dtype)
+        strides = (out.stride(0), g * dim, dim, hkv * g * dim)
+    else:
+        out = torch.empty(bsz, hkv, rows, dim, device=q.device, dtype=q.dtype)
+        strides = (out.stride(0), out.stride(1), t * dim, dim)
     tree_chunks = triton.cdiv(t - 1, chunk) + 1 if tree is not None else 0
     table = positions if tree is None else tree
     _partial[(bsz * hkv, row_blocks * splits + t * tree_chunks)](
@@ -256,6 +268,6 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         v.stride(0), v.stride(1), v.stride(2), D=dim, BLOCK_R=block_r, BLOCK_N=BLOCK_N,
         TREE=tree is not None, ROWS=batched)
     _combine[(bsz * hkv, row_blocks)](
-        m, l_, acc, out, table, rows, t, hkv, chunk, splits, out.stride(0), out.stride(1),
-        out.stride(2), D=dim, BLOCK_R=block_r, TREE=tree is not None)
+        m, l_, acc, out, table, rows, t, hkv, chunk, splits, *strides, D=dim,
+        BLOCK_R=block_r, TREE=tree is not None)
     return out

@@ -145,7 +145,8 @@ def draft_step(d, inp: torch.Tensor, kv_len: int, top1: bool = False) -> torch.T
             seen = pos[:, -1:].expand_as(pos).contiguous()   # a row's for all T, the kernel's
         for i, layer in enumerate(layers):                   # causal mask then the block's
             if d.kernel:   # each row's keys read in place, no gather of K/V (kernels/attention)
-                out = decode_attention(qg, d.k[i], d.v[i], seen, kv_len, rows_of=rows)
+                out = decode_attention(qg, d.k[i], d.v[i], seen, kv_len, rows_of=rows,
+                                       merged=True)
             else:
                 out = body.attend(qg, d.k[i], d.v[i], kv_len, mask, rows)
             dyn((out, (0,)))
