@@ -26,7 +26,10 @@ all rows (stock/drafters/block_batch.py: every row's block in one forward, fed e
 committed target hidden states, which the verify step then also returns). On the static
 path its top-1 chains go from its forward to the verify step's slot on the device, the
 host never reading a lattice (option batch_chain_device; off, or for a mechanism that reads
-the lattices, `draft` brings them to the host as before).
+the lattices, `draft` brings them to the host as before), and its context update of a
+step's committed tokens is queued behind the verify step, reading the accepted counts on
+the device, before the host waits for the step's results (option batch_overlap: the GPU
+runs the update while the host reads them, instead of idling until the host queues it).
 
 Hybrid GDN targets: each row's GDN layers step from that row's committed recurrent state
 and conv window (stock/hybrid_cache.py, one row a request), and after every forward the
@@ -127,6 +130,7 @@ class BatchEngine:
                                   if compiled else "sdpa") if static else None
         self.lengths = [0] * max_batch
         self._chains: torch.Tensor | None = None   # drafts on the device, _draft_seqs -> _run
+        self._queued = False   # _run queued the drafter's context update (batch_overlap)
         self.rows: list[Request | None] = [None] * max_batch
         self.waiting: deque[Request] = deque()
         self._ids = 0
@@ -346,7 +350,14 @@ class BatchEngine:
         The first rows' drafts may still be on the device (`_draft_seqs` left them)."""
         chains, self._chains = self._chains, None
         if self.runner is not None and max(map(len, seqs)) <= BUCKETS[-1]:
-            packed = self.runner.step(seqs, starts, rows, chains)   # acceptance on the device
+            bd = self.batch_drafter
+            overlap = bd is not None and bd.static and self.options["batch_overlap"]
+
+            def early(s, r):   # the drafter's context update queued behind the verify
+                bd.queue_extend(rows, starts, s.packed[:r, 0] + 1, s.hidden)
+            packed = self.runner.step(seqs, starts, rows, chains,   # acceptance on the device
+                                      before_read=early if overlap else None)
+            self._queued = overlap
             return [(p[0], p[1:]) for p in packed], self.runner.last.hidden
         if chains is not None:   # the dynamic forward: the drafts read to the host first
             top1 = chains.long().tolist()
@@ -364,7 +375,11 @@ class BatchEngine:
 
     def _commit(self, live: list[Request], starts: list[int], accepted, hidden) -> list[Request]:
         bd = self.batch_drafter
-        if bd is not None and live:   # the committed spans' context: [start, start + n + 1)
+        queued, self._queued = self._queued, False
+        if bd is not None and live and queued:   # written already (_run's before_read)
+            bd.commit_extend([r.row for r in live],
+                             [s + n + 1 for s, (n, _) in zip(starts, accepted)])
+        elif bd is not None and live:   # the committed spans' context: [start, start + n + 1)
             bd.extend_rows([r.row for r in live], [s + n + 1 for s, (n, _) in zip(starts, accepted)],
                            [n + 1 for n, _ in accepted], hidden)
         finished = []

@@ -24,6 +24,7 @@ how the CPU tests check its logic).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -91,6 +92,8 @@ class BatchRunner:
         # a step's inputs staged on the host, one buffer a (B, T) bucket: pinned on CUDA so
         # that their copy is queued behind the drafts without the host waiting for them
         self._host: dict[tuple[int, int], torch.Tensor] = {}
+        # (B, T) -> a pinned host copy of a step's results and its event (`before_read`)
+        self._out: dict[tuple[int, int], tuple[torch.Tensor, "torch.cuda.Event"]] = {}
         self._pool = None
         self.last: BatchSlot | None = None   # the slot of the last step
 
@@ -162,13 +165,17 @@ class BatchRunner:
         return len(self.slots)
 
     def step(self, seqs: list[list[int]], starts: list[int], rows: list[int],
-             chains: torch.Tensor | None = None) -> list[list[int]]:
+             chains: torch.Tensor | None = None,
+             before_read: Callable[[BatchSlot, int], None] | None = None) -> list[list[int]]:
         """Verify each request's [pending] + draft at its start in its row; per request
         [n, target tokens...] (n accepted draft tokens, then the T argmaxes). `chains`
         [n, D] on the device (a batch drafter's top-1 chains, `draft_chains`): request i < n
         verifies the first len(seqs[i]) - 1 of chains[i] as its draft, copied into the
         slot on the device (seqs[i] past its pending token then only gives the length);
-        positions past a draft are padding either way, never accepted nor committed."""
+        positions past a draft are padding either way, never accepted nor committed.
+        `before_read(slot, r)`: work queued on the device behind the step (reading its
+        outputs there, e.g. a drafter's context update) before the host waits for the
+        step's results, which then come back through a pinned buffer while it runs."""
         if self.hybrid:   # the last step's GDN states were committed (before a capture
             self.cache.check_committed()   # below discards its own staging)
         r = len(seqs)
@@ -201,4 +208,16 @@ class BatchRunner:
         else:
             s.packed, s.hidden = self._compute(s)
         self.last = s
-        return s.packed[:r].tolist()   # the one host sync of a step
+        if before_read is None or self.device.type != "cuda":
+            if before_read is not None:
+                before_read(s, r)
+            return s.packed[:r].tolist()   # the one host sync of a step
+        out = self._out.get((b, t))
+        if out is None:   # read after its event every step: free again by the next
+            out = self._out[(b, t)] = (torch.zeros(b, t + 1, dtype=torch.long,
+                                                   pin_memory=True), torch.cuda.Event())
+        out[0].copy_(s.packed, non_blocking=True)
+        out[1].record()
+        before_read(s, r)   # queued behind the copy: the host waits for the copy only
+        out[1].synchronize()   # the one host sync of a step
+        return out[0][:r].tolist()

@@ -232,6 +232,50 @@ def test_the_static_step_takes_the_chains_on_the_device_or_through_the_host(
     assert bool(calls) == on_device
 
 
+def test_the_context_update_queued_before_the_read_writes_what_the_late_one_writes(
+        toy, toy_trained, monkeypatch):
+    """Option batch_overlap: the drafter's context update of a decode step is queued behind
+    the verify step from the counts on the device (`queue_extend`) before the host reads
+    the acceptance, or with the option off after the read (`extend_rows`): the same tokens
+    and acceptance as a single request's, the same drafter K/V and context lengths."""
+    target, prompts, _ = toy
+    net = toy_trained[0]
+    single = Engine(target, Options({"draft_len": 3, "block_size": 4}), 256)
+    want = [single.generate(p, 20, BlockDrafter(net, target, 256)) for p in prompts[:3]]
+    caches = []
+    for on in (True, False):
+        bd = BatchBlockDrafter(net, target, 256, rows=4, static=True, capture=False)
+        calls = {"queue_extend": 0, "extend_rows": 0}
+        for name in calls:
+            real = getattr(bd, name)
+            monkeypatch.setattr(bd, name, lambda *a, _n=name, _f=real: (
+                calls.__setitem__(_n, calls[_n] + 1), _f(*a))[1])
+        opts = Options({"draft_len": 3, "block_size": 4, "batch_overlap": on})
+        be = BatchEngine(target, opts, max_batch=3,
+                         max_context=256, static=True, capture=False, prefill_chunk=8,
+                         batch_drafter=bd)
+        reqs = [be.submit(p, 20) for p in prompts[:3]]   # one batch: the same rows each time
+        be.run()
+        assert [r.tokens for r in reqs] == [w.tokens for w in want]
+        assert [r.accepted for r in reqs] == [w.accepted for w in want]
+        assert (calls["queue_extend"] > 0) == on   # prefill chunks update after their read
+        assert calls["extend_rows"] > 0
+        caches.append((bd.k, bd.v, list(bd.ctx_len)))
+    (k0, v0, n0), (k1, v1, n1) = caches
+    assert n0 == n1 and all(torch.equal(a, b) for a, b in zip(k0 + v0, k1 + v1))
+
+
+def test_a_queued_context_update_past_a_row_s_context_is_refused(toy, toy_trained):
+    target, _, _ = toy
+    bd = BatchBlockDrafter(toy_trained[0], target, 256, rows=3, static=True, capture=False)
+    width = len(bd.hidden_layers) * target.cfg.hidden_size
+    with pytest.raises(BlockDrafterError, match="does not extend its context of 0"):
+        bd.queue_extend([1], [5], torch.tensor([2]), torch.zeros(1, 4, width))
+    with pytest.raises(BlockDrafterError, match="static path"):
+        BatchBlockDrafter(toy_trained[0], target, 256, rows=3).queue_extend(
+            [0], [0], torch.tensor([1]), torch.zeros(1, 4, width))
+
+
 def test_device_chains_are_the_lattices_top_one_and_reach_the_dynamic_forward(
         toy, toy_trained, monkeypatch):
     """`draft_chains` gives draft()'s chains on the device, zeros for a row that drafts

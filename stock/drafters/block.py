@@ -45,6 +45,10 @@ register("batch_chain_device", bool, True, "block drafter batched (the batched e
          "top-1 chains go from its forward to the verify step on the device (no host read of "
          "its lattices between them); off: read to the host every step; used on the static "
          "path (CUDA graphs) only", devices=("cuda",))
+register("batch_overlap", bool, True, "block drafter batched, static path: its context "
+         "update is queued behind the verify step before the host reads the step's "
+         "acceptance (the update reads the accepted counts on the device, the host waits "
+         "for the verify only); off: queued after the read, the GPU idle in between")
 register("block_weights", str, "", "block drafter: folder with manifest.json and safetensors "
          "shards; empty: the weights shipped for the embedded model")
 

@@ -105,6 +105,7 @@ class BatchBlockDrafter:
         # (B, keys, top-1 chains only) -> (inp, host, graph, out)
         self._graphs: dict[tuple[int, int, bool], tuple] = {}
         self._ext: dict[tuple[int, int], tuple] = {}      # (B, T) -> (feat, inp, host, graph)
+        self._ext_done: dict[int, "torch.cuda.Event"] = {}   # a host buffer's last copy
         self._pool = None
 
     def reset(self, row: int) -> None:
@@ -158,15 +159,10 @@ class BatchBlockDrafter:
         if not rows:
             return
         self._check_spans(rows, ends, counts)
-        n, t = len(rows), hidden.shape[1]
+        n = len(rows)
         b = next(x for x in self.b_buckets if x >= n)
-        t = self._context_bucket(t)
-        slot = self._ext.get((b, t))
-        if slot is None:
-            slot = self._ext[(b, t)] = self._ext_slot(b, t)
-        feat, inp, host, graph = slot
-        buf = host.numpy()
-        buf[:] = 0
+        feat, inp, host, graph = self._ext_slot_for(b, hidden.shape[1])
+        buf = self._host_free(host)
         buf[:n], buf[b:b + n], buf[2 * b:2 * b + n] = rows, [e - c for e, c in zip(ends, counts)], counts
         buf[n:b] = self.spare            # padding rows: count 0, every position to the spare row
         inp.copy_(host)                  # a blocking copy: the host buffer is reused next step
@@ -177,6 +173,66 @@ class BatchBlockDrafter:
             context_step(self, feat, inp)
         for row, end in zip(rows, ends):
             self.ctx_len[row] = end
+
+    @torch.inference_mode()
+    def queue_extend(self, rows: list[int], starts: list[int], counts: torch.Tensor,
+                     hidden: torch.Tensor) -> None:
+        """`extend_rows` with the counts still on the device (counts [>= len(rows)] int64:
+        a verification step's n + 1 for row i, before the host has read them): the update
+        is queued behind that step, its inputs copied without the host waiting for
+        anything; `commit_extend` records the spans once the host knows the counts.
+        The static path only."""
+        if not self.static:
+            raise BlockDrafterError("queue_extend runs on the static path")
+        if not rows:
+            return
+        n = len(rows)
+        for row, start in zip(rows, starts):
+            if start > self.ctx_len[row]:
+                raise BlockDrafterError(f"block drafter row {row}: position {start} does not "
+                                        f"extend its context of {self.ctx_len[row]}")
+        b = next(x for x in self.b_buckets if x >= n)
+        slot = self._ext_slot_for(b, hidden.shape[1])
+        feat, inp, host, graph = slot
+        buf = self._host_free(host)
+        buf[:n], buf[b:b + n] = rows, starts
+        buf[n:b] = self.spare            # padding rows: count 0, every position to the spare row
+        inp.copy_(host, non_blocking=True)
+        if self.target.device.type == "cuda":
+            self._ext_done[id(host)] = ev = torch.cuda.Event()
+            ev.record()
+        inp[2 * b:2 * b + n].copy_(counts[:n])
+        feat[:n, :hidden.shape[1]].copy_(hidden[:n])
+        if graph is not None:
+            graph.replay()
+        else:
+            context_step(self, feat, inp)
+
+    def commit_extend(self, rows: list[int], ends: list[int]) -> None:
+        """The spans `queue_extend` wrote, now that the host knows their ends."""
+        for row, end in zip(rows, ends):
+            if end > self.slots:
+                raise BlockDrafterError(f"block drafter row {row}: position {end - 1} passes "
+                                        f"its {self.slots} slots")
+            self.ctx_len[row] = end
+
+    def _host_free(self, host: torch.Tensor):
+        """The context update's host buffer zeroed for writing (numpy view), once the last
+        copy queued from it has run (`queue_extend` copies without waiting; by the next
+        step's read that copy has always run, so this waits for nothing in practice)."""
+        done = self._ext_done.pop(id(host), None)
+        if done is not None:
+            done.synchronize()
+        buf = host.numpy()
+        buf[:] = 0
+        return buf
+
+    def _ext_slot_for(self, b: int, t: int) -> tuple:
+        t = self._context_bucket(t)
+        slot = self._ext.get((b, t))
+        if slot is None:
+            slot = self._ext[(b, t)] = self._ext_slot(b, t)
+        return slot
 
     @staticmethod
     def _context_bucket(t: int) -> int:

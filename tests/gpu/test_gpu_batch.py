@@ -151,3 +151,29 @@ def test_the_batched_drafter_through_the_split_kv_kernel_drafts_what_sdpa_drafts
         assert torch.equal(a[0, :, :, 0][lead], b[0, :, :, 0][lead])
         sure += int(lead.sum())
     assert sure > 20, sure
+
+
+def test_the_context_update_queued_before_the_read_serves_what_the_late_one_serves():
+    """Option batch_overlap on CUDA graphs: the batched drafter's context update queued
+    behind the verify step (counts read on the device, the step's results through a pinned
+    buffer and an event) serves the tokens and acceptance of the update queued after the
+    host's read, and leaves the same drafter K/V."""
+    from stock.drafters.block import BlockConfig, BlockNet
+    from stock.drafters.block_batch import BatchBlockDrafter
+
+    model = Transformer.random(PRESETS["tiny-qwen3"], "cuda", torch.bfloat16, seed=1, std=0.08)
+    cfg = BlockConfig.for_target(model.cfg, num_layers=2, block_size=4)
+    net = BlockNet(cfg).init_from_target(model)
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(1, 512, (n,), generator=gen).tolist() for n in (5, 17, 9, 30)]
+    outs = []
+    for overlap in (True, False):
+        bd = BatchBlockDrafter(net, model, 256, rows=5)
+        be = BatchEngine(model, Options({"draft_len": 3, "block_size": 4,
+                                         "batch_overlap": overlap}),
+                         max_batch=4, max_context=256, batch_drafter=bd)
+        reqs = [be.submit(p, 40) for p in prompts]
+        be.run()
+        outs.append(([(r.tokens, r.accepted) for r in reqs], [x.clone() for x in bd.k + bd.v]))
+    assert outs[0][0] == outs[1][0]
+    assert all(torch.equal(a, b) for a, b in zip(outs[0][1], outs[1][1]))
