@@ -131,6 +131,8 @@ class BatchEngine:
         self.lengths = [0] * max_batch
         self._chains: torch.Tensor | None = None   # drafts on the device, _draft_seqs -> _run
         self._queued = False   # _run queued the drafter's context update (batch_overlap)
+        # (requests, their chains on the device): drafts queued ahead (batch_draft_ahead)
+        self._ahead: tuple[list[Request], torch.Tensor] | None = None
         self.rows: list[Request | None] = [None] * max_batch
         self.waiting: deque[Request] = deque()
         self._ids = 0
@@ -325,9 +327,11 @@ class BatchEngine:
             ks.append(max(0, min(k_max, room, req.max_new - len(req.tokens),
                                  self.token_budget // len(live) - 1)))
         if bd is not None and live and self._chains_on_device():   # left there for _run:
-            self._chains = bd.draft_chains([r.row for r in live], [r.pending for r in live],
-                                           ks)   # the seqs below then give lengths only
-            return [[req.pending] * (k + 1) for req, k in zip(live, ks)]
+            self._chains = self._drafted_ahead(live)
+            if self._chains is None:
+                self._chains = bd.draft_chains([r.row for r in live],
+                                               [r.pending for r in live], ks)
+            return [[req.pending] * (k + 1) for req, k in zip(live, ks)]   # lengths only
         if bd is not None and live:   # every row's block in one forward
             lattices = bd.draft([r.row for r in live], [r.pending for r in live], ks)
             chains = [lat.chain[:k] for lat, k in zip(lattices, ks)]
@@ -335,6 +339,23 @@ class BatchEngine:
             chains = [req.drafter.draft(DraftContext(req.prompt + req.tokens), k).chain[:k]
                       if k > 0 and req.drafter is not None else [] for req, k in zip(live, ks)]
         return [[req.pending] + chain for req, chain in zip(live, chains)]
+
+    def _drafted_ahead(self, live: list[Request]) -> torch.Tensor | None:
+        """The chains the last step queued for these requests (`_commit`, option
+        batch_draft_ahead), where every one of them was among its requests (a request that
+        finished since leaves its row out); None where one was not (a request admitted
+        since: the step drafts again)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        reqs, chains = ahead
+        at = {id(r): i for i, r in enumerate(reqs)}
+        idx = [at.get(id(r)) for r in live]
+        if None in idx:
+            return None
+        if idx == list(range(len(reqs))):
+            return chains
+        return chains.index_select(0, torch.tensor(idx, device=chains.device))
 
     def _chains_on_device(self) -> bool:
         """Whether the batch drafter's chains reach the verify step on the device
@@ -379,6 +400,12 @@ class BatchEngine:
         if bd is not None and live and queued:   # written already (_run's before_read)
             bd.commit_extend([r.row for r in live],
                              [s + n + 1 for s, (n, _) in zip(starts, accepted)])
+            if self.options["batch_draft_ahead"] and self._chains_on_device():
+                # the next step's drafts queued now: the GPU drafts while the host keeps
+                # the books (a request that finishes here was drafted for nothing)
+                self._ahead = (list(live), bd.draft_chains(
+                    [r.row for r in live], [tgt[n] for n, tgt in accepted],
+                    [bd.chain_len] * len(live)))
         elif bd is not None and live:   # the committed spans' context: [start, start + n + 1)
             bd.extend_rows([r.row for r in live], [s + n + 1 for s, (n, _) in zip(starts, accepted)],
                            [n + 1 for n, _ in accepted], hidden)

@@ -265,6 +265,44 @@ def test_the_context_update_queued_before_the_read_writes_what_the_late_one_writ
     assert n0 == n1 and all(torch.equal(a, b) for a, b in zip(k0 + v0, k1 + v1))
 
 
+def test_drafts_queued_ahead_serve_the_single_request_tokens_and_acceptance(
+        toy, toy_trained, monkeypatch):
+    """Option batch_draft_ahead: a step's successor's drafts are queued once the host has
+    read the step's acceptance; the next step takes them where its requests were all among
+    the step's (a subset, after a request finished), else drafts again (a request admitted
+    into a freed row must not take the chain of the row's last request). More requests than
+    rows, ragged budgets: the single-request tokens and acceptance, and fewer drafts at a
+    step's start than steps."""
+    import stock.batch as batch_mod
+
+    target, prompts, _ = toy
+    net = toy_trained[0]
+    budgets = [20, 7, 13, 20, 9, 16]
+    single = Engine(target, Options({"draft_len": 3, "block_size": 4}), 256)
+    want = [single.generate(p, m, BlockDrafter(net, target, 256))
+            for p, m in zip(prompts, budgets)]
+    bd = BatchBlockDrafter(net, target, 256, rows=4, static=True, capture=False)
+    be = BatchEngine(target, Options({"draft_len": 3, "block_size": 4,
+                                      "batch_draft_ahead": True}),
+                     max_batch=3, max_context=256, static=True, capture=False,
+                     prefill_chunk=8, batch_drafter=bd)
+    took = {"all": 0, "some": 0, "none": 0}
+    real = batch_mod.BatchEngine._drafted_ahead
+
+    def counted(self, live):
+        ahead = self._ahead
+        got = real(self, live)
+        if ahead is not None:
+            took["none" if got is None else "all" if got is ahead[1] else "some"] += 1
+        return got
+    monkeypatch.setattr(batch_mod.BatchEngine, "_drafted_ahead", counted)
+    reqs = [be.submit(p, m) for p, m in zip(prompts, budgets)]
+    be.run()
+    assert [r.tokens for r in reqs] == [w.tokens for w in want]
+    assert [r.accepted for r in reqs] == [w.accepted for w in want]
+    assert took["all"] > 5 and took["some"] >= 1 and took["none"] >= 1, took
+
+
 def test_a_queued_context_update_past_a_row_s_context_is_refused(toy, toy_trained):
     target, _, _ = toy
     bd = BatchBlockDrafter(toy_trained[0], target, 256, rows=3, static=True, capture=False)

@@ -49,6 +49,11 @@ register("batch_overlap", bool, True, "block drafter batched, static path: its c
          "update is queued behind the verify step before the host reads the step's "
          "acceptance (the update reads the accepted counts on the device, the host waits "
          "for the verify only); off: queued after the read, the GPU idle in between")
+register("batch_draft_ahead", bool, False, "block drafter batched, static path with "
+         "batch_chain_device and batch_overlap: the next step's drafts are queued as soon as "
+         "the host has read a step's acceptance, before its bookkeeping, and the next step "
+         "takes them where its requests are the same or fewer (else it drafts again); off: "
+         "drafted at the next step's start")
 register("block_weights", str, "", "block drafter: folder with manifest.json and safetensors "
          "shards; empty: the weights shipped for the embedded model")
 

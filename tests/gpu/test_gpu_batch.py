@@ -177,3 +177,31 @@ def test_the_context_update_queued_before_the_read_serves_what_the_late_one_serv
         outs.append(([(r.tokens, r.accepted) for r in reqs], [x.clone() for x in bd.k + bd.v]))
     assert outs[0][0] == outs[1][0]
     assert all(torch.equal(a, b) for a, b in zip(outs[0][1], outs[1][1]))
+
+
+def test_drafts_queued_ahead_serve_the_tokens_of_drafts_made_at_the_step():
+    """Option batch_draft_ahead on CUDA graphs: the next step's drafts queued once the host
+    has read a step's acceptance serve the tokens served without it (more requests than
+    rows: rows freed and taken again), and are taken by most steps."""
+    from stock.drafters.block import BlockConfig, BlockNet
+    from stock.drafters.block_batch import BatchBlockDrafter
+
+    model = Transformer.random(PRESETS["tiny-qwen3"], "cuda", torch.bfloat16, seed=1, std=0.08)
+    cfg = BlockConfig.for_target(model.cfg, num_layers=2, block_size=4)
+    net = BlockNet(cfg).init_from_target(model)
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(1, 512, (n,), generator=gen).tolist() for n in (5, 17, 9, 30, 3, 12)]
+    outs, taken = [], []
+    for ahead in (True, False):
+        be = BatchEngine(model, Options({"draft_len": 3, "block_size": 4,
+                                         "batch_draft_ahead": ahead}),
+                         max_batch=3, max_context=256,
+                         batch_drafter=BatchBlockDrafter(net, model, 256, rows=4))
+        real, hits = be._drafted_ahead, []
+        be._drafted_ahead = lambda live, f=real, hits=hits: hits.append(f(live)) or hits[-1]
+        reqs = [be.submit(p, 24 + 4 * i) for i, p in enumerate(prompts)]
+        be.run()
+        outs.append([r.tokens for r in reqs])
+        taken.append(sum(h is not None for h in hits))
+    assert outs[0] == outs[1]
+    assert taken[0] > 10 and taken[1] == 0, taken
