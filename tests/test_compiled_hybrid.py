@@ -56,18 +56,18 @@ def _step(model, t: int, compiled: bool, fused: bool = False):
     return out, cache
 
 
-def _assert_same(got, want) -> None:
+def _assert_same(got, want, tol: float = 1e-5) -> None:
     (out, cache), (ref, ref_cache) = got, want
-    torch.testing.assert_close(out.logits, ref.logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.logits, ref.logits, atol=tol, rtol=tol)
     assert torch.equal(out.logits.argmax(-1), ref.logits.argmax(-1))
     assert out.hidden.keys() == ref.hidden.keys()
     for layer, h in ref.hidden.items():
-        torch.testing.assert_close(out.hidden[layer], h, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(out.hidden[layer], h, atol=tol, rtol=tol)
     for x, y in zip(cache.k + cache.v, ref_cache.k + ref_cache.v):
-        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(x, y, atol=tol, rtol=tol)
     for layer in ref_cache.gdn_layers:
-        torch.testing.assert_close(cache.state[layer], ref_cache.state[layer], atol=1e-5,
-                                   rtol=1e-5)
+        torch.testing.assert_close(cache.state[layer], ref_cache.state[layer], atol=tol,
+                                   rtol=tol)
         torch.testing.assert_close(cache.window[layer], ref_cache.window[layer])
 
 
@@ -116,7 +116,7 @@ def test_inductor_code_is_the_eager_step_in_fp32_and_as_near_the_truth_in_bf16()
     """Issue 25's open question (H200, hybrid-27b: the compiled static step's bf16 logits
     8e-2 off the dynamic forward's, the eager static step 0.0): a fault of a compiled region
     or bf16 rounding? Through inductor's own code (its C++ backend here; Triton on the GPU):
-    in fp32 the compiled step is the eager step to 1e-5, and in bf16 it is no farther from
+    in fp32 the compiled step is the eager step to 3e-5, and in bf16 it is no farther from
     the fp32 step of the same (bf16-representable) weights than the eager bf16 step is.
     bench/compiled_numerics.py's table (docs/results.md): on this CPU, 8 layers, both bf16
     steps 5.5e-2 to 1.6e-1 off that truth, compiled over eager 0.66-1.38; the dense
@@ -134,7 +134,9 @@ def test_inductor_code_is_the_eager_step_in_fp32_and_as_near_the_truth_in_bf16()
             for p, q in zip(f32.parameters(), bf.parameters()):
                 p.copy_(q.float())
         truth = _step(f32, 16, compiled=False)
-        _assert_same(_step(f32, 16, compiled=True), truth)
+        # 3e-5: inductor's C++ code sums in the order its vector width gives, which is the
+        # CPU's (1.27e-5 off on one logit of an AMD EPYC, 2026-12-07; within 1e-5 on CI's)
+        _assert_same(_step(f32, 16, compiled=True), truth, tol=3e-5)
         eager = _step(bf, 16, compiled=False)[0].logits.float()
         compiled = _step(bf, 16, compiled=True)[0].logits.float()
         assert not C.fallbacks() and C.graphs_compiled() > 0   # inductor ran, no fallback
