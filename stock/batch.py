@@ -372,13 +372,11 @@ class BatchEngine:
         chains, self._chains = self._chains, None
         if self.runner is not None and max(map(len, seqs)) <= BUCKETS[-1]:
             bd = self.batch_drafter
-            overlap = bd is not None and bd.static and self.options["batch_overlap"]
-
-            def early(s, r):   # the drafter's context update queued behind the verify
-                bd.queue_extend(rows, starts, s.packed[:r, 0] + 1, s.hidden)
-            packed = self.runner.step(seqs, starts, rows, chains,   # acceptance on the device
-                                      before_read=early if overlap else None)
-            self._queued = overlap
+            self._queued = bd is not None and bd.static and self.options["batch_overlap"]
+            if self._queued:   # the drafter's context update queued behind the verify
+                self.runner.read_after(lambda s, r: bd.queue_extend(
+                    rows, starts, s.packed[:r, 0] + 1, s.hidden))
+            packed = self.runner.step(seqs, starts, rows, chains)   # acceptance on the device
             return [(p[0], p[1:]) for p in packed], self.runner.last.hidden
         if chains is not None:   # the dynamic forward: the drafts read to the host first
             top1 = chains.long().tolist()
@@ -397,7 +395,7 @@ class BatchEngine:
     def _commit(self, live: list[Request], starts: list[int], accepted, hidden) -> list[Request]:
         bd = self.batch_drafter
         queued, self._queued = self._queued, False
-        if bd is not None and live and queued:   # written already (_run's before_read)
+        if bd is not None and live and queued:   # written already (_run's read_after)
             bd.commit_extend([r.row for r in live],
                              [s + n + 1 for s, (n, _) in zip(starts, accepted)])
             if self.options["batch_draft_ahead"] and self._chains_on_device():

@@ -92,8 +92,9 @@ class BatchRunner:
         # a step's inputs staged on the host, one buffer a (B, T) bucket: pinned on CUDA so
         # that their copy is queued behind the drafts without the host waiting for them
         self._host: dict[tuple[int, int], torch.Tensor] = {}
-        # (B, T) -> a pinned host copy of a step's results and its event (`before_read`)
+        # (B, T) -> a pinned host copy of a step's results and its event (`read_after`)
         self._out: dict[tuple[int, int], tuple[torch.Tensor, "torch.cuda.Event"]] = {}
+        self._before_read: Callable[[BatchSlot, int], None] | None = None
         self._pool = None
         self.last: BatchSlot | None = None   # the slot of the last step
 
@@ -164,18 +165,23 @@ class BatchRunner:
                     self.slot(b, t, kv)
         return len(self.slots)
 
+    def read_after(self, fn: Callable[[BatchSlot, int], None]) -> None:
+        """Queue fn(slot, r) behind the next `step` before the host waits for its results
+        (work on the device that reads the step's outputs there, e.g. a drafter's context
+        update); the results then come back through a pinned buffer while fn's work runs.
+        One step only."""
+        self._before_read = fn
+
     def step(self, seqs: list[list[int]], starts: list[int], rows: list[int],
-             chains: torch.Tensor | None = None,
-             before_read: Callable[[BatchSlot, int], None] | None = None) -> list[list[int]]:
+             chains: torch.Tensor | None = None) -> list[list[int]]:
         """Verify each request's [pending] + draft at its start in its row; per request
         [n, target tokens...] (n accepted draft tokens, then the T argmaxes). `chains`
         [n, D] on the device (a batch drafter's top-1 chains, `draft_chains`): request i < n
         verifies the first len(seqs[i]) - 1 of chains[i] as its draft, copied into the
         slot on the device (seqs[i] past its pending token then only gives the length);
         positions past a draft are padding either way, never accepted nor committed.
-        `before_read(slot, r)`: work queued on the device behind the step (reading its
-        outputs there, e.g. a drafter's context update) before the host waits for the
-        step's results, which then come back through a pinned buffer while it runs."""
+        Work given to `read_after` is queued behind it before the host reads."""
+        before_read, self._before_read = self._before_read, None
         if self.hybrid:   # the last step's GDN states were committed (before a capture
             self.cache.check_committed()   # below discards its own staging)
         r = len(seqs)

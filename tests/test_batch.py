@@ -97,8 +97,8 @@ def test_admitted_prompts_prefill_through_the_static_steps(tiny, graph_prefill):
                          capture=False, drafter_factory=lambda: NGramDrafter(4, 1, 4))
         steps, dynamic = [], []
         step, forward = be.runner.step, be._forward
-        be.runner.step = lambda seqs, *a, **k: (steps.append([len(x) for x in seqs]),
-                                                step(seqs, *a, **k))[1]
+        be.runner.step = lambda seqs, *a: (steps.append([len(x) for x in seqs]),
+                                           step(seqs, *a))[1]
         be._forward = lambda seqs, *a, **k: (dynamic.append([len(x) for x in seqs]),
                                              forward(seqs, *a, **k))[1]
         reqs = [be.submit(p, 24) for p in prompts[:6]]

@@ -45,8 +45,7 @@ def _serve(model, prompts, _runner_calls=None, **kw):
                      prefill_chunk=16, **kw)
     if _runner_calls is not None:
         step = be.runner.step
-        be.runner.step = lambda seqs, *a, **k: (_runner_calls.append(len(seqs)),
-                                                step(seqs, *a, **k))[1]
+        be.runner.step = lambda seqs, *a: (_runner_calls.append(len(seqs)), step(seqs, *a))[1]
     reqs, most = [], 0
     for i, p in enumerate(prompts):
         reqs.append(be.submit(p, NEW - (i % 3)))

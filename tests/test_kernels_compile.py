@@ -45,7 +45,8 @@ partial = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "pos_ptr": "*i6
                                         "row_blocks", "tree_chunks"), "scale": "fp32",
            **ints("sq_b", "sq_h", "sq_r", "sk_b", "sk_h", "sk_s", "sv_b", "sv_h", "sv_s")}
 combine = {"m_ptr": "*fp32", "l_ptr": "*fp32", "acc_ptr": "*fp32", "o_ptr": "*bf16",
-           "tree_ptr": "*i64", **ints("R", "T", "HKV", "chunk", "splits", "so_b", "so_h", "so_r")}
+           "tree_ptr": "*i64", **ints("R", "T", "HKV", "chunk", "splits"),
+           **ints(*(n for n in D._combine.arg_names if n.startswith("so_")))}   # its strides
 out = {}
 # an entry may widen a kernel (batch-tree-verify: _combine's ROWS, _tree_build's strides):
 # the variants follow the kernels' own parameters

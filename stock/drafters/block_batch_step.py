@@ -115,8 +115,8 @@ for _name, _fn in (("batch_block_prologue", batch_block_prologue),
 
 
 def decode_attention(*args, **kw):
-    """kernels/attention's split-KV kernel (lazy: Triton, CUDA only)."""
-    from kernels.attention import decode_attention as kernel
+    """kernels/attention's split-KV kernel."""
+    from kernels.attention import decode_attention as kernel  # lazy: Triton, CUDA only
 
     return kernel(*args, **kw)
 
