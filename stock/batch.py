@@ -395,18 +395,18 @@ class BatchEngine:
     def _commit(self, live: list[Request], starts: list[int], accepted, hidden) -> list[Request]:
         bd = self.batch_drafter
         queued, self._queued = self._queued, False
+        # the committed spans' context: [start, start + n + 1)
+        ends = [s + n + 1 for s, (n, _) in zip(starts, accepted)]
         if bd is not None and live and queued:   # written already (_run's read_after)
-            bd.commit_extend([r.row for r in live],
-                             [s + n + 1 for s, (n, _) in zip(starts, accepted)])
+            bd.commit_extend([r.row for r in live], ends)
             if self.options["batch_draft_ahead"] and self._chains_on_device():
                 # the next step's drafts queued now: the GPU drafts while the host keeps
                 # the books (a request that finishes here was drafted for nothing)
                 self._ahead = (list(live), bd.draft_chains(
                     [r.row for r in live], [tgt[n] for n, tgt in accepted],
                     [bd.chain_len] * len(live)))
-        elif bd is not None and live:   # the committed spans' context: [start, start + n + 1)
-            bd.extend_rows([r.row for r in live], [s + n + 1 for s, (n, _) in zip(starts, accepted)],
-                           [n + 1 for n, _ in accepted], hidden)
+        elif bd is not None and live:
+            bd.extend_rows([r.row for r in live], ends, [n + 1 for n, _ in accepted], hidden)
         finished = []
         for req, (n, tgt) in zip(live, accepted):
             self.lengths[req.row] += n + 1

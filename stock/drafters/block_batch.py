@@ -105,7 +105,7 @@ class BatchBlockDrafter:
         # (B, keys, top-1 chains only) -> (inp, host, graph, out)
         self._graphs: dict[tuple[int, int, bool], tuple] = {}
         self._ext: dict[tuple[int, int], tuple] = {}      # (B, T) -> (feat, inp, host, graph)
-        self._ext_done: dict[int, "torch.cuda.Event"] = {}   # a host buffer's last copy
+        self._ext_done: dict[int, "torch.cuda.Event"] = {}   # a host buffer's last copy's
         self._pool = None
 
     def reset(self, row: int) -> None:
@@ -166,11 +166,7 @@ class BatchBlockDrafter:
         buf[:n], buf[b:b + n], buf[2 * b:2 * b + n] = rows, [e - c for e, c in zip(ends, counts)], counts
         buf[n:b] = self.spare            # padding rows: count 0, every position to the spare row
         inp.copy_(host)                  # a blocking copy: the host buffer is reused next step
-        feat[:n, :hidden.shape[1]].copy_(hidden[:n])
-        if graph is not None:
-            graph.replay()
-        else:
-            context_step(self, feat, inp)
+        self._write_ext(feat, inp, graph, hidden, n)
         for row, end in zip(rows, ends):
             self.ctx_len[row] = end
 
@@ -192,16 +188,22 @@ class BatchBlockDrafter:
                 raise BlockDrafterError(f"block drafter row {row}: position {start} does not "
                                         f"extend its context of {self.ctx_len[row]}")
         b = next(x for x in self.b_buckets if x >= n)
-        slot = self._ext_slot_for(b, hidden.shape[1])
-        feat, inp, host, graph = slot
+        feat, inp, host, graph = self._ext_slot_for(b, hidden.shape[1])
         buf = self._host_free(host)
         buf[:n], buf[b:b + n] = rows, starts
         buf[n:b] = self.spare            # padding rows: count 0, every position to the spare row
         inp.copy_(host, non_blocking=True)
-        if self.target.device.type == "cuda":
-            self._ext_done[id(host)] = ev = torch.cuda.Event()
+        if self.target.device.type == "cuda":   # one event a buffer, recorded again each copy
+            ev = self._ext_done.get(id(host))
+            if ev is None:
+                ev = self._ext_done[id(host)] = torch.cuda.Event()
             ev.record()
         inp[2 * b:2 * b + n].copy_(counts[:n])
+        self._write_ext(feat, inp, graph, hidden, n)
+
+    def _write_ext(self, feat, inp, graph, hidden: torch.Tensor, n: int) -> None:
+        """The context update's features copied in on the device, then its replay (or its
+        eager step)."""
         feat[:n, :hidden.shape[1]].copy_(hidden[:n])
         if graph is not None:
             graph.replay()
@@ -220,8 +222,8 @@ class BatchBlockDrafter:
         """The context update's host buffer zeroed for writing (numpy view), once the last
         copy queued from it has run (`queue_extend` copies without waiting; by the next
         step's read that copy has always run, so this waits for nothing in practice)."""
-        done = self._ext_done.pop(id(host), None)
-        if done is not None:
+        done = self._ext_done.get(id(host))
+        if done is not None:   # an event already reached returns at once
             done.synchronize()
         buf = host.numpy()
         buf[:] = 0

@@ -8,9 +8,21 @@ import torch
 
 from stock.batch import BatchEngine
 from stock.config import PRESETS
+from stock.drafters.block import BlockConfig, BlockNet
+from stock.drafters.block_batch import BatchBlockDrafter
 from stock.drafters.ngram import NGramDrafter
 from stock.model import Transformer
 from stock.options import Options
+
+
+def _tiny_block(block_size: int, lengths=(5, 17, 9, 30, 3)):
+    """The tiny random target on CUDA in bf16, a 2-layer block drafter initialised from it,
+    and random prompts of these lengths."""
+    model = Transformer.random(PRESETS["tiny-qwen3"], "cuda", torch.bfloat16, seed=1, std=0.08)
+    cfg = BlockConfig.for_target(model.cfg, num_layers=2, block_size=block_size)
+    net = BlockNet(cfg).init_from_target(model)
+    gen = torch.Generator().manual_seed(0)
+    return model, net, [torch.randint(1, 512, (n,), generator=gen).tolist() for n in lengths]
 
 
 def test_graph_replayed_batches_equal_the_eager_static_ones():
@@ -33,14 +45,7 @@ def test_graph_replayed_batches_equal_the_eager_static_ones():
 def test_graph_replayed_batches_with_the_batched_block_drafter_equal_the_eager_ones():
     """The BatchRunner's slots also return the block drafter's target hidden states: the
     same tokens and acceptance with graphs as without."""
-    from stock.drafters.block import BlockConfig, BlockNet
-    from stock.drafters.block_batch import BatchBlockDrafter
-
-    model = Transformer.random(PRESETS["tiny-qwen3"], "cuda", torch.bfloat16, seed=1, std=0.08)
-    cfg = BlockConfig.for_target(model.cfg, num_layers=2, block_size=4)
-    net = BlockNet(cfg).init_from_target(model)
-    gen = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(1, 512, (n,), generator=gen).tolist() for n in (5, 17, 9, 30, 3)]
+    model, net, prompts = _tiny_block(4)
     outs = []
     for capture in (True, False):
         be = BatchEngine(model, Options({"draft_len": 3, "block_size": 4}), max_batch=4,
@@ -65,14 +70,8 @@ def test_the_compiled_batched_drafter_drafts_what_the_eager_regions_draft():
     left on the device (option batch_chain_device, its argmax region) are the lattices'
     top-1 wherever it leads so."""
     from stock import compiled as C
-    from stock.drafters.block import BlockConfig, BlockNet
-    from stock.drafters.block_batch import BatchBlockDrafter
 
-    model = Transformer.random(PRESETS["tiny-qwen3"], "cuda", torch.bfloat16, seed=1, std=0.08)
-    cfg = BlockConfig.for_target(model.cfg, num_layers=2, block_size=4)
-    net = BlockNet(cfg).init_from_target(model)
-    gen = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(1, 512, (n,), generator=gen).tolist() for n in (5, 17, 9, 30, 3)]
+    model, net, prompts = _tiny_block(4)
     runs = {}
     for chains in (False, True):
         for compiled in (False, True):
@@ -121,14 +120,7 @@ def test_the_batched_drafter_through_the_split_kv_kernel_drafts_what_sdpa_drafts
     its attention reads each row's keys in place through kernels/attention (no gather of
     K/V rows). Against SDPA over the gathered rows, both compiled in graphs: the same
     served tokens, the same top-1 draft wherever it leads by more than 0.05."""
-    from stock.drafters.block import BlockConfig, BlockNet
-    from stock.drafters.block_batch import BatchBlockDrafter
-
-    model = Transformer.random(PRESETS["tiny-qwen3"], "cuda", torch.bfloat16, seed=1, std=0.08)
-    cfg = BlockConfig.for_target(model.cfg, num_layers=2, block_size=8)
-    net = BlockNet(cfg).init_from_target(model)
-    gen = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(1, 512, (n,), generator=gen).tolist() for n in (5, 17, 9, 30, 3)]
+    model, net, prompts = _tiny_block(8)
     runs = {}
     for attention in ("sdpa", "triton"):
         bd = BatchBlockDrafter(net, model, 256, rows=5, compiled=True, attention=attention)
@@ -158,14 +150,7 @@ def test_the_context_update_queued_before_the_read_serves_what_the_late_one_serv
     behind the verify step (counts read on the device, the step's results through a pinned
     buffer and an event) serves the tokens and acceptance of the update queued after the
     host's read, and leaves the same drafter K/V."""
-    from stock.drafters.block import BlockConfig, BlockNet
-    from stock.drafters.block_batch import BatchBlockDrafter
-
-    model = Transformer.random(PRESETS["tiny-qwen3"], "cuda", torch.bfloat16, seed=1, std=0.08)
-    cfg = BlockConfig.for_target(model.cfg, num_layers=2, block_size=4)
-    net = BlockNet(cfg).init_from_target(model)
-    gen = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(1, 512, (n,), generator=gen).tolist() for n in (5, 17, 9, 30)]
+    model, net, prompts = _tiny_block(4, lengths=(5, 17, 9, 30))
     outs = []
     for overlap in (True, False):
         bd = BatchBlockDrafter(net, model, 256, rows=5)
@@ -183,14 +168,7 @@ def test_drafts_queued_ahead_serve_the_tokens_of_drafts_made_at_the_step():
     """Option batch_draft_ahead on CUDA graphs: the next step's drafts queued once the host
     has read a step's acceptance serve the tokens served without it (more requests than
     rows: rows freed and taken again), and are taken by most steps."""
-    from stock.drafters.block import BlockConfig, BlockNet
-    from stock.drafters.block_batch import BatchBlockDrafter
-
-    model = Transformer.random(PRESETS["tiny-qwen3"], "cuda", torch.bfloat16, seed=1, std=0.08)
-    cfg = BlockConfig.for_target(model.cfg, num_layers=2, block_size=4)
-    net = BlockNet(cfg).init_from_target(model)
-    gen = torch.Generator().manual_seed(0)
-    prompts = [torch.randint(1, 512, (n,), generator=gen).tolist() for n in (5, 17, 9, 30, 3, 12)]
+    model, net, prompts = _tiny_block(4, lengths=(5, 17, 9, 30, 3, 12))
     outs, taken = [], []
     for ahead in (True, False):
         be = BatchEngine(model, Options({"draft_len": 3, "block_size": 4,
