@@ -22,6 +22,7 @@ does not depend on the weights' values; the τ column says what acceptance there
 stop tokens dropped so that no row frees (τ then includes what follows a stop token).
 
     python3 bench/batch_step.py --conc 1,16 --modes ar,block:draft_len=7,block --out $OUT
+    python3 bench/batch_step.py --conc 16 --static-sizes  # regions compiled for each bucket's sizes
     python3 bench/batch_step.py --smoke       # CPU: random:tiny-qwen3, eager, no profile
 
 Prints the tables; writes batch_step.json to --out (default $OUT).
@@ -102,6 +103,9 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25, help="kernels in the side-by-side table")
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
+    ap.add_argument("--static-sizes", action="store_true",
+                    help="compile every (requests, tokens) bucket pair's regions for its own "
+                         "sizes (stock.compiled.DYNAMIC_SIZES off) instead of one dynamic graph")
     ap.add_argument("--smoke", action="store_true", help="CPU: random:tiny-qwen3, few steps")
     args = ap.parse_args()
     if args.smoke:
@@ -109,6 +113,10 @@ def main() -> None:
         args.warm, args.steps, args.profile_steps, args.block_size = 2, 4, 0, 4
         args.modes = "ar,block:draft_len=3"
     args.device = smoke_device(args)
+    if args.static_sizes:
+        from stock import compiled
+
+        compiled.DYNAMIC_SIZES = False
     args.conc = [int(c) for c in args.conc.split(",")]
     modes = args.modes.split(",")
     cuda = is_cuda(args.device)
@@ -118,7 +126,8 @@ def main() -> None:
     ctx = args.prompt if net is not None else max(map(len, prompts))
     ctx = min(ctx + max_new + 8, model.cfg.max_position - 64)   # a row that reaches it stops
     log(f"{args.target} on {args.device}: modes {modes}, C {args.conc}, context {ctx}, "
-        f"{args.warm} warm + {args.steps} timed steps each")
+        f"{args.warm} warm + {args.steps} timed steps each, "
+        f"{'static' if args.static_sizes else 'dynamic'} sizes")
     res, rows, per_kernel = {}, [], {}
     for mode in modes:
         name, opts = parse_mode(mode)
