@@ -23,6 +23,8 @@ equal AR's token for token, and the table counts those that do.
                                           # side by side: blocks of 16 and of 8, 7 drafts each
     python bench/drafter_tau.py --smoke        # CPU: shipped twice, 2 requests of every set
     python bench/drafter_tau.py --walk --per-category 1000 --sets dev   # every dev request
+    python bench/drafter_tau.py --walk --sets dev --weights shipped@draft_len=3,shipped@draft_len=7
+                                          # τ against draft_len: one scoring, walked at each cap
 
 `--walk` computes each column's τ without decoding: every block of the AR output scored by
 teacher forcing (training.loop.anchor_runs) and walked as decoding walks it
@@ -30,7 +32,7 @@ teacher forcing (training.loop.anchor_runs) and walked as decoding walks it
 requests, bench/drafter_positions.py). One AR decode a request and one teacher-forced pass a
 column, several times faster than a speculative decode a column: enough for the whole dev
 set. Its "= AR" column reads "walk" (nothing was decoded to compare); columns may cap
-draft_len after '@', not change block_size.
+draft_len after '@', not change block_size; columns of the same weights share one scoring.
 
 Prints one table; writes drafter_tau.json to --out (default $OUT).
 """
@@ -142,14 +144,27 @@ def answer_runs(net, model, prompt: list[int], answer: list[int], draft_len: int
                        torch.autocast(model.device.type, enabled=False))[0]
 
 
-def walker(model, drafter, draft_len: int):
+def walkers(model, columns, drafters) -> list:
     """The same from the AR output alone: its blocks scored by teacher forcing and walked
-    (training.loop), no decoding; "equal" is not known (False)."""
-    def gain(prompt, want, max_new):
-        if len(want) < 2:
-            return [], False
-        return walk(answer_runs(drafter.net, model, prompt, want, draft_len)), False
-    return gain
+    (training.loop), no decoding; "equal" is not known (False). Columns of the same weights
+    and block size share one scoring at their largest draft_len, each walking the runs
+    capped at its own (a run scored at d is the run scored at more, capped at d)."""
+    reach: dict = {}
+    for (_l, path, o) in columns:
+        key = (path, o["block_size"])
+        reach[key] = max(reach.get(key, 0), o["draft_len"])
+    last: dict = {}   # key -> (the answer scored, its runs): the request being walked
+
+    def walker(key, net, draft_len):
+        def gain(prompt, want, max_new):
+            if len(want) < 2:
+                return [], False
+            if key not in last or last[key][0] != (prompt, want):
+                last[key] = ((prompt, want), answer_runs(net, model, prompt, want, reach[key]))
+            return walk(last[key][1].clamp(max=draft_len)), False
+        return gain
+    return [walker((p, o["block_size"]), d.net, o["draft_len"])
+            for (_l, p, o), d in zip(columns, drafters)]
 
 
 def main() -> None:
@@ -194,8 +209,8 @@ def main() -> None:
     engines = [Engine(model, Options({**o, "block_weights": str(p)}), 4096,
                       set(system.engine.stop_ids)) for _lab, p, o in columns]
     drafters = [make_drafter("block", e) for e in engines]
-    gainers = [walker(model, d, o["draft_len"]) if args.walk else decoder(e, d)
-               for (_l, _p, o), e, d in zip(columns, engines, drafters)]
+    gainers = (walkers(model, columns, drafters) if args.walk
+               else [decoder(e, d) for e, d in zip(engines, drafters)])
     ar = system.engine
     result: dict = {"weights": [lab for lab, _ in labels], "sets": {}, "device": args.device}
     rows, t0 = [], time.perf_counter()

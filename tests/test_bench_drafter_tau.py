@@ -28,25 +28,36 @@ def test_a_column_takes_its_own_block_size_and_draft_length():
             dt.column(bad, 16, 15)
 
 
-@pytest.mark.parametrize("draft_len", [15, 7])
-def test_the_walk_gains_what_decoding_gains(smol, draft_len):
+def test_the_walk_gains_what_decoding_gains(smol, monkeypatch):
     """--walk's τ (teacher-forced blocks of the AR output, walked) is the speculative
-    decode's, step for step, in fp32."""
+    decode's, step for step, in fp32; a column of fewer drafts walks the same weights'
+    scoring capped (one scoring for both), and still gains what decoding at its length
+    gains."""
     from specpilot.requests import load_dev, select
-    from stock.drafters.block_weights import DEFAULT_DIR
     from stock.engine import Engine
     from stock.options import Options
     from stock.system import make_drafter
 
     model = smol.engine.model
-    eng = Engine(model, Options({"block_size": 16, "draft_len": draft_len,
-                                 "block_weights": str(DEFAULT_DIR)}), 2048,
-                 set(smol.engine.stop_ids))
-    drafter = make_drafter("block", eng)
-    decode, walk = dt.decoder(eng, drafter), dt.walker(model, drafter, draft_len)
+    columns = [dt.column("shipped", 16, 15), dt.column("shipped@draft_len=7", 16, 15)]
+    engines = [Engine(model, Options({**o, "block_weights": str(p)}), 2048,
+                      set(smol.engine.stop_ids)) for _l, p, o in columns]
+    drafters = [make_drafter("block", e) for e in engines]
+    scored = []
+    monkeypatch.setattr(dt, "answer_runs", lambda *a: scored.append(a[-1])
+                        or TAU_RUNS(*a))
+    walks = dt.walkers(model, columns, drafters)
     for r in select(load_dev(), None, 1)[:1]:
         prompt = smol.tokenizer.chat(r.prompt)
         want = smol.engine.generate(prompt, 24).tokens
-        decoded, equal = decode(prompt, want, 24)
-        walked, _ = walk(prompt, want, 24)
-        assert equal and walked == decoded and sum(walked) == len(want) - 1
+        gains = []
+        for e, d, walk in zip(engines, drafters, walks):
+            decoded, equal = dt.decoder(e, d)(prompt, want, 24)
+            walked, _ = walk(prompt, want, 24)
+            assert equal and walked == decoded and sum(walked) == len(want) - 1
+            gains.append(walked)
+        assert scored == [15]                 # one scoring, at the largest draft_len
+        assert gains[0] != gains[1]           # the cap changed the walk (7 drafts, not 15)
+
+
+TAU_RUNS = dt.answer_runs
