@@ -149,7 +149,9 @@ def test_the_context_update_queued_before_the_read_serves_what_the_late_one_serv
     """Option batch_overlap on CUDA graphs: the batched drafter's context update queued
     behind the verify step (counts read on the device, the step's results through a pinned
     buffer and an event) serves the tokens and acceptance of the update queued after the
-    host's read, and leaves the same drafter K/V."""
+    host's read, and leaves the same drafter K/V in the requests' rows (the drafter's last
+    row is the graphs' padding row, which padded slots write and nothing reads: it
+    differs, H100, session 34)."""
     model, net, prompts = _tiny_block(4, lengths=(5, 17, 9, 30))
     outs = []
     for overlap in (True, False):
@@ -159,7 +161,8 @@ def test_the_context_update_queued_before_the_read_serves_what_the_late_one_serv
                          max_batch=4, max_context=256, batch_drafter=bd)
         reqs = [be.submit(p, 40) for p in prompts]
         be.run()
-        outs.append(([(r.tokens, r.accepted) for r in reqs], [x.clone() for x in bd.k + bd.v]))
+        outs.append(([(r.tokens, r.accepted) for r in reqs],
+                     [x[:be.max_batch].clone() for x in bd.k + bd.v]))
     assert outs[0][0] == outs[1][0]
     assert all(torch.equal(a, b) for a, b in zip(outs[0][1], outs[1][1]))
 
