@@ -11,6 +11,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
 dt = pytest.importorskip("drafter_tau")
+TAU_RUNS = dt.answer_runs   # the real scoring, which a test's spy calls through
 
 
 def test_a_column_takes_its_own_block_size_and_draft_length():
@@ -58,6 +59,3 @@ def test_the_walk_gains_what_decoding_gains(smol, monkeypatch):
             gains.append(walked)
         assert scored == [15]                 # one scoring, at the largest draft_len
         assert gains[0] != gains[1]           # the cap changed the walk (7 drafts, not 15)
-
-
-TAU_RUNS = dt.answer_runs
