@@ -24,23 +24,6 @@ def _share_cores_between_workers() -> None:
 
 _share_cores_between_workers()
 
-# Test modules whose tests run the judges' worker processes side by side (cycles,
-# controllers, throughput verdicts): under `-n 2` with `--dist loadgroup` (pyproject's
-# addopts) they run one after another on one worker, each beside the other worker's
-# lighter tests, not two at once, whose processes then wait on each other's cores.
-JUDGING_MODULES = frozenset({
-    "test_cycle_judging.py", "test_controller.py", "test_throughput_mode.py",
-    "test_cycle_phases.py", "test_agent_pipeline.py", "test_prepare_ahead.py",
-    "test_cycle_resume.py", "test_cycle_integrate.py", "test_fault_injection.py",
-    "test_cycle_batched_load.py",
-})
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.path.name in JUDGING_MODULES:
-            item.add_marker(pytest.mark.xdist_group("judging"))
-
 
 @pytest.fixture(scope="module", autouse=True)
 def child_threads():
