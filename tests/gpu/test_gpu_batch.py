@@ -162,7 +162,7 @@ def test_the_context_update_queued_before_the_read_serves_what_the_late_one_serv
         reqs = [be.submit(p, 40) for p in prompts]
         be.run()
         outs.append(([(r.tokens, r.accepted) for r in reqs],
-                     [x[:be.max_batch].clone() for x in bd.k + bd.v]))
+                     [x[:bd.spare].clone() for x in bd.k + bd.v]))
     assert outs[0][0] == outs[1][0]
     assert all(torch.equal(a, b) for a, b in zip(outs[0][1], outs[1][1]))
 
