@@ -22,7 +22,7 @@ does not depend on the weights' values; the τ column says what acceptance there
 stop tokens dropped so that no row frees (τ then includes what follows a stop token).
 
     python3 bench/batch_step.py --conc 1,16 --modes ar,block:draft_len=7,block --out $OUT
-    python3 bench/batch_step.py --conc 16 --static-sizes  # regions compiled for each bucket's sizes
+    python3 bench/batch_step.py --conc 16 --static all  # regions compiled for each bucket's sizes
     python3 bench/batch_step.py --smoke       # CPU: random:tiny-qwen3, eager, no profile
 
 Prints the tables; writes batch_step.json to --out (default $OUT).
@@ -103,9 +103,13 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=25, help="kernels in the side-by-side table")
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
-    ap.add_argument("--static-sizes", action="store_true",
-                    help="compile every (requests, tokens) bucket pair's regions for its own "
-                         "sizes (stock.compiled.DYNAMIC_SIZES off) instead of one dynamic graph")
+    ap.add_argument("--static", choices=("none", "requests", "tokens", "drafter", "all"),
+                    default="none",
+                    help="which sizes the regions compile for each bucket instead of one "
+                         "dynamic graph (stock.compiled): none (stock), the target's requests "
+                         "dims (DYNAMIC_REQUESTS off), its tokens dims (DYNAMIC_TOKENS off), "
+                         "the batched drafter's rows (DYNAMIC_DRAFTER off), all "
+                         "(DYNAMIC_SIZES off)")
     ap.add_argument("--smoke", action="store_true", help="CPU: random:tiny-qwen3, few steps")
     args = ap.parse_args()
     if args.smoke:
@@ -113,10 +117,13 @@ def main() -> None:
         args.warm, args.steps, args.profile_steps, args.block_size = 2, 4, 0, 4
         args.modes = "ar,block:draft_len=3"
     args.device = smoke_device(args)
-    if args.static_sizes:
+    if args.static != "none":
         from stock import compiled
 
-        compiled.DYNAMIC_SIZES = False
+        compiled.DYNAMIC_SIZES = args.static != "all"
+        compiled.DYNAMIC_REQUESTS = args.static != "requests"
+        compiled.DYNAMIC_TOKENS = args.static != "tokens"
+        compiled.DYNAMIC_DRAFTER = args.static != "drafter"
     args.conc = [int(c) for c in args.conc.split(",")]
     modes = args.modes.split(",")
     cuda = is_cuda(args.device)
@@ -127,7 +134,7 @@ def main() -> None:
     ctx = min(ctx + max_new + 8, model.cfg.max_position - 64)   # a row that reaches it stops
     log(f"{args.target} on {args.device}: modes {modes}, C {args.conc}, context {ctx}, "
         f"{args.warm} warm + {args.steps} timed steps each, "
-        f"{'static' if args.static_sizes else 'dynamic'} sizes")
+        f"static sizes: {args.static}")
     res, rows, per_kernel = {}, [], {}
     for mode in modes:
         name, opts = parse_mode(mode)

@@ -112,11 +112,15 @@ def qkv(call, attn, hx: torch.Tensor, fused=None):
 
 
 def rotate(call, attn, q, k, v, cos, sin):
-    """q/k norms, heads first, RoPE: q, k, v [B, heads, T, D]."""
+    """q/k norms, RoPE, heads first: q, k, v [B, heads, T, D], views of [B, T, heads, D]
+    tensors (RoPE runs in the projection's layout, cos/sin [B or 1, 1, T, R] read as [B or
+    1, T, 1, R]: an elementwise pass with no transposing write, whatever sizes a compiled
+    region leaves dynamic; `fold` copies where SDPA needs it, `split_heads` does not)."""
     if attn.qk_norm:
         q, k = call(attn.q_norm, q), call(attn.k_norm, k)
-    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-    return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+    cos, sin = cos.transpose(1, 2), sin.transpose(1, 2)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
 def write_kv(k_buf, v_buf, positions: torch.Tensor, k, v) -> None:
@@ -137,6 +141,12 @@ def fold(attn, q: torch.Tensor) -> torch.Tensor:
     """Queries [B, H, T, D] -> [B, Hkv, G*T, D] (grouped onto their K/V head)."""
     b, _, t, _ = q.shape
     return q.reshape(b, attn.hkv, (attn.h // attn.hkv) * t, attn.d)
+
+
+def split_heads(attn, q: torch.Tensor) -> torch.Tensor:
+    """Queries [B, H, T, D] -> [B, Hkv, G, T, D], a view (kernels/attention's decode_attention
+    reads rows g * T + t by their strides: the folding copy `fold` makes is not needed)."""
+    return q.unflatten(1, (attn.hkv, attn.h // attn.hkv))
 
 
 def attend(qg, k_buf, v_buf, kv_len: int, mask_g, rows: torch.Tensor | None = None):

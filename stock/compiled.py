@@ -71,6 +71,9 @@ log = logging.getLogger("stock.compiled")
 BACKEND = "inductor"  # tests may count graphs with "eager" (no code generation)
 RECOMPILE_LIMIT = 256  # per region: T buckets x models x caches in one process
 DYNAMIC_SIZES = True  # requests_dynamic's marks; bench/batch_prepare.py compares with False
+DYNAMIC_REQUESTS = True  # with DYNAMIC_SIZES: the requests dims (bench/batch_step.py --static)
+DYNAMIC_TOKENS = True  # with DYNAMIC_SIZES: the tokens dims
+DYNAMIC_DRAFTER = True  # with DYNAMIC_SIZES, the batched block drafter's rows dims too
 _TRACED_TYPES = (Linear, nn.Linear, RMSNorm, OffsetRMSNorm)
 
 _graphs = 0
@@ -136,17 +139,19 @@ def _call(mod: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 # -- the regions (plain functions: also the eager fallback) --------------------------------
 # Each is stock/body.py's pieces called with `_call`: the layer's math is written there once.
-def attn_in(x, ln, attn, cos, sin, positions, k_buf, v_buf, qkv=None, rows=None):
-    """Region A: x [B, T, H] -> queries [B, Hkv, G*T, D]; writes K/V at `positions`
-    (a batched step: cache rows `rows` [B], each row at its own positions [B, T]).
-    `qkv`: the layer's fused q/k/v matrix (stock/fused.py) or None."""
+def attn_in(x, ln, attn, cos, sin, positions, k_buf, v_buf, qkv=None, rows=None,
+            split=False):
+    """Region A: x [B, T, H] -> queries [B, Hkv, G*T, D], or with `split` (where
+    kernels/attention runs) the view [B, Hkv, G, T, D] it reads in place (body.split_heads);
+    writes K/V at `positions` (a batched step: cache rows `rows` [B], each row at its own
+    positions [B, T]). `qkv`: the layer's fused q/k/v matrix (stock/fused.py) or None."""
     q, k, v = body.qkv(_call, attn, _call(ln, x), qkv)
     q, k, v = body.rotate(_call, attn, q, k, v, cos, sin)
     if rows is None:
         body.write_kv(k_buf, v_buf, positions, k, v)
     else:
         body.write_rows(k_buf, v_buf, rows, positions, k, v)
-    return body.fold(attn, q)
+    return body.split_heads(attn, q) if split else body.fold(attn, q)
 
 
 def attn_out_mlp(x, out, attn, ln, mlp, gate_up=None, gate=None):
@@ -187,12 +192,12 @@ def gdn_out_mlp(x, out, z, gdn, ln, mlp, gate_up=None):
 
 
 def attn_out_mlp_next(x, out, attn, ln, mlp, next_ln, next_attn, cos, sin, positions,
-                      k_buf, v_buf, gate_up=None, next_qkv=None, rows=None):
+                      k_buf, v_buf, gate_up=None, next_qkv=None, rows=None, split=False):
     """Region B of one layer and region A of the next in one graph, so the residual add
     fuses with the next input norm: (the layer's output x, the next layer's queries)."""
     x = attn_out_mlp(x, out, attn, ln, mlp, gate_up)
     return x, attn_in(x, next_ln, next_attn, cos, sin, positions, k_buf, v_buf, next_qkv,
-                      rows)
+                      rows, split)
 
 
 def head(x, norm, lm_head):
@@ -303,12 +308,15 @@ def requests_dynamic(*tensors) -> None:
     still captures its own CUDA graph. Static, the batched engine compiled every region
     once per (requests, tokens) bucket pair: 140 graphs for up to 16 requests and 64 tokens
     on the tiny model (24 dynamic), and on the H100 a throughput verdict's worker spent
-    90-200 s preparing its graphs, most of it compiling."""
+    90-200 s preparing its graphs, most of it compiling. Each pair's dims name the
+    requests dim first, then the tokens dim if it has one; DYNAMIC_REQUESTS or
+    DYNAMIC_TOKENS off leaves that dim static, so each of its buckets compiles its own
+    graph (whose code then knows the size)."""
     if not DYNAMIC_SIZES:
         return
     for t, dims in tensors:
-        for d in dims:
-            if t.shape[d] > 1:
+        for i, d in enumerate(dims):
+            if t.shape[d] > 1 and (DYNAMIC_TOKENS if i else DYNAMIC_REQUESTS):
                 torch._dynamo.maybe_mark_dynamic(t, d)
 
 
@@ -386,7 +394,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
             return Output(run_region("head", x, model.model.norm, model.lm_head), hidden)
         first = layers[0]
         qg = run_region("attn_in", x, first.input_layernorm, first.self_attn, cos, sin,
-                        positions, *buffers(first), qkv(first), rows)
+                        positions, *buffers(first), qkv(first), rows, kernel)
         for i, layer in enumerate(layers):
             out = attend(qg, *buffers(layer))
             gate_up = fused_gate_up(layer.mlp) if fused else None
@@ -395,7 +403,7 @@ def forward(model, ids: torch.Tensor, positions: torch.Tensor, cache: KVCache, k
                 x, qg = run_region("attn_out_mlp_next", x, out, layer.self_attn,
                                    layer.post_attention_layernorm, layer.mlp,
                                    nxt.input_layernorm, nxt.self_attn, cos, sin, positions,
-                                   *buffers(nxt), gate_up, qkv(nxt), rows)
+                                   *buffers(nxt), gate_up, qkv(nxt), rows, kernel)
                 dyn((x, (0, 1)))
             else:
                 x = run_region("attn_out_mlp", x, out, layer.self_attn,

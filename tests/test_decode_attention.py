@@ -249,3 +249,41 @@ def test_the_merged_layout_holds_the_same_bits_as_the_query_head_layout():
         assert got.shape == (q.shape[0], t, hkv * g * d) and got.is_contiguous()
         assert torch.equal(got, merge(attn, plain, q.shape[0], t))
         assert not torch.equal(got.flatten(), plain.flatten())
+
+
+def test_split_queries_read_in_place_hold_the_bits_of_the_folded_copy():
+    """q given as [B, Hkv, G, T, D], a view of the projection's [B, T, H, D] queries
+    (stock/body.py's split_heads, no folding copy): the kernel reads rows g * T + t by their
+    strides and gives bit for bit what the folded contiguous copy gives, for a chain step, a
+    batched step and a tree step, merged or not. The view is not the folded layout in memory
+    (the test could fail: a kernel reading it as [B, Hkv, G*T, D] would mix heads and
+    tokens)."""
+    from types import SimpleNamespace
+
+    from stock.body import fold, split_heads
+    from stock.tree import ancestors, tree_table
+
+    gen = torch.Generator().manual_seed(8)
+    hkv, g, t, d = 2, 3, 5, 16
+    attn = SimpleNamespace(h=hkv * g, hkv=hkv, d=d)
+    k = torch.randn(4, hkv, 96, d, generator=gen)
+    v = torch.randn(4, hkv, 96, d, generator=gen)
+    anc = ancestors(torch.tensor([0, 0, 1, 1, 2]))
+    cases = [   # (batch, positions, kwargs)
+        (1, torch.arange(40, 40 + t), {}),
+        (3, torch.tensor([[50], [7], [20]]) + torch.arange(t), {"rows_of": torch.tensor([3, 0, 2])}),
+        (1, 30 + torch.arange(t), {"tree": tree_table(anc, anc.sum(1) - 1, torch.tensor(30))}),
+    ]
+    for b, pos, kw in cases:
+        natural = torch.randn(b, t, hkv * g, d, generator=gen)   # [B, T, H, D] as projected
+        heads = natural.transpose(1, 2)                          # [B, H, T, D], a view
+        folded, split = fold(attn, heads), split_heads(attn, heads)
+        assert split.data_ptr() == natural.data_ptr() and folded.is_contiguous()
+        assert not torch.equal(natural.flatten(), folded.flatten())   # memory order
+        kk, vv = (k, v) if "rows_of" in kw else (k[:1], v[:1])
+        for merged in (False, True):
+            want = decode_attention(folded, kk, vv, pos, 64, merged=merged, **kw)
+            got = decode_attention(split, kk, vv, pos, 64, merged=merged, **kw)
+            assert torch.equal(got, want), (kw.keys(), merged)
+    with pytest.raises(ValueError, match="tokens"):
+        decode_attention(split, k[:1], v[:1], torch.arange(40, 40 + t - 1), 64)

@@ -69,7 +69,7 @@ NEG = tl.constexpr(-1.0e30)  # "minus infinity" that keeps exp() and max() free 
 @triton.jit
 def _partial(q_ptr, k_ptr, v_ptr, pos_ptr, tree_ptr, row_ptr, m_ptr, l_ptr, acc_ptr,
              R, T, HKV, kv_len, chunk, splits, row_blocks, tree_chunks, scale,
-             sq_b, sq_h, sq_r, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s,
+             sq_b, sq_h, sq_g, sq_t, sk_b, sk_h, sk_s, sv_b, sv_h, sv_s,
              D: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr,
              TREE: tl.constexpr, ROWS: tl.constexpr):
     bh = tl.program_id(0)
@@ -111,7 +111,8 @@ def _partial(q_ptr, k_ptr, v_ptr, pos_ptr, tree_ptr, row_ptr, m_ptr, l_ptr, acc_
         pos = tl.load(pos_ptr + rows % T, mask=rmask, other=-1)
         hi = tl.minimum(lo + chunk, kv_len)   # the whole chunk: see the module docstring
     d = tl.arange(0, D)
-    q = tl.load(q_ptr + b * sq_b + h * sq_h + rows[:, None] * sq_r + d[None, :],
+    q_row = (rows // T) * sq_g + (rows % T) * sq_t   # row g * T + t: query head g, token t
+    q = tl.load(q_ptr + b * sq_b + h * sq_h + q_row[:, None] + d[None, :],
                 mask=rmask[:, None], other=0.0)
     m_i = tl.full([BLOCK_R], NEG, tl.float32)
     l_i = tl.zeros([BLOCK_R], tl.float32)
@@ -221,11 +222,19 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     (`tree`: stock/tree.py's `tree_table`; module docstring); returns [B, Hkv, R, D] in q's
     dtype, or with `merged` the same values as [B, T, Hkv * G * D] (R = G * T rows, row
     r = g * T + t: query head g of its group, token t), the layout the output projection
-    reads: for T > 1 the other layout needs a transposing copy (stock/body.py's merge). A
+    reads: for T > 1 the other layout needs a transposing copy (stock/body.py's merge). q
+    may also come as [B, Hkv, G, T, D] with any strides (the last contiguous), rows g * T +
+    t read in place: the queries as the projection wrote them, [B, T, H, D] viewed (stock/
+    body.py's split_heads), with no folding copy before the kernel. A
     batched step (`rows_of` [B] int64: request b's cache row, k and v the whole cache
     [rows, Hkv, S, D]; `positions` [B, T]: each request's own positions) reads each
     request's keys from its own row, masked by its own positions: no gather of K/V."""
-    bsz, hkv, rows, dim = q.shape
+    if q.dim() == 5:   # [B, Hkv, G, T, D], any strides: rows g * T + t without a copy
+        bsz, hkv, g_, t_, dim = q.shape
+        rows, sq_g, sq_t = g_ * t_, q.stride(2), q.stride(3)
+    else:
+        bsz, hkv, rows, dim = q.shape
+        sq_g, sq_t = None, q.stride(2)
     batched = rows_of is not None
     if batched and (tree is not None or positions.dim() != 2 or positions.shape[0] != bsz
                     or rows_of.numel() != bsz):
@@ -241,6 +250,9 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if k.shape[:2] != (kb, hkv) or v.shape[:2] != (kb, hkv) or k.shape[-1] != dim:
         raise ValueError(f"q {tuple(q.shape)} and cache {tuple(k.shape)} / {tuple(v.shape)} "
                          "disagree")
+    if q.dim() == 5 and t_ != t:
+        raise ValueError(f"q {tuple(q.shape)} holds {t_} tokens, positions {t}")
+    sq_g = t * sq_t if sq_g is None else sq_g
     if not supported(dim) or rows % t or not 0 < kv_len <= k.shape[2]:
         raise ValueError(f"unsupported step: q {tuple(q.shape)}, {t} positions, kv_len "
                          f"{kv_len} of {k.shape[2]} slots")
@@ -264,7 +276,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     _partial[(bsz * hkv, row_blocks * splits + t * tree_chunks)](
         q, k, v, positions, table, rows_of if batched else positions, m, l_, acc, rows, t,
         hkv, kv_len, chunk, splits, row_blocks, max(tree_chunks, 1), 1.0 / math.sqrt(dim),
-        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        q.stride(0), q.stride(1), sq_g, sq_t, k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), D=dim, BLOCK_R=block_r, BLOCK_N=BLOCK_N,
         TREE=tree is not None, ROWS=batched)
     _combine[(bsz * hkv, row_blocks)](

@@ -43,6 +43,7 @@ from contextlib import nullcontext
 import torch
 
 from stock import body
+from stock import compiled
 from stock.compiled import dynamo_limits, head, register_region, requests_dynamic, run_region
 from stock.drafters.block_step import _eager, pack_lattice, rms
 from stock.layers import apply_rope
@@ -130,7 +131,7 @@ def draft_step(d, inp: torch.Tensor, kv_len: int, top1: bool = False) -> torch.T
     run = run_region if d.compiled else _eager   # as block_step.packed_step
     net, target = d.net, d.target
     layers = list(net.layers)
-    dyn = requests_dynamic if d.compiled else (lambda *t: None)
+    dyn = requests_dynamic if d.compiled and compiled.DYNAMIC_DRAFTER else (lambda *t: None)
     with dynamo_limits() if d.compiled else nullcontext():
         dyn((inp, (0,)))   # every rows bucket past one: one graph per region
         rows, pos, cos, sin, mask, x = run(
@@ -140,7 +141,7 @@ def draft_step(d, inp: torch.Tensor, kv_len: int, top1: bool = False) -> torch.T
         dyn(*((t, (0,)) for t in (rows, pos, cos, sin, x)))
         first = layers[0]
         qg = run("attn_in", x, first.input_layernorm, first.self_attn, cos, sin, pos, d.k[0],
-                 d.v[0], d._qkv_w[0], rows)
+                 d.v[0], d._qkv_w[0], rows, d.kernel)
         if d.kernel:   # every block position sees keys up to its block's last: one position
             seen = pos[:, -1:].expand_as(pos).contiguous()   # a row's for all T, the kernel's
         for i, layer in enumerate(layers):                   # causal mask then the block's
@@ -155,7 +156,7 @@ def draft_step(d, inp: torch.Tensor, kv_len: int, top1: bool = False) -> torch.T
                 x, qg = run("attn_out_mlp_next", x, out, layer.self_attn,
                             layer.post_attention_layernorm, layer.mlp, nxt.input_layernorm,
                             nxt.self_attn, cos, sin, pos, d.k[i + 1], d.v[i + 1],
-                            d._gate_up_w[i], d._qkv_w[i + 1], rows)
+                            d._gate_up_w[i], d._qkv_w[i + 1], rows, d.kernel)
             else:
                 x = run("attn_out_mlp", x, out, layer.self_attn, layer.post_attention_layernorm,
                         layer.mlp, d._gate_up_w[i])
@@ -170,7 +171,7 @@ def context_step(d, feat: torch.Tensor, inp: torch.Tensor) -> None:
     run = run_region if d.compiled else _eager   # as block_step.packed_step
     net, target = d.net, d.target
     with dynamo_limits() if d.compiled else nullcontext():
-        if d.compiled:   # one graph per CONTEXT_TOKENS bucket for every rows bucket past one
+        if d.compiled and compiled.DYNAMIC_DRAFTER:   # one graph per CONTEXT_TOKENS bucket for every rows bucket past one
             requests_dynamic((feat, (0,)), (inp, (0,)))
         run("batch_block_context", feat, inp, d._keys, d.spare, net.fc, net.context_norm,
             d._ctx_w, d._ctx_knorm, target.cos, target.sin, d.k, d.v)

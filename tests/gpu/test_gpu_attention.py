@@ -115,3 +115,28 @@ def test_a_row_does_not_depend_on_the_step_s_row_count(t):
         rows = torch.arange(g, device="cuda") * t + i
         one = decode_attention(q[:, :, rows].contiguous(), k, v, positions[i:i + 1], kv_len)
         assert torch.equal(one, many[:, :, rows]), i
+
+
+@pytest.mark.parametrize("t", [1, 8, 16])
+def test_split_queries_read_in_place_equal_the_folded_copy(t):
+    """bf16 on the GPU: queries given as the [B, Hkv, G, T, D] view of [B, T, H, D]
+    (stock/body.py's split_heads) give bit for bit what their folded copy gives, batched
+    and merged as the compiled step calls the kernel."""
+    from types import SimpleNamespace
+
+    from kernels.attention import decode_attention
+    from stock.body import fold, split_heads
+
+    gen = torch.Generator(device="cuda").manual_seed(t)
+    b, hkv, g, d, kv_len = 4, 8, 8, 128, 640
+    attn = SimpleNamespace(h=hkv * g, hkv=hkv, d=d)
+    natural = torch.randn(b, t, hkv * g, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    k = torch.randn(b + 1, hkv, kv_len, d, device="cuda", dtype=torch.bfloat16, generator=gen)
+    v = torch.randn_like(k)
+    pos = torch.tensor([[500], [7], [300], [100]], device="cuda") + torch.arange(t, device="cuda")
+    rows = torch.tensor([4, 0, 2, 1], device="cuda")
+    heads = natural.transpose(1, 2)
+    want = decode_attention(fold(attn, heads), k, v, pos, kv_len, rows_of=rows, merged=True)
+    got = decode_attention(split_heads(attn, heads), k, v, pos, kv_len, rows_of=rows,
+                           merged=True)
+    assert torch.equal(got, want)
