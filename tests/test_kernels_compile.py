@@ -43,7 +43,7 @@ partial = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "pos_ptr": "*i6
            "tree_ptr": "*i64", "row_ptr": "*i64", "m_ptr": "*fp32", "l_ptr": "*fp32",
            "acc_ptr": "*fp32", **ints("R", "T", "HKV", "kv_len", "chunk", "splits",
                                         "row_blocks", "tree_chunks"), "scale": "fp32",
-           **ints("sq_b", "sq_h", "sq_r", "sk_b", "sk_h", "sk_s", "sv_b", "sv_h", "sv_s")}
+           **ints("sq_b", "sq_h", "sq_g", "sq_t", "sk_b", "sk_h", "sk_s", "sv_b", "sv_h", "sv_s")}
 combine = {"m_ptr": "*fp32", "l_ptr": "*fp32", "acc_ptr": "*fp32", "o_ptr": "*bf16",
            "tree_ptr": "*i64", **ints("R", "T", "HKV", "chunk", "splits"),
            **ints(*(n for n in D._combine.arg_names if n.startswith("so_")))}   # its strides
