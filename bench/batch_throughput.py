@@ -56,7 +56,9 @@ block:admit_chunk=64+dynamic_draft=true+node_budget=96      # H200: issue 28's t
 A mode is a drafter (ar, ngram, draft, block), optionally with engine options after a colon,
 joined by + ("block:node_budget=96"): with `--entry ID` (the entry and its dependencies
 applied to a temporary copy of stock, imported from there) the entry's options name modes,
-and the "× its drafter" column is the ratio to the same drafter at stock's options.
+and the "× its drafter" column is the ratio to the same drafter at stock's options; "× AR"
+divides by the AR mode that shares the most of the mode's options (`ar_of`: with
+"ar:admit_min=4" run beside "block:admit_min=4", the block mode against it).
 
 Prints one table; writes batch_throughput.json to --out (default $OUT).
 """
@@ -264,6 +266,16 @@ def single_engine(eng, reqs, mode) -> dict:
             "outputs": outs}
 
 
+def ar_of(mode: str, modes: list[str]) -> str | None:
+    """The AR mode a mode's "× AR" divides by: of the AR modes run, the one whose options
+    this mode also sets to the same values, the most of them ("block:draft_len=7+admit_min=4"
+    against "ar:admit_min=4" where both ran, else "ar"); None where no AR mode qualifies."""
+    opts = parse_mode(mode)[1]
+    fits = [m for m in modes if parse_mode(m)[0] == "ar"
+            and all(opts.get(k) == v for k, v in parse_mode(m)[1].items())]
+    return max(fits, key=lambda m: len(parse_mode(m)[1]), default=None)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--target", default="random:dense-27b")
@@ -411,7 +423,8 @@ def main() -> None:
         spread = (f"{r['tok_s_min']:.0f}-{r['tok_s_max']:.0f}" if r.get("runs", 1) > 1 else "")
         rows.append([mode, c, f"{r['tok_s']:.1f}", spread, f"{r['decode_tok_s']:.1f}",
                      f"{r['tok_s'] / one['tok_s']:.2f}" if one else "",
-                     f"{r['tok_s'] / res[f'ar@{c}']['tok_s']:.2f}" if f"ar@{c}" in res else "",
+                     f"{r['tok_s'] / res[f'{base}@{c}']['tok_s']:.2f}"
+                     if (base := ar_of(mode, modes)) and f"{base}@{c}" in res else "",
                      f"{r['tok_s'] / res[f'{plain}@{c}']['tok_s']:.2f}"
                      if plain != mode and f"{plain}@{c}" in res else "",
                      f"{r['step_ms']:.2f}", r["decode_steps"], f"{r['tau']:.2f}",

@@ -107,3 +107,14 @@ def test_no_compare_skips_the_single_request_reference(tmp_path):
     assert "the single-request reference:" in log and all("/" in s for s in same), same
     log, same = runs[("--no-compare",)]
     assert "the single-request reference" not in log and same and set(same) == {"-"}, same
+
+
+def test_each_mode_is_compared_with_the_ar_mode_sharing_its_options():
+    modes = ["ar", "ar:admit_min=4+prefill_tokens=256", "block:draft_len=7",
+             "block:draft_len=7+admit_min=4+prefill_tokens=256", "block:admit_min=2"]
+    assert bt.ar_of("block:draft_len=7", modes) == "ar"
+    assert (bt.ar_of("block:draft_len=7+admit_min=4+prefill_tokens=256", modes)
+            == "ar:admit_min=4+prefill_tokens=256")
+    assert bt.ar_of("ar:admit_min=4+prefill_tokens=256", modes) == modes[1]
+    assert bt.ar_of("block:admit_min=2", modes) == "ar"   # no AR mode at admit_min 2
+    assert bt.ar_of("block", ["block", "ar:admit_min=4"]) is None
