@@ -350,3 +350,21 @@ def test_compile_seconds_count_the_backends_time(monkeypatch):
     finally:
         C.reset()
     assert C.compile_seconds() == 0.0
+
+
+@pytest.mark.parametrize("flags,marked", [
+    ({}, {0, 1}),                                    # stock: requests and tokens dynamic
+    ({"DYNAMIC_TOKENS": False}, {0}),                # each tokens bucket its own graph
+    ({"DYNAMIC_REQUESTS": False}, {1}),              # each requests bucket its own graph
+    ({"DYNAMIC_SIZES": False}, set()),               # every bucket pair its own graph
+])
+def test_requests_dynamic_marks_the_dims_its_switches_leave_dynamic(monkeypatch, flags, marked):
+    """stock.compiled.requests_dynamic: a pair's dims are the requests dim, then the tokens
+    dim; each switch (bench/batch_step.py --static) leaves its dim static. Dims of size 1
+    are never marked (dynamo specialises them anyway)."""
+    for name, value in flags.items():
+        monkeypatch.setattr(C, name, value)
+    x, one = torch.zeros(4, 8, 16), torch.zeros(1, 8, 16)
+    C.requests_dynamic((x, (0, 1)), (one, (0, 1)))
+    assert getattr(x, "_dynamo_weak_dynamic_indices", set()) == marked
+    assert getattr(one, "_dynamo_weak_dynamic_indices", set()) == marked - {0}
