@@ -106,10 +106,10 @@ def main() -> None:
     ap.add_argument("--static", choices=("none", "requests", "tokens", "drafter", "all"),
                     default="none",
                     help="which sizes the regions compile for each bucket instead of one "
-                         "dynamic graph (stock.compiled): none (stock), the target's requests "
-                         "dims (DYNAMIC_REQUESTS off), its tokens dims (DYNAMIC_TOKENS off), "
-                         "the batched drafter's rows (DYNAMIC_DRAFTER off), all "
-                         "(DYNAMIC_SIZES off)")
+                         "dynamic graph (stock.compiled): none (stock), the requests dims, "
+                         "the target's and the drafter's rows (DYNAMIC_REQUESTS off), the "
+                         "target's tokens dims (DYNAMIC_TOKENS off), the batched drafter's "
+                         "rows alone (DYNAMIC_DRAFTER off), all (DYNAMIC_SIZES off)")
     ap.add_argument("--smoke", action="store_true", help="CPU: random:tiny-qwen3, few steps")
     args = ap.parse_args()
     if args.smoke:

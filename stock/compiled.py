@@ -71,9 +71,10 @@ log = logging.getLogger("stock.compiled")
 BACKEND = "inductor"  # tests may count graphs with "eager" (no code generation)
 RECOMPILE_LIMIT = 256  # per region: T buckets x models x caches in one process
 DYNAMIC_SIZES = True  # requests_dynamic's marks; bench/batch_prepare.py compares with False
-DYNAMIC_REQUESTS = True  # with DYNAMIC_SIZES: the requests dims (bench/batch_step.py --static)
-DYNAMIC_TOKENS = True  # with DYNAMIC_SIZES: the tokens dims
-DYNAMIC_DRAFTER = True  # with DYNAMIC_SIZES, the batched block drafter's rows dims too
+# with DYNAMIC_SIZES, which marks (bench/batch_step.py --static turns each off):
+DYNAMIC_REQUESTS = True  # requests dims, the batched block drafter's rows too
+DYNAMIC_TOKENS = True  # tokens dims
+DYNAMIC_DRAFTER = True  # the batched block drafter's marks at all
 _TRACED_TYPES = (Linear, nn.Linear, RMSNorm, OffsetRMSNorm)
 
 _graphs = 0

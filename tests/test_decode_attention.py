@@ -271,7 +271,8 @@ def test_split_queries_read_in_place_hold_the_bits_of_the_folded_copy():
     anc = ancestors(torch.tensor([0, 0, 1, 1, 2]))
     cases = [   # (batch, positions, kwargs)
         (1, torch.arange(40, 40 + t), {}),
-        (3, torch.tensor([[50], [7], [20]]) + torch.arange(t), {"rows_of": torch.tensor([3, 0, 2])}),
+        (3, torch.tensor([[50], [7], [20]]) + torch.arange(t),
+         {"rows_of": torch.tensor([3, 0, 2])}),
         (1, 30 + torch.arange(t), {"tree": tree_table(anc, anc.sum(1) - 1, torch.tensor(30))}),
     ]
     for b, pos, kw in cases:

@@ -42,8 +42,7 @@ from contextlib import nullcontext
 
 import torch
 
-from stock import body
-from stock import compiled
+from stock import body, compiled
 from stock.compiled import dynamo_limits, head, register_region, requests_dynamic, run_region
 from stock.drafters.block_step import _eager, pack_lattice, rms
 from stock.layers import apply_rope
@@ -171,7 +170,7 @@ def context_step(d, feat: torch.Tensor, inp: torch.Tensor) -> None:
     run = run_region if d.compiled else _eager   # as block_step.packed_step
     net, target = d.net, d.target
     with dynamo_limits() if d.compiled else nullcontext():
-        if d.compiled and compiled.DYNAMIC_DRAFTER:   # one graph per CONTEXT_TOKENS bucket for every rows bucket past one
-            requests_dynamic((feat, (0,)), (inp, (0,)))
+        if d.compiled and compiled.DYNAMIC_DRAFTER:   # one graph per CONTEXT_TOKENS bucket
+            requests_dynamic((feat, (0,)), (inp, (0,)))   # for every rows bucket past one
         run("batch_block_context", feat, inp, d._keys, d.spare, net.fc, net.context_norm,
             d._ctx_w, d._ctx_knorm, target.cos, target.sin, d.k, d.v)
