@@ -43,7 +43,8 @@ def _ref(x: torch.Tensor, t: W12Tensor, view: str) -> torch.Tensor:
 CASES = [(MmaConfig(2, 4), 1), (MmaConfig(1, 4, 3), 2), (MmaConfig(2, 2, 1), 3),
          (MmaConfig(4, 2, 4), 1), (MmaConfig(1, 4, 8), 2),
          (MmaConfig(2, 4, 4, share_x=True), 1), (MmaConfig(4, 2, 5, share_x=True), 2),
-         (MmaConfig(1, 4, 8, share_x=True), 3)]
+         (MmaConfig(1, 4, 8, share_x=True), 3), (MmaConfig(2, 4, 4, staged=True), 1),
+         (MmaConfig(4, 4, 5, staged=True), 2)]
 
 
 @pytest.mark.parametrize("m", [1, 7, 16, 17, 40, 64])
@@ -123,6 +124,35 @@ def test_a_wrong_staged_x_offset_is_caught():
                   defines=("W12_MMA_XS_FAULT",)), ref)
 
 
+@pytest.mark.parametrize("view", ["w12", "w8"])
+def test_the_staged_ring_wraps_and_every_compiled_pair_computes(view):
+    """The staged kernels (weights and x through a ring of shared memory): K = 640 is 10
+    chunks, so every ring (4 or 8 stages) wraps, with one split and with three (4, 3 and 3
+    chunks: rings that never fill); N = 72 leaves whole warps' columns outside N."""
+    t = encode(gaussian(72, 640, seed=7))
+    for m in (3, 33):
+        x = _x(m, 640, seed=m)
+        ref = _ref(x, t, view)
+        for ng, stages in mma.STAGED:
+            for wk, split in ((4, 1), (5, 3)):
+                check(emulate(x, t, view, MmaConfig(ng, stages, wk, staged=True), split=split,
+                              out_f32=True), ref)
+
+
+def test_a_staged_slot_reused_too_early_is_caught():
+    """The header built with every stage's lo bytes in one place (W12_MMA_ST_FAULT): the
+    chunk S - 1 ahead overwrites the one about to be computed, so the emulator, which
+    copies and reads the ring in the kernel's order, must give wrong products."""
+    t = encode(gaussian(16, 640, seed=8))
+    x = _x(5, 640, seed=8)
+    ref = _ref(x, t, "w12")
+    y = emulate(x, t, "w12", MmaConfig(2, 4, 4, staged=True), out_f32=True,
+                defines=("W12_MMA_ST_FAULT",))
+    assert ((y - ref).abs().max() / ref.abs().max()).item() > 1e-3
+    check(emulate(x, t, "w12", MmaConfig(2, 4, 4, share_x=True), out_f32=True,
+                  defines=("W12_MMA_ST_FAULT",)), ref)
+
+
 def test_what_the_kernel_refuses():
     t = encode(gaussian(16, 96, seed=0))
     assert "multiple of 64" in mma.unsupported(_x(2, 96), t)
@@ -145,6 +175,12 @@ def test_what_the_kernel_refuses():
                                                                       blocks=4)):
         with pytest.raises(ValueError, match="blocks = "):
             emulate(_x(2, 64), t, config=bad)
+    with pytest.raises(ValueError, match="staged .* not compiled"):
+        emulate(_x(2, 64), t, config=MmaConfig(2, 2, 4, staged=True))
+    with pytest.raises(ValueError, match="wk must be 4..8"):
+        emulate(_x(2, 64), t, config=MmaConfig(2, 4, 2, staged=True))
+    with pytest.raises(ValueError, match="not capped"):
+        emulate(_x(2, 64), t, config=MmaConfig(2, 4, 4, staged=True, blocks=4))
 
 
 def test_the_capped_kernels_are_tuner_candidates_that_compute_what_the_others_do():
@@ -210,6 +246,8 @@ def test_kernel_compiles_for_hopper_without_spills(tmp_path):
     out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     info = out.stderr + out.stdout
     blocks = re.findall(r"Function properties for (\S+)\n.*?(\d+) bytes spill stores", info)
+    regs = dict(re.findall(r"Function properties for (\S+)\n[^\n]*\n[^\n]*Used (\d+) registers",
+                           info))
     # the capped shared-x kernels (template argument MINB 3 or 4) may spill: their own check
     capped = {name: int(spill) for name, spill in blocks if re.search(r"ELb[01]ELi[34]EEv", name)}
     blocks = [(name, spill) for name, spill in blocks if name not in capped]
@@ -220,11 +258,18 @@ def test_kernel_compiles_for_hopper_without_spills(tmp_path):
         assert len(small) == 16 and all(s == 0 for s in small.values()), small
         if kind == "w12_mma_xs_kernel":   # x copied by cp.async: no staging registers
             assert all(s == 0 for s in kernels.values()), kernels
+    # the staged kernels (mma.STAGED): every m-tile count and view; at M <= 32 no spill, and
+    # at most 128 registers wherever ng <= 2 (their ring is in shared memory: 41-85 by
+    # ptxas 13.0, 2026-12-07; with the register ring 114-199 at M = 64)
+    staged = {name: int(spill) for name, spill in blocks if "w12_mma_st_kernel" in name}
+    assert len(staged) == 4 * len(mma.STAGED) * 2, sorted(staged)
+    assert all(sp == 0 for n, sp in staged.items() if re.search(r"kernelILi[12]E", n)), staged
+    st_regs = {n: int(r) for n, r in regs.items()
+               if re.search(r"w12_mma_st_kernelILi[1-4]ELi[12]E", n)}
+    assert len(st_regs) == 4 * 3 * 2 and all(r <= 128 for r in st_regs.values()), st_regs
     # at M = 64 the shared-x (2, 2) kernel fits four blocks of four warps an SM (at most 128
     # registers; 144 with x staged through registers, two blocks): occupancy, not the mma,
     # held M = 64 (Nsight Compute on the H100, 2026-12-06)
-    regs = dict(re.findall(r"Function properties for (\S+)\n[^\n]*\n[^\n]*Used (\d+) registers",
-                           info))
     m64 = {n: int(r) for n, r in regs.items() if "w12_mma_xs_kernelILi4ELi2ELi2E" in n}
     assert len(m64) == 2 and all(r <= 128 for r in m64.values()), m64
     # the capped ones (mma.CAPPED): each m-tile count and view, registers within the cap

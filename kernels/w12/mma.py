@@ -51,6 +51,8 @@ SPLIT_SLACK = 0.05         # "auto" split: the smallest within this of the best 
 SHARED_LIMIT = 48 * 1024   # the block's reduction tile (no opt-in to more)
 VARIANTS = ((1, 4), (2, 2), (2, 4), (4, 2))  # (ng, depth) compiled in w12_mma.cu
 CAPPED = ((2, 4, 4), (4, 2, 3))   # (ng, depth, blocks an SM): the capped shared-x kernels
+STAGED = ((1, 8), (2, 4), (2, 8), (4, 4))   # (ng, stages): the staged kernels compiled
+STAGED_XS = 5                      # the launch's kernel choice for them (w12_mma.cu)
 
 
 class MmaUnavailable(RuntimeError):
@@ -66,12 +68,21 @@ class MmaConfig:
     share_x: bool = False   # 4-8 warps split N (each every chunk), x staged in shared memory
     blocks: int = 0         # shared x, 4 warps: registers capped for this many blocks an SM
                             # (0: the kernel's own bounds; CAPPED lists those compiled)
+    staged: bool = False    # x shared and the weights' ring in shared memory (cp.async),
+                            # `depth` chunks deep (STAGED lists those compiled)
 
     @property
     def xs(self) -> int:
-        """The launch's kernel choice (w12_mma.cu launch_t): 0, 1 (shared x), 3 or 4
-        (shared x, capped for that many blocks an SM)."""
+        """The launch's kernel choice (w12_mma.cu launch_mt / launch_t): 0, 1 (shared x),
+        3 or 4 (shared x, capped for that many blocks an SM), 5 (staged)."""
+        if self.staged:
+            return STAGED_XS
         return (self.blocks or 1) if self.share_x else 0
+
+    @property
+    def shares_x(self) -> bool:
+        """The block's warps split N and read one staged copy of x (shared-x, staged)."""
+        return self.share_x or self.staged
 
 
 C = MmaConfig
@@ -87,22 +98,34 @@ C = MmaConfig
 # At M > 32 two more: (2, 4) capped for four blocks an SM (128 registers, 4 bytes spilled
 # in W12) and (4, 2) for three (168, 228 bytes spilled in W12, none in W8): is occupancy
 # worth the spills? Not yet timed (2026-12-06).
+# 2026-12-07: the staged kernels (the weights' ring in shared memory, cp.async; 41-85
+# registers at M <= 64 for ng <= 2 by ptxas for sm_90, against 114-199 with the register
+# ring) join every m-tile count: ring depth and blocks an SM are now shared memory's.
+_STAGED = {1: (C(2, 8, 4, staged=True), C(1, 8, 8, staged=True), C(2, 4, 8, staged=True),
+               C(4, 4, 4, staged=True)),
+           2: (C(2, 8, 4, staged=True), C(1, 8, 8, staged=True), C(2, 4, 4, staged=True),
+               C(4, 4, 4, staged=True)),
+           3: (C(2, 4, 4, staged=True), C(1, 8, 4, staged=True), C(4, 4, 4, staged=True),
+               C(2, 8, 4, staged=True)),
+           4: (C(2, 4, 4, staged=True), C(1, 8, 4, staged=True), C(4, 4, 4, staged=True),
+               C(2, 8, 4, staged=True))}
 CONFIGS: dict[int, tuple[MmaConfig, ...]] = {
     1: (C(2, 4), C(1, 4), C(2, 2), C(4, 2), C(2, 4, 8), C(1, 4, 8),
-        C(2, 2, 4, share_x=True), C(1, 4, 8, share_x=True), C(2, 4, 4, share_x=True)),
+        C(2, 2, 4, share_x=True), C(1, 4, 8, share_x=True), C(2, 4, 4, share_x=True),
+        *_STAGED[1]),
     2: (C(2, 4), C(1, 4), C(2, 2), C(4, 2, 2), C(2, 4, 8),
         C(2, 2, 4, share_x=True), C(1, 4, 8, share_x=True), C(4, 2, 4, share_x=True),
-        C(2, 4, 4, share_x=True), C(2, 4, 8, share_x=True)),
+        C(2, 4, 4, share_x=True), C(2, 4, 8, share_x=True), *_STAGED[2]),
     3: (C(1, 4), C(2, 2), C(2, 4), C(4, 2, 2),
         C(2, 2, 4, share_x=True), C(4, 2, 4, share_x=True), C(2, 2, 8, share_x=True),
         C(2, 4, 4, share_x=True), C(2, 4, 8, share_x=True), C(1, 4, 8, share_x=True),
-        C(2, 4, 4, share_x=True, blocks=4), C(4, 2, 4, share_x=True, blocks=3)),
+        C(2, 4, 4, share_x=True, blocks=4), C(4, 2, 4, share_x=True, blocks=3), *_STAGED[3]),
     4: (C(1, 4), C(2, 2), C(2, 4), C(4, 2, 2),
         C(2, 2, 4, share_x=True), C(4, 2, 4, share_x=True), C(2, 2, 8, share_x=True),
         C(2, 4, 4, share_x=True), C(2, 4, 8, share_x=True), C(1, 4, 8, share_x=True),
-        C(2, 4, 4, share_x=True, blocks=4), C(4, 2, 4, share_x=True, blocks=3)),
+        C(2, 4, 4, share_x=True, blocks=4), C(4, 2, 4, share_x=True, blocks=3), *_STAGED[4]),
 }
-del C
+del C, _STAGED
 _TUNED: dict[tuple, MmaConfig] = {}
 _LIBS: dict[tuple, ctypes.CDLL] = {}
 _ZEROS: dict[int, torch.Tensor] = {}   # per device: the x row of rows past M (K zeros)
@@ -224,6 +247,11 @@ def _library(kind: str, arch: str | None = None, defines: tuple[str, ...] = ()) 
                 capped = [tuple(got[3 * i:3 * i + 3]) for i in range(lib.w12_mma_capped(got, 16))]
                 if tuple(capped) != CAPPED:
                     raise MmaUnavailable(f"the library caps {capped}, mma.py lists {CAPPED}")
+                lib.w12_mma_staged.argtypes = [ctypes.POINTER(_I), _I]
+                lib.w12_mma_staged.restype = _I
+                staged = [tuple(got[2 * i:2 * i + 2]) for i in range(lib.w12_mma_staged(got, 16))]
+                if tuple(staged) != STAGED:
+                    raise MmaUnavailable(f"the library stages {staged}, mma.py lists {STAGED}")
             else:
                 lib.w12_mma_emulate.argtypes = ([_P] * 6 + [_I, _P, _P] + [_I] * 10
                                                 + [_I64] * 3)
@@ -288,7 +316,7 @@ def plan_split(cfg: MmaConfig, m: int, n: int, k: int, sms: int,
     chunks = k // CHUNK_K
     if cfg.split != "auto":
         return max(1, min(int(cfg.split), chunks))
-    blocks = -(-n // (GROUP_N * cfg.ng * (cfg.wk if cfg.share_x else 1)))
+    blocks = -(-n // (GROUP_N * cfg.ng * (cfg.wk if cfg.shares_x else 1)))
     resident = sms * (per_sm or max(1, WARPS_PER_SM // cfg.wk))
     weights = 1.5 * n * k
 
@@ -296,7 +324,7 @@ def plan_split(cfg: MmaConfig, m: int, n: int, k: int, sms: int,
         grid = blocks * s
         fill = grid / (resident * -(-grid // resident))
         return weights / fill + (8.0 * s * m * n if s > 1 else 0.0)
-    splits = range(1, max(1, min(chunks // (2 * (1 if cfg.share_x else cfg.wk)), 16)) + 1)
+    splits = range(1, max(1, min(chunks // (2 * (1 if cfg.shares_x else cfg.wk)), 16)) + 1)
     best = min(cost(s) for s in splits)
     return min(s for s in splits if cost(s) <= best * (1 + SPLIT_SLACK))
 
@@ -318,16 +346,22 @@ def occupancy(cfg: MmaConfig, m: int, view: str, device: torch.device) -> int:
 
 
 def _check_config(cfg: MmaConfig, m: int) -> None:
-    if (cfg.ng, cfg.depth) not in VARIANTS:
+    if cfg.staged:
+        if (cfg.ng, cfg.depth) not in STAGED:
+            raise ValueError(f"staged (ng, stages) = {(cfg.ng, cfg.depth)} is not compiled; "
+                             f"one of {STAGED}")
+        if cfg.blocks:
+            raise ValueError(f"blocks = {cfg.blocks}: the staged kernels are not capped")
+    elif (cfg.ng, cfg.depth) not in VARIANTS:
         raise ValueError(f"(ng, depth) = {(cfg.ng, cfg.depth)} is not compiled; one of {VARIANTS}")
-    if not (4 if cfg.share_x else 1) <= cfg.wk <= 8:
-        raise ValueError(f"wk must be {4 if cfg.share_x else 1}..8, not {cfg.wk}")
+    if not (4 if cfg.shares_x else 1) <= cfg.wk <= 8:
+        raise ValueError(f"wk must be {4 if cfg.shares_x else 1}..8, not {cfg.wk}")
     if cfg.blocks and (not cfg.share_x or cfg.wk != 4
                        or (cfg.ng, cfg.depth, cfg.blocks) not in CAPPED):
         raise ValueError(f"blocks = {cfg.blocks} needs x shared, wk 4 and (ng, depth, blocks) "
                          f"one of {CAPPED}, not {(cfg.ng, cfg.depth, cfg.blocks)} "
                          f"(share_x {cfg.share_x}, wk {cfg.wk})")
-    if not cfg.share_x and 4 * cfg.wk * min(m, TILE_M * tiles(m)) * GROUP_N * cfg.ng > SHARED_LIMIT:
+    if not cfg.shares_x and 4 * cfg.wk * min(m, TILE_M * tiles(m)) * GROUP_N * cfg.ng > SHARED_LIMIT:
         raise ValueError(f"{cfg} needs more than {SHARED_LIMIT} bytes of shared memory at M={m}")
 
 
@@ -452,7 +486,7 @@ def emulate(x: torch.Tensor, t: W12Tensor, view: str = "w12",
         x.data_ptr(), hi.data_ptr(), lo.data_ptr(), base.data_ptr(), row_ptr.data_ptr(),
         exc_idx.data_ptr(), int(exc_idx.dtype == torch.int64), exc_val.data_ptr(),
         y.data_ptr(), int(out_f32), m, n, k, int(view == "w8"), config.ng, config.depth,
-        config.wk, int(config.share_x), split, x.numel(), hi.numel(), lo.numel())
+        config.wk, config.xs, split, x.numel(), hi.numel(), lo.numel())
     if rc == -2:
         raise RuntimeError("w12_mma emulator: a lane read outside its buffer")
     if rc != 0:

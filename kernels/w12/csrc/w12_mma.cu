@@ -331,6 +331,119 @@ __global__ void __launch_bounds__(xs_threads<MINB>(),
       }
 }
 
+// The staged kernel: the shared-x kernel's partition (warps split N, every warp every chunk
+// of its split) with the weights' register ring moved into shared memory. Each lane copies
+// its own planes of the chunk S - 1 ahead (cp.async: 16 hi bytes L2-only, 8 lo bytes) into
+// its slots of an S-chunk ring, the block's threads copy that chunk's x rows beside them,
+// and one group a chunk is committed; a chunk is computed once its group has landed
+// (wait_group S - 2) and the barrier has made every thread's x copies visible. The bytes in
+// flight no longer cost registers: S - 1 chunks a warp ahead where the register ring held
+// DEPTH - 1 (1 or 3) and capped the blocks an SM. Shared memory: S x (the x buffer + 24
+// bytes a lane and n-group), over 48 KB for deep rings (opted in at launch).
+template <int MT, int NG, int S, bool W8>
+__global__ void __launch_bounds__(256) w12_mma_st_kernel(Args a) {
+  extern __shared__ uint4 st_raw[];
+  uint8_t* const sm = reinterpret_cast<uint8_t*>(st_raw);
+  constexpr int ROWS = MT * TILE_M, UNITS = ROWS * (CHUNK_K / 8);
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, threads = blockDim.x;
+  const int tid = threadIdx.x;
+  const Lane l = lane_of(lane);
+  const int64_t K = a.K;
+  const int nwarp = blockIdx.x * ((threads >> 5) * NG * GROUP_N) + w * (NG * GROUP_N);
+  int c0, c1;
+  split_chunks(blockIdx.y, a.nsplit, a.K / CHUNK_K, &c0, &c1);
+  const int iters = c1 - c0;  // the same for every warp of the block: barriers are safe
+
+  uint32_t b2[NG];
+  const uint8_t* hp[NG];
+  const uint8_t* lp[NG];
+  rows_at<NG>(a, nwarp, K, c0, l, b2, hp, lp);
+  const unsigned ring = static_cast<unsigned>(__cvta_generic_to_shared(sm));
+
+  // chunk c0 + it into its slot: x rows (the block's threads), this lane's planes (then
+  // its plane pointers move on one chunk: fetches run in chunk order)
+  auto fetch = [&](int it) {
+    const int stage = st_stage(it, S);
+    const int64_t chunk = c0 + it;
+    for (int u = tid; u < UNITS; u += threads) {
+      const uint16_t* src = x_row(a.x, a.zero, xs_unit_row(u), a.M, K) + chunk * CHUNK_K +
+                            xs_unit_col(u);
+      const unsigned dst = ring + stage * st_x_bytes(ROWS) +
+                           2 * (xs_unit_row(u) * XS_ROW + xs_unit_col(u));
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+    }
+#pragma unroll
+    for (int j = 0; j < NG; ++j) {
+      const unsigned dh = ring + st_hi_offset(stage, S, ROWS, NG, threads, j, tid);
+      const unsigned dl = ring + st_lo_offset(stage, S, ROWS, NG, threads, j, tid);
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dh), "l"(hp[j]) : "memory");
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dl), "l"(lp[j]) : "memory");
+      hp[j] += CHUNK_K;
+      lp[j] += CHUNK_K / 2;
+    }
+  };
+  auto commit = [] { asm volatile("cp.async.commit_group;" ::: "memory"); };
+
+  float acc[MT][NG][4];
+  zero_acc<MT, NG>(acc);
+
+  auto compute = [&](int it) {
+    const int stage = st_stage(it, S);
+    Raw raw[NG];
+#pragma unroll
+    for (int j = 0; j < NG; ++j) {
+      const uint4 h = *reinterpret_cast<const uint4*>(
+          sm + st_hi_offset(stage, S, ROWS, NG, threads, j, tid));
+      const uint2 lo = *reinterpret_cast<const uint2*>(
+          sm + st_lo_offset(stage, S, ROWS, NG, threads, j, tid));
+      raw[j].h[0] = h.x; raw[j].h[1] = h.y; raw[j].h[2] = h.z; raw[j].h[3] = h.w;
+      raw[j].l[0] = lo.x; raw[j].l[1] = lo.y;
+    }
+    const uint16_t* xs = reinterpret_cast<const uint16_t*>(sm + stage * st_x_bytes(ROWS));
+    uint32_t xw[MT][2][8];
+#pragma unroll
+    for (int t = 0; t < MT; ++t)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint4* p = reinterpret_cast<const uint4*>(xs + xs_offset(TILE_M * t + l.g + 8 * h, l));
+        unpack_x(xw[t][h], p[0], p[1]);
+      }
+    mma_chunk<MT, NG, W8>(acc, raw, b2, xw);
+  };
+
+#pragma unroll 1
+  for (int d = 0; d < S - 1; ++d) {
+    if (d < iters) fetch(d);
+    commit();  // empty groups too: group i is always chunk i's
+  }
+#pragma unroll 1
+  for (int it = 0; it < iters; ++it) {
+    asm volatile("cp.async.wait_group %0;" ::"n"(S - 2) : "memory");  // chunk it landed
+    __syncthreads();  // everyone's x of chunk it visible; nobody still reads slot it - 1
+    if (it + S - 1 < iters) fetch(it + S - 1);
+    commit();
+    compute(it);
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+
+#pragma unroll
+  for (int t = 0; t < MT; ++t)
+#pragma unroll
+    for (int j = 0; j < NG; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int m = out_row(l, t, r);
+        const int64_t n = nwarp + out_col(l, j, r);
+        if (m >= a.M || n >= a.N) continue;
+        if (a.nsplit == 1)
+          a.y[(int64_t)m * a.N + n] = f32_to_bf16(
+              acc[t][j][r] + exception_sum(m, n, K, a.x, a.row_ptr, a.exc_idx, a.idx64,
+                                           a.exc_val, a.base));
+        else
+          a.part[((int64_t)blockIdx.y * a.M + m) * a.N + n] = acc[t][j][r];
+      }
+}
+
 // The splits' sum: grid (ceil(N / 4 / 256), M), each thread REDUCE_VEC consecutive outputs
 // of row m (blockIdx.y: no 64-bit division), the partials read as float4 where N allows
 // (the buffer from PyTorch is 256-byte aligned, a row starts on 16 bytes when N % 4 == 0).
@@ -381,12 +494,35 @@ static cudaError_t launch_xs(const Args& a, int wk, cudaStream_t stream, int* oc
   return cudaGetLastError();
 }
 
+// The staged kernel, S = DEPTH stages: launch, or (occ) report blocks an SM. Shared memory
+// past 48 KB is opted in once per instantiation (and before the occupancy query).
+template <int MT, int NG, int S, bool W8>
+static cudaError_t launch_st(const Args& a, int wk, cudaStream_t stream, int* occ) {
+  const int threads = wk * 32;
+  const size_t smem = (size_t)S * (st_x_bytes(MT * TILE_M) + st_w_bytes(NG, threads));
+  static int opted = 0;  // the largest size opted in so far
+  if ((int)smem > opted) {
+    const cudaError_t e = cudaFuncSetAttribute(w12_mma_st_kernel<MT, NG, S, W8>,
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)smem);
+    if (e != cudaSuccess) return e;
+    opted = (int)smem;
+  }
+  if (occ) return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+      occ, w12_mma_st_kernel<MT, NG, S, W8>, threads, smem);
+  const int cols = wk * NG * GROUP_N;
+  dim3 grid((a.N + cols - 1) / cols, a.nsplit);
+  w12_mma_st_kernel<MT, NG, S, W8><<<grid, threads, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
 // Launch, or (occ != nullptr) only report how many blocks of this shape an SM holds. xs: 0
 // the kernel above, 1 the shared-x kernel, 3 or 4 the shared-x kernel capped for that many
 // blocks an SM (compiled for (ng, depth) (4, 2) and (2, 4) only: w12_mma_capped).
 template <int MT, int NG, int DEPTH, bool W8>
 static cudaError_t launch_t(const Args& a, int wk, int xs, cudaStream_t stream, int* occ) {
   if (xs == 1) return launch_xs<MT, NG, DEPTH, W8, 0>(a, wk, stream, occ);
+
   if constexpr (NG == 2 && DEPTH == 4) {
     if (xs == 4) return launch_xs<MT, NG, DEPTH, W8, 4>(a, wk, stream, occ);
   }
@@ -411,9 +547,26 @@ static cudaError_t launch_view(const Args& a, int w8, int wk, int xs, cudaStream
             : launch_t<MT, NG, DEPTH, false>(a, wk, xs, s, occ);
 }
 
+// xs == STAGED: the staged kernel, depth its stages; compiled for the (ng, stages) pairs
+// of w12_mma_staged.
+constexpr int STAGED = 5;
+
+template <int MT, int NG, int S>
+static cudaError_t launch_st_view(const Args& a, int w8, int wk, cudaStream_t s, int* occ) {
+  return w8 ? launch_st<MT, NG, S, true>(a, wk, s, occ)
+            : launch_st<MT, NG, S, false>(a, wk, s, occ);
+}
+
 template <int MT>
 static cudaError_t launch_mt(const Args& a, int w8, int ng, int depth, int wk, int xs,
                              cudaStream_t s, int* occ) {
+  if (xs == STAGED) {
+    if (ng == 1 && depth == 8) return launch_st_view<MT, 1, 8>(a, w8, wk, s, occ);
+    if (ng == 2 && depth == 4) return launch_st_view<MT, 2, 4>(a, w8, wk, s, occ);
+    if (ng == 2 && depth == 8) return launch_st_view<MT, 2, 8>(a, w8, wk, s, occ);
+    if (ng == 4 && depth == 4) return launch_st_view<MT, 4, 4>(a, w8, wk, s, occ);
+    return cudaErrorInvalidValue;
+  }
   if (ng == 1 && depth == 4) return launch_view<MT, 1, 4>(a, w8, wk, xs, s, occ);
   if (ng == 2 && depth == 2) return launch_view<MT, 2, 2>(a, w8, wk, xs, s, occ);
   if (ng == 2 && depth == 4) return launch_view<MT, 2, 4>(a, w8, wk, xs, s, occ);
@@ -433,12 +586,21 @@ static cudaError_t dispatch(const Args& a, int w8, int ng, int depth, int wk, in
 
 static bool valid(int M, int N, int K, int wk, int xs, int nsplit) {
   return M >= 1 && M <= 4 * TILE_M && K % CHUNK_K == 0 && N % GROUP_N == 0 &&
-         wk >= (xs ? 4 : 1) && wk <= 8 && nsplit >= 1 && (xs <= 1 || wk == 4);
+         wk >= (xs ? 4 : 1) && wk <= 8 && nsplit >= 1 &&
+         (xs <= 1 || xs == STAGED || wk == 4);
 }
 
 // The (ng, depth) pairs compiled; kernels/w12/mma.py's configurations use only these.
 extern "C" int w12_mma_variants(int* out, int cap) {
   static const int v[] = {1, 4, 2, 2, 2, 4, 4, 2};
+  const int n = sizeof(v) / sizeof(v[0]);
+  for (int i = 0; i < n && i < cap; ++i) out[i] = v[i];
+  return n / 2;
+}
+
+// The staged kernels compiled: (ng, stages) pairs.
+extern "C" int w12_mma_staged(int* out, int cap) {
+  static const int v[] = {1, 8, 2, 4, 2, 8, 4, 4};
   const int n = sizeof(v) / sizeof(v[0]);
   for (int i = 0; i < n && i < cap; ++i) out[i] = v[i];
   return n / 2;

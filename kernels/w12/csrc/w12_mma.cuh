@@ -69,6 +69,28 @@ W12_HD int xs_offset(int r, Lane l) {
 #endif
 }
 
+// The staged kernel (w12_mma_st_kernel): a ring of S chunks in shared memory, x's S
+// buffers [S][rows][XS_ROW] first, then per stage every lane's own planes: its 16 hi bytes
+// of n-group j at unit j * threads + thread (16 bytes each), then its 8 lo bytes at unit j *
+// threads + thread of the stage's lo part (8 bytes each). A lane reads back only what it
+// copied itself (no barrier for the weights); a warp's reads of one n-group are 512 (256)
+// contiguous bytes: no bank conflicts. Offsets in bytes from the ring's start.
+W12_HD int st_x_bytes(int rows) { return rows * XS_ROW * 2; }
+W12_HD int st_w_bytes(int ng, int threads) { return ng * threads * 24; }
+W12_HD int st_hi_offset(int stage, int stages, int rows, int ng, int threads, int j, int t) {
+  return stages * st_x_bytes(rows) + stage * st_w_bytes(ng, threads) + 16 * (j * threads + t);
+}
+W12_HD int st_lo_offset(int stage, int stages, int rows, int ng, int threads, int j, int t) {
+#ifdef W12_MMA_ST_FAULT  // tests only: every stage's lo bytes in the same place
+  stage = 0;
+#endif
+  return stages * st_x_bytes(rows) + stage * st_w_bytes(ng, threads) + 16 * ng * threads +
+         8 * (j * threads + t);
+}
+// The ring slot of the chunk `it` chunks into the split: loaded S - 1 chunks ahead, into
+// the slot the chunk S chunks before it used.
+W12_HD int st_stage(int it, int stages) { return it % stages; }
+
 // The raw planes of one lane, one n-group, one chunk: hi bytes 16q .. 16q + 15 as 4 words
 // (word s: weights 4s .. 4s + 3), lo bytes 8q .. 8q + 7 as 2 words (byte p: the nibbles of
 // weights 2p and 2p + 1).

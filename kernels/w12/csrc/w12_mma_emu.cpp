@@ -75,7 +75,10 @@ extern "C" int w12_mma_emulate(const void* x_, const void* hi_, const void* lo_,
                                int M, int N, int K, int w8, int ng, int depth, int wk,
                                int xs, int nsplit, int64_t x_elems, int64_t hi_bytes,
                                int64_t lo_bytes) {
-  (void)depth;  // the ring changes when a load is issued, not what is loaded
+  // depth: the register ring changes when a load is issued, not what is loaded; the
+  // staged kernel's (xs == 5) ring is shared memory, emulated below slot by slot
+  const bool st = xs == 5;
+  if (st && depth < 2) return -1;
   if (M < 1 || M > MAX_MT * TILE_M || K % CHUNK_K || N % GROUP_N || wk < (xs ? 4 : 1) ||
       wk > 8 || nsplit < 1 || ng < 1 || ng > MAX_NG)
     return -1;
@@ -96,6 +99,10 @@ extern "C" int w12_mma_emulate(const void* x_, const void* hi_, const void* lo_,
   std::vector<float> red((size_t)wk * rows * cols);
   const std::vector<uint16_t> zero((size_t)K, 0);
   std::vector<uint16_t> staged((size_t)mt * TILE_M * XS_ROW, 0xFFFFu);
+  // the staged kernel's shared memory: depth stages of x rows, then of every lane's planes
+  const int threads = wk * 32, ring_rows = mt * TILE_M;
+  std::vector<uint8_t> ring(st ? (size_t)depth * (st_x_bytes(ring_rows) + st_w_bytes(ng, threads))
+                               : 0, 0xFFu);
 
   for (int split = 0; split < nsplit; ++split)
     for (int tile = 0; tile < tiles; ++tile) {
@@ -108,9 +115,44 @@ extern "C" int w12_mma_emulate(const void* x_, const void* hi_, const void* lo_,
         memset(acc, 0, sizeof(acc));
         const int64_t nwarp = nblock + (xs ? (int64_t)w * ng * GROUP_N : 0);
         const int iters = xs ? c1 - c0 : warp_iters(c0, c1, w, wk);
+        // staged: chunk c0 + i into its slot as the kernel's threads copy it (x by units,
+        // every warp's lanes their own planes of their own rows); false: a read outside
+        auto fetch = [&](int i) -> bool {
+          const int stage = st_stage(i, depth);
+          const int64_t chunk = c0 + i;
+          for (int u = 0; u < ring_rows * (CHUNK_K / 8); ++u) {
+            const uint16_t* row = x_row(x, zero.data(), xs_unit_row(u), M, K);
+            const int64_t o = chunk * CHUNK_K + xs_unit_col(u);
+            if (row == zero.data() ? !bounds.in(o, 8, K) : !bounds.in((row - x) + o, 8, bounds.x))
+              return false;
+            const int d = stage * st_x_bytes(ring_rows) + 2 * (xs_unit_row(u) * XS_ROW + xs_unit_col(u));
+            if (!bounds.in(d, 16, (int64_t)ring.size())) return false;
+            memcpy(&ring[d], row + o, 16);
+          }
+          for (int t = 0; t < threads; ++t) {
+            const Lane l = lane_of(t % 32);
+            const int64_t nw = nblock + (int64_t)(t / 32) * ng * GROUP_N;
+            for (int j = 0; j < ng; ++j) {
+              const int64_t n = nw + GROUP_N * j < N ? nw + GROUP_N * j + l.g : 0;
+              const int64_t ho = hi_offset(n, K, chunk, l), lo_off = lo_offset(n, K, chunk, l);
+              const int dh = st_hi_offset(stage, depth, ring_rows, ng, threads, j, t);
+              const int dl = st_lo_offset(stage, depth, ring_rows, ng, threads, j, t);
+              if (!bounds.in(ho, 16, bounds.hi) || !bounds.in(lo_off, 8, bounds.lo) ||
+                  !bounds.in(dh, 16, (int64_t)ring.size()) || !bounds.in(dl, 8, (int64_t)ring.size()))
+                return false;
+              memcpy(&ring[dh], hi + ho, 16);
+              memcpy(&ring[dl], lo + lo_off, 8);
+            }
+          }
+          return true;
+        };
+        if (st)
+          for (int d = 0; d < depth - 1 && d < iters; ++d)
+            if (!fetch(d)) return -2;
         for (int it = 0; it < iters; ++it) {
           const int64_t chunk = xs ? c0 + it : c0 + w + (int64_t)it * wk;
-          if (xs)   // the block's staging of this chunk, unit by unit as the kernel's threads
+          if (st && it + depth - 1 < iters && !fetch(it + depth - 1)) return -2;
+          if (xs && !st)   // the block's staging of this chunk, unit by unit as the kernel's threads
             for (int u = 0; u < mt * TILE_M * (CHUNK_K / 8); ++u) {
               const uint16_t* row = x_row(x, zero.data(), xs_unit_row(u), M, K);
               const int64_t o = chunk * CHUNK_K + xs_unit_col(u);
@@ -127,6 +169,12 @@ extern "C" int w12_mma_emulate(const void* x_, const void* hi_, const void* lo_,
               b2[lane][j] = base2(base[n]);
               const int64_t ho = hi_offset(n, K, chunk, l), lo_off = lo_offset(n, K, chunk, l);
               if (!bounds.in(ho, 16, bounds.hi) || !bounds.in(lo_off, 8, bounds.lo)) return -2;
+              if (st) {   // back from the lane's own slots of this chunk's stage
+                const int t = w * 32 + lane, stage = st_stage(it, depth);
+                memcpy(raw[lane][j].h, &ring[st_hi_offset(stage, depth, ring_rows, ng, threads, j, t)], 16);
+                memcpy(raw[lane][j].l, &ring[st_lo_offset(stage, depth, ring_rows, ng, threads, j, t)], 8);
+                continue;
+              }
               memcpy(raw[lane][j].h, hi + ho, 16);
               memcpy(raw[lane][j].l, lo + lo_off, 8);
             }
@@ -142,6 +190,13 @@ extern "C" int w12_mma_emulate(const void* x_, const void* hi_, const void* lo_,
                 const Lane l = lane_of(lane);
                 uint32_t xw[2][8];
                 for (int h = 0; h < 2; ++h) {
+                  if (st) {   // from the chunk's stage of the ring
+                    const int o = st_stage(it, depth) * st_x_bytes(ring_rows) +
+                                  2 * xs_offset(TILE_M * t + l.g + 8 * h, l);
+                    if (!bounds.in(o, 32, (int64_t)ring.size())) return -2;
+                    memcpy(xw[h], &ring[o], 32);
+                    continue;
+                  }
                   if (xs) {   // from the staged copy (its padding is never read: 0xFFFF there)
                     const int o = xs_offset(TILE_M * t + l.g + 8 * h, l);
                     if (!bounds.in(o, 16, (int64_t)staged.size())) return -2;
