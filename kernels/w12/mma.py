@@ -12,7 +12,11 @@ register ring; the warps of a block split K and add up in shared memory in a fix
 (or, `share_x`, split N and read x from one copy of each chunk staged in shared memory:
 at M = 32-64 the first layout's per-warp x reads cost more than the weights, 0.44-0.84x
 cuBLAS on the H200); K splits across blocks store fp32 partials that a second kernel sums
-in a fixed order and finishes with the exceptions (deterministic: no atomics).
+in a fixed order and finishes with the exceptions (deterministic: no atomics). The staged
+kernels (`staged`) keep the shared-x partition but move the ring into shared memory: each
+lane copies its own planes of the chunk `depth` - 1 ahead with cp.async and reads them back
+itself, so the bytes in flight cost no registers (41-85 a thread at ng <= 2 by ptxas for
+sm_90, against 114-199 with the register ring at M = 64).
 
 Built at first use on CUDA with nvcc for the GPU's own architecture (sm_80 or newer) into
 a shared library loaded with ctypes (no PyTorch headers: seconds, not minutes), cached

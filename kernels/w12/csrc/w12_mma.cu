@@ -13,7 +13,8 @@
 // the block adds the exceptions of its rows and stores bf16 y; more: it stores its fp32
 // partial and w12_mma_reduce sums the splits in a fixed order (deterministic: no atomics).
 // w12_mma_xs_kernel (xs = 1) is the same GEMM with the warps splitting N and x staged in
-// shared memory once a block and chunk (see there).
+// shared memory once a block and chunk (see there); w12_mma_st_kernel (xs = 5, "staged")
+// the same again with the weights' ring in shared memory too.
 
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -629,7 +630,7 @@ extern "C" int w12_mma_occupancy(int M, int w8, int ng, int depth, int wk, int x
 // 0 on success, else a cudaError_t (cudaErrorInvalidValue: a configuration not compiled;
 // cudaErrorInvalidConfiguration: shared memory over 48 KB). xs: the kernel of shared x
 // (w12_mma_xs_kernel, wk >= 4; 3 or 4: capped for that many blocks an SM, wk == 4, see
-// launch_t).
+// launch_t); 5: the staged kernel (w12_mma_st_kernel, wk >= 4, depth its stages).
 extern "C" int w12_mma_launch(const void* x, const void* zero, const void* hi, const void* lo,
                               const void* base, const void* row_ptr, const void* exc_idx,
                               int idx64, const void* exc_val, void* y, void* part, int M, int N,
