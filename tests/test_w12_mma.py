@@ -142,7 +142,8 @@ def test_the_staged_ring_wraps_and_every_compiled_pair_computes(view):
 def test_a_staged_slot_reused_too_early_is_caught():
     """The header built with every stage's lo bytes in one place (W12_MMA_ST_FAULT): the
     chunk S - 1 ahead overwrites the one about to be computed, so the emulator, which
-    copies and reads the ring in the kernel's order, must give wrong products."""
+    copies and reads the ring in the kernel's order, must give wrong products; and with
+    one x row too few copied (the rows past M are zeroed, not copied), that row's."""
     t = encode(gaussian(16, 640, seed=8))
     x = _x(5, 640, seed=8)
     ref = _ref(x, t, "w12")
@@ -151,6 +152,11 @@ def test_a_staged_slot_reused_too_early_is_caught():
     assert ((y - ref).abs().max() / ref.abs().max()).item() > 1e-3
     check(emulate(x, t, "w12", MmaConfig(2, 4, 4, share_x=True), out_f32=True,
                   defines=("W12_MMA_ST_FAULT",)), ref)
+    # one x row short (W12_MMA_ST_FAULT_ROWS): the last row below M is never copied
+    y = emulate(x, t, "w12", MmaConfig(2, 4, 4, staged=True), out_f32=True,
+                defines=("W12_MMA_ST_FAULT_ROWS",))
+    assert not torch.isfinite(y[4]).all() or not torch.allclose(y[4], ref[4], rtol=1e-2)
+    check(y[:4], ref[:4])
 
 
 def test_what_the_kernel_refuses():

@@ -347,7 +347,7 @@ __global__ void __launch_bounds__(256) w12_mma_st_kernel(Args a) {
   uint8_t* const sm = reinterpret_cast<uint8_t*>(st_raw);
   constexpr int ROWS = MT * TILE_M, UNITS = ROWS * (CHUNK_K / 8);
   const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, threads = blockDim.x;
-  const int tid = threadIdx.x;
+  const int tid = threadIdx.x, xunits = st_x_units(a.M, ROWS);
   const Lane l = lane_of(lane);
   const int64_t K = a.K;
   const int nwarp = blockIdx.x * ((threads >> 5) * NG * GROUP_N) + w * (NG * GROUP_N);
@@ -366,9 +366,8 @@ __global__ void __launch_bounds__(256) w12_mma_st_kernel(Args a) {
   auto fetch = [&](int it) {
     const int stage = st_stage(it, S);
     const int64_t chunk = c0 + it;
-    for (int u = tid; u < UNITS; u += threads) {
-      const uint16_t* src = x_row(a.x, a.zero, xs_unit_row(u), a.M, K) + chunk * CHUNK_K +
-                            xs_unit_col(u);
+    for (int u = tid; u < xunits; u += threads) {
+      const uint16_t* src = a.x + xs_unit_row(u) * K + chunk * CHUNK_K + xs_unit_col(u);
       const unsigned dst = ring + stage * st_x_bytes(ROWS) +
                            2 * (xs_unit_row(u) * XS_ROW + xs_unit_col(u));
       asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
@@ -412,6 +411,14 @@ __global__ void __launch_bounds__(256) w12_mma_st_kernel(Args a) {
     mma_chunk<MT, NG, W8>(acc, raw, b2, xw);
   };
 
+  // the rows past M, zero in every stage (no copy ever writes them; the loop's first
+  // barrier orders these stores before any read)
+  for (int i = xunits + tid; i < S * UNITS; i += threads) {
+    const int stage = i / UNITS, u = i % UNITS;
+    if (u < xunits) continue;
+    *reinterpret_cast<uint4*>(sm + stage * st_x_bytes(ROWS) +
+                              2 * (xs_unit_row(u) * XS_ROW + xs_unit_col(u))) = make_uint4(0, 0, 0, 0);
+  }
 #pragma unroll 1
   for (int d = 0; d < S - 1; ++d) {
     if (d < iters) fetch(d);

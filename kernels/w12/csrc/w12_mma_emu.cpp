@@ -120,11 +120,10 @@ extern "C" int w12_mma_emulate(const void* x_, const void* hi_, const void* lo_,
         auto fetch = [&](int i) -> bool {
           const int stage = st_stage(i, depth);
           const int64_t chunk = c0 + i;
-          for (int u = 0; u < ring_rows * (CHUNK_K / 8); ++u) {
-            const uint16_t* row = x_row(x, zero.data(), xs_unit_row(u), M, K);
+          for (int u = 0; u < st_x_units(M, ring_rows); ++u) {
+            const uint16_t* row = x + (int64_t)xs_unit_row(u) * K;
             const int64_t o = chunk * CHUNK_K + xs_unit_col(u);
-            if (row == zero.data() ? !bounds.in(o, 8, K) : !bounds.in((row - x) + o, 8, bounds.x))
-              return false;
+            if (!bounds.in((row - x) + o, 8, bounds.x)) return false;
             const int d = stage * st_x_bytes(ring_rows) + 2 * (xs_unit_row(u) * XS_ROW + xs_unit_col(u));
             if (!bounds.in(d, 16, (int64_t)ring.size())) return false;
             memcpy(&ring[d], row + o, 16);
@@ -146,9 +145,17 @@ extern "C" int w12_mma_emulate(const void* x_, const void* hi_, const void* lo_,
           }
           return true;
         };
-        if (st)
+        if (st) {   // the rows past M zeroed in every stage, as the kernel's threads do
+          const int units = ring_rows * (CHUNK_K / 8);
+          for (int i = 0; i < depth * units; ++i) {
+            const int u = i % units;
+            if (u < st_x_units(M, ring_rows)) continue;
+            memset(&ring[(i / units) * st_x_bytes(ring_rows) +
+                         2 * (xs_unit_row(u) * XS_ROW + xs_unit_col(u))], 0, 16);
+          }
           for (int d = 0; d < depth - 1 && d < iters; ++d)
             if (!fetch(d)) return -2;
+        }
         for (int it = 0; it < iters; ++it) {
           const int64_t chunk = xs ? c0 + it : c0 + w + (int64_t)it * wk;
           if (st && it + depth - 1 < iters && !fetch(it + depth - 1)) return -2;
