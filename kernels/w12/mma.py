@@ -109,10 +109,13 @@ _STAGED = {1: (C(2, 8, 4, staged=True), C(1, 8, 8, staged=True), C(2, 4, 8, stag
                C(4, 4, 4, staged=True)),
            2: (C(2, 8, 4, staged=True), C(1, 8, 8, staged=True), C(2, 4, 4, staged=True),
                C(4, 4, 4, staged=True)),
-           3: (C(2, 4, 4, staged=True), C(1, 8, 4, staged=True), C(4, 4, 4, staged=True),
-               C(2, 8, 4, staged=True)),
-           4: (C(2, 4, 4, staged=True), C(1, 8, 4, staged=True), C(4, 4, 4, staged=True),
-               C(2, 8, 4, staged=True))}
+           # M > 32: a block copies every x row of a chunk for its columns alone, so at 64
+           # columns x's bytes through L2 pass the weights' (8 KB against 6 KB a chunk):
+           # wider blocks (8 warps, 4 n-groups) copy x for 128-256 columns
+           3: (C(2, 4, 4, staged=True), C(2, 4, 8, staged=True), C(4, 4, 4, staged=True),
+               C(4, 4, 8, staged=True), C(2, 8, 4, staged=True)),
+           4: (C(2, 4, 4, staged=True), C(2, 4, 8, staged=True), C(4, 4, 4, staged=True),
+               C(4, 4, 8, staged=True), C(2, 8, 4, staged=True))}
 CONFIGS: dict[int, tuple[MmaConfig, ...]] = {
     1: (C(2, 4), C(1, 4), C(2, 2), C(4, 2), C(2, 4, 8), C(1, 4, 8),
         C(2, 2, 4, share_x=True), C(1, 4, 8, share_x=True), C(2, 4, 4, share_x=True),
