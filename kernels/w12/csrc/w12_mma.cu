@@ -503,18 +503,23 @@ static cudaError_t launch_xs(const Args& a, int wk, cudaStream_t stream, int* oc
 }
 
 // The staged kernel, S = DEPTH stages: launch, or (occ) report blocks an SM. Shared memory
-// past 48 KB is opted in once per instantiation (and before the occupancy query).
+// past 48 KB is opted in once per instantiation and device (and before the occupancy query).
+constexpr int MAX_DEVICES = 64;
+
 template <int MT, int NG, int S, bool W8>
 static cudaError_t launch_st(const Args& a, int wk, cudaStream_t stream, int* occ) {
   const int threads = wk * 32;
   const size_t smem = (size_t)S * (st_x_bytes(MT * TILE_M) + st_w_bytes(NG, threads));
-  static int opted = 0;  // the largest size opted in so far
-  if ((int)smem > opted) {
-    const cudaError_t e = cudaFuncSetAttribute(w12_mma_st_kernel<MT, NG, S, W8>,
-                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                               (int)smem);
+  static int opted[MAX_DEVICES] = {};  // per device: the largest size opted in so far
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  if (dev < 0 || dev >= MAX_DEVICES) return cudaErrorInvalidDevice;
+  if ((int)smem > opted[dev]) {
+    e = cudaFuncSetAttribute(w12_mma_st_kernel<MT, NG, S, W8>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess) return e;
-    opted = (int)smem;
+    opted[dev] = (int)smem;
   }
   if (occ) return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       occ, w12_mma_st_kernel<MT, NG, S, W8>, threads, smem);
