@@ -15,6 +15,7 @@
     python3 bench/w12_mma.py --out $OUT                     # issue shapes, M = 1..64
     python3 bench/w12_mma.py --layers --out $OUT            # the 6 layer shapes instead
     python3 bench/w12_mma.py --no-gemv                      # skip the Triton GEMV column
+    python3 bench/w12_mma.py --no-gemv --staged             # + the staged kernels' table
     (--budget-s, default 420: no new shape starts after that many seconds)
     python3 bench/w12_mma.py --smoke     # CPU: the emulator on a tiny shape (no timings)
     ncu --clock-control none -k regex:w12_mma python3 bench/w12_mma.py --launch \
@@ -46,6 +47,11 @@ def bytes_read(t, m: int, k: int, view: str) -> int:
     planes = t.hi.numel() + (t.lo.numel() if view == "w12" else 0)
     return (planes + t.base.numel() + t.row_ptr().numel() * 4
             + t.exc_idx.numel() * t.exc_idx.element_size() + t.exc_val.numel() * 2 + m * k * 2)
+
+
+def bytes_read_of(row: dict, us) -> float | None:
+    """GB/s of a row's W12 bytes (row["bytes"]) over `us`."""
+    return row["bytes"] / (us * 1e-6) / 1e9 if us and row.get("bytes") else None
 
 
 def copy_gbs(dev) -> float:
@@ -92,7 +98,20 @@ def shape_rows(k: int, n: int, ms, args, copy: float, dev) -> list[dict]:
 
             row["gemv_err"] = rel(w12_gemv(x, t, "w12"), ref)   # tunes
             row["gemv_w12_us"] = graph_us(lambda: w12_gemv(x, t, "w12"), x.device)
-        row["mma_gbs"] = bytes_read(t, m, k, "w12") / (row["mma_w12_us"] * 1e-6) / 1e9
+        if args.staged:   # the staged kernels, tuned among themselves
+            cands = mma.STAGED_CONFIGS[mma.tiles(m)]
+            cfg = mma.tune(x, t, "w12", cands)
+            cfg8 = mma.tune(x, t, "w8", cands)
+            ys, ys8 = mma.w12_mma(x, t, "w12", cfg), mma.w12_mma(x, t, "w8", cfg8)
+            row.update(err_st=rel(ys, ref), err_st8=rel(ys8, ref8), st_config=repr(cfg),
+                       st_equal=bool(torch.equal(ys, y)))
+            row["st_w12_us"] = graph_us(lambda: mma.w12_mma(x, t, "w12", cfg), x.device)
+            row["st_w8_us"] = graph_us(lambda: mma.w12_mma(x, t, "w8", cfg8), x.device)
+            log(f"{k}x{n} M={m}: staged {row['st_w12_us']:.1f} us "
+                f"(x{row['cublas_us'] / row['st_w12_us']:.2f}), w8 {row['st_w8_us']:.1f}, "
+                f"err {row['err_st']:.1e} {row['st_config']}")
+        row["bytes"] = bytes_read(t, m, k, "w12")
+        row["mma_gbs"] = row["bytes"] / (row["mma_w12_us"] * 1e-6) / 1e9
         row["pct_copy"] = 100 * row["mma_gbs"] / copy if copy else None
         log(f"{k}x{n} M={m}: cuBLAS {row['cublas_us']:.1f} us, mma {row['mma_w12_us']:.1f} "
             f"(x{row['cublas_us'] / row['mma_w12_us']:.2f}), w8 {row['mma_w8_us']:.1f}, "
@@ -154,6 +173,8 @@ def main() -> None:
     ap.add_argument("--launch", default="",
                     help="'ng,depth,wk[,xs|xs3|xs4];...': one call of each configuration at each --ms "
                          "on the first shape, untimed and untuned (a profiler's target)")
+    ap.add_argument("--staged", action="store_true",
+                    help="also the staged kernels (mma.STAGED_CONFIGS), tuned among themselves")
     ap.add_argument("--smoke", action="store_true", help="CPU: the emulator, tiny shapes")
     args = ap.parse_args()
     ms = [int(v) for v in args.ms.split(",") if v]
@@ -196,6 +217,22 @@ def main() -> None:
              f"W12 mma kernel against cuBLAS bf16 ({result['device']}, copy "
              f"{copy:.0f} GB/s; CUDA graphs, L2 flushed)")
     print_table(cols, out, title)
+    if args.staged and not args.smoke:
+        st = []
+        for r in rows:
+            c, mw, sw, s8 = (r.get(k) for k in ("cublas_us", "mma_w12_us", "st_w12_us",
+                                                 "st_w8_us"))
+            st.append([f"{r['K']}x{r['N']}", r["M"], fmt(c, ".1f"), fmt(mw, ".1f"),
+                       fmt(sw, ".1f"), fmt(s8, ".1f"), fmt(c / sw if c and sw else None, ".2f"),
+                       fmt(mw / sw if mw and sw else None, ".2f"),
+                       fmt(sw / s8 if sw and s8 else None, ".2f"),
+                       fmt(bytes_read_of(r, sw), ".0f"),
+                       f"{r['err_st']:.1e}", str(r.get("st_equal")),
+                       (r.get("st_config") or "").replace("MmaConfig", "")])
+        print_table(["K x N", "M", "cuBLAS us", "mma W12 us", "staged W12 us", "staged W8 us",
+                     "staged x cuBLAS", "staged x mma", "W8 / W12 staged", "staged GB/s",
+                     "err staged", "= mma's bits", "staged config"], st,
+                    "The staged kernels beside the tuner's pick (same run)")
 
 
 if __name__ == "__main__":
