@@ -535,7 +535,6 @@ static cudaError_t launch_st(const Args& a, int wk, cudaStream_t stream, int* oc
 template <int MT, int NG, int DEPTH, bool W8>
 static cudaError_t launch_t(const Args& a, int wk, int xs, cudaStream_t stream, int* occ) {
   if (xs == 1) return launch_xs<MT, NG, DEPTH, W8, 0>(a, wk, stream, occ);
-
   if constexpr (NG == 2 && DEPTH == 4) {
     if (xs == 4) return launch_xs<MT, NG, DEPTH, W8, 4>(a, wk, stream, occ);
   }
