@@ -265,7 +265,7 @@ def test_kernel_compiles_for_hopper_without_spills(tmp_path):
         if kind == "w12_mma_xs_kernel":   # x copied by cp.async: no staging registers
             assert all(s == 0 for s in kernels.values()), kernels
     # the staged kernels (mma.STAGED): every m-tile count and view; at M <= 32 no spill, and
-    # at most 128 registers wherever ng <= 2 (their ring is in shared memory: 41-85 by
+    # at most 128 registers wherever ng <= 2 (their ring is in shared memory: 42-87 by
     # ptxas 13.0, 2026-12-07; with the register ring 114-199 at M = 64)
     staged = {name: int(spill) for name, spill in blocks if "w12_mma_st_kernel" in name}
     assert len(staged) == 4 * len(mma.STAGED) * 2, sorted(staged)

@@ -15,7 +15,7 @@ cuBLAS on the H200); K splits across blocks store fp32 partials that a second ke
 in a fixed order and finishes with the exceptions (deterministic: no atomics). The staged
 kernels (`staged`) keep the shared-x partition but move the ring into shared memory: each
 lane copies its own planes of the chunk `depth` - 1 ahead with cp.async and reads them back
-itself, so the bytes in flight cost no registers (41-85 a thread at ng <= 2 by ptxas for
+itself, so the bytes in flight cost no registers (42-87 a thread at ng <= 2 by ptxas for
 sm_90, against 114-199 with the register ring at M = 64).
 
 Built at first use on CUDA with nvcc for the GPU's own architecture (sm_80 or newer) into
@@ -102,7 +102,7 @@ C = MmaConfig
 # At M > 32 two more: (2, 4) capped for four blocks an SM (128 registers, 4 bytes spilled
 # in W12) and (4, 2) for three (168, 228 bytes spilled in W12, none in W8): is occupancy
 # worth the spills? Not yet timed (2026-12-06).
-# 2026-12-07: the staged kernels (the weights' ring in shared memory, cp.async; 41-85
+# 2026-12-07: the staged kernels (the weights' ring in shared memory, cp.async; 42-87
 # registers at M <= 64 for ng <= 2 by ptxas for sm_90, against 114-199 with the register
 # ring): ring depth and blocks an SM are now shared memory's. Not yet the tuner's: no GPU
 # has run them (the emulator and ptxas have), so they are STAGED_CONFIGS, which the GPU
