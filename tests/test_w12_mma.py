@@ -139,6 +139,18 @@ def test_the_staged_ring_wraps_and_every_compiled_pair_computes(view):
                               out_f32=True), ref)
 
 
+def test_every_staged_candidate_is_valid_and_computes():
+    """What the GPU tests and `bench/w12_mma.py --staged` run (mma.STAGED_CONFIGS): each
+    candidate passes the configuration check and computes in the emulator at its m-tiles'
+    largest M; none is the tuner's until a GPU has run it."""
+    t = encode(gaussian(24, 320, seed=9))
+    for tiles, cands in mma.STAGED_CONFIGS.items():
+        x = _x(16 * tiles, 320, seed=tiles)
+        for cfg in cands:
+            assert cfg.staged and cfg.xs == mma.STAGED_XS and cfg not in mma.CONFIGS[tiles]
+            check(emulate(x, t, "w12", cfg, out_f32=True), _ref(x, t, "w12"))
+
+
 def test_a_staged_slot_reused_too_early_is_caught():
     """The header built with every stage's lo bytes in one place (W12_MMA_ST_FAULT): the
     chunk S - 1 ahead overwrites the one about to be computed, so the emulator, which
