@@ -231,6 +231,29 @@ __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_kernel(Args
   }
 }
 
+// A warp's own columns from nwarp on (the kernels whose warps split N): with one split, y
+// in bf16 with the rows' exceptions added; else the fp32 partial of this split.
+template <int MT, int NG>
+__device__ __forceinline__ void store_warp(const Args& a, const float (&acc)[MT][NG][4],
+                                           Lane l, int nwarp) {
+#pragma unroll
+  for (int t = 0; t < MT; ++t)
+#pragma unroll
+    for (int j = 0; j < NG; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int m = out_row(l, t, r);
+        const int64_t n = nwarp + out_col(l, j, r);
+        if (m >= a.M || n >= a.N) continue;
+        if (a.nsplit == 1)
+          a.y[(int64_t)m * a.N + n] = f32_to_bf16(
+              acc[t][j][r] + exception_sum(m, n, a.K, a.x, a.row_ptr, a.exc_idx, a.idx64,
+                                           a.exc_val, a.base));
+        else
+          a.part[((int64_t)blockIdx.y * a.M + m) * a.N + n] = acc[t][j][r];
+      }
+}
+
 // The same GEMM with x shared: the warps of a block split N (each its own NG n-groups, on
 // every chunk of the split) instead of K, so that one copy of a chunk's x rows in shared
 // memory serves them all: x crosses L2 once a block and chunk, not once a warp. (With warps
@@ -314,22 +337,7 @@ __global__ void __launch_bounds__(xs_threads<MINB>(),
       for (int j = 0; j < NG; ++j) ring[d][j] = ring[d + 1][j];
   }
 
-#pragma unroll
-  for (int t = 0; t < MT; ++t)
-#pragma unroll
-    for (int j = 0; j < NG; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int m = out_row(l, t, r);
-        const int64_t n = nwarp + out_col(l, j, r);
-        if (m >= a.M || n >= a.N) continue;
-        if (a.nsplit == 1)
-          a.y[(int64_t)m * a.N + n] = f32_to_bf16(
-              acc[t][j][r] + exception_sum(m, n, K, a.x, a.row_ptr, a.exc_idx, a.idx64,
-                                           a.exc_val, a.base));
-        else
-          a.part[((int64_t)blockIdx.y * a.M + m) * a.N + n] = acc[t][j][r];
-      }
+  store_warp<MT, NG>(a, acc, l, nwarp);
 }
 
 // The staged kernel: the shared-x kernel's partition (warps split N, every warp every chunk
@@ -434,22 +442,7 @@ __global__ void __launch_bounds__(256) w12_mma_st_kernel(Args a) {
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
 
-#pragma unroll
-  for (int t = 0; t < MT; ++t)
-#pragma unroll
-    for (int j = 0; j < NG; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int m = out_row(l, t, r);
-        const int64_t n = nwarp + out_col(l, j, r);
-        if (m >= a.M || n >= a.N) continue;
-        if (a.nsplit == 1)
-          a.y[(int64_t)m * a.N + n] = f32_to_bf16(
-              acc[t][j][r] + exception_sum(m, n, K, a.x, a.row_ptr, a.exc_idx, a.idx64,
-                                           a.exc_val, a.base));
-        else
-          a.part[((int64_t)blockIdx.y * a.M + m) * a.N + n] = acc[t][j][r];
-      }
+  store_warp<MT, NG>(a, acc, l, nwarp);
 }
 
 // The splits' sum: grid (ceil(N / 4 / 256), M), each thread REDUCE_VEC consecutive outputs
