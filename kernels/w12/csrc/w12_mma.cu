@@ -102,6 +102,19 @@ __device__ __forceinline__ void unpack_x(uint32_t (&w)[8], const uint4 v0, const
   w[4] = v1.x; w[5] = v1.y; w[6] = v1.z; w[7] = v1.w;
 }
 
+// A lane's x words of every m-tile from one chunk's staged copy in shared memory (the
+// shared-x and staged kernels).
+template <int MT>
+__device__ __forceinline__ void staged_x(const uint16_t* buf, Lane l, uint32_t (&xw)[MT][2][8]) {
+#pragma unroll
+  for (int t = 0; t < MT; ++t)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const uint4* p = reinterpret_cast<const uint4*>(buf + xs_offset(TILE_M * t + l.g + 8 * h, l));
+      unpack_x(xw[t][h], p[0], p[1]);
+    }
+}
+
 // One chunk's four mma steps: each n-group's B fragments decoded once, used by every m-tile.
 template <int MT, int NG, bool W8>
 __device__ __forceinline__ void mma_chunk(float (&acc)[MT][NG][4], const Raw (&slot)[NG],
@@ -309,14 +322,7 @@ __global__ void __launch_bounds__(xs_threads<MINB>(),
   auto load = [&](Raw (&slot)[NG]) { load_chunk<NG>(slot, hp, lp, CHUNK_K, CHUNK_K / 2); };
   auto compute = [&](const Raw (&slot)[NG], int buf) {
     uint32_t xw[MT][2][8];
-#pragma unroll
-    for (int t = 0; t < MT; ++t)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint4* p =
-            reinterpret_cast<const uint4*>(xs + buf * BUF + xs_offset(TILE_M * t + l.g + 8 * h, l));
-        unpack_x(xw[t][h], p[0], p[1]);
-      }
+    staged_x<MT>(xs + buf * BUF, l, xw);
     mma_chunk<MT, NG, W8>(acc, slot, b2, xw);
   };
 
@@ -409,13 +415,7 @@ __global__ void __launch_bounds__(256) w12_mma_st_kernel(Args a) {
     }
     const uint16_t* xs = reinterpret_cast<const uint16_t*>(sm + stage * st_x_bytes(ROWS));
     uint32_t xw[MT][2][8];
-#pragma unroll
-    for (int t = 0; t < MT; ++t)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const uint4* p = reinterpret_cast<const uint4*>(xs + xs_offset(TILE_M * t + l.g + 8 * h, l));
-        unpack_x(xw[t][h], p[0], p[1]);
-      }
+    staged_x<MT>(xs, l, xw);
     mma_chunk<MT, NG, W8>(acc, raw, b2, xw);
   };
 
