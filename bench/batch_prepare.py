@@ -114,7 +114,7 @@ def main() -> None:
     ap.add_argument("--target", default="embedded", help="embedded or random:<preset>")
     ap.add_argument("--drafter", default="block", help="ar or block (the batched drafter)")
     ap.add_argument("--batch", type=int, default=None,
-                    help="max_batch (concurrency; 16, with --smoke 4)")
+                    help="max_batch (concurrency; 16, with --smoke 2)")
     ap.add_argument("--draft-len", type=int, default=15)
     ap.add_argument("--end", type=int, default=425,
                     help="contexts below this (the controller: longest prompt + max_new + 64)")
@@ -136,7 +136,7 @@ def main() -> None:
         args.target, args.drafter, args.draft_len = "random:tiny-qwen3", "ar", 7
         args.end, args.context = 100, 256
         args.serve, args.max_new, args.repeats = args.serve or 8, 16, 2
-    args.batch = args.batch or (4 if args.smoke else 16)
+    args.batch = args.batch or (2 if args.smoke else 16)
     if args.child:
         print(json.dumps(child(args)))
         return
