@@ -19,7 +19,7 @@
     (--budget-s, default 420: no new shape starts after that many seconds)
     python3 bench/w12_mma.py --smoke     # CPU: the emulator on a tiny shape (no timings)
     ncu --clock-control none -k regex:w12_mma python3 bench/w12_mma.py --launch \
-        "4,2,4,xs;2,4,4,xs;2,2,4" --ms 64      # one call a configuration, first shape, for ncu
+        "4,2,4,xs;2,4,4,xs;2,2,4;2,4,8,st" --ms 64   # one call a configuration, first shape, for ncu
 """
 
 from __future__ import annotations
@@ -110,6 +110,12 @@ def shape_rows(k: int, n: int, ms, args, copy: float, dev) -> list[dict]:
             log(f"{k}x{n} M={m}: staged {row['st_w12_us']:.1f} us "
                 f"(x{row['cublas_us'] / row['st_w12_us']:.2f}), w8 {row['st_w8_us']:.1f}, "
                 f"err {row['err_st']:.1e} {row['st_config']}")
+        if args.parts:   # the pick's own kernels: its tiles and the split-K sum
+            cfg = mma._TUNED.get(mma._key(m, t, "w12"))
+            row["split"] = mma.plan_split(cfg, m, n, k, mma._num_sms(dev),
+                                          mma.occupancy(cfg, m, "w12", dev))
+            parts = kernel_parts(lambda: mma.w12_mma(x, t, "w12"))
+            row["tiles_us"], row["reduce_us"] = parts.get("tiles"), parts.get("reduce", 0.0)
         row["bytes"] = bytes_read(t, m, k, "w12")
         row["mma_gbs"] = row["bytes"] / (row["mma_w12_us"] * 1e-6) / 1e9
         row["pct_copy"] = 100 * row["mma_gbs"] / copy if copy else None
@@ -121,16 +127,20 @@ def shape_rows(k: int, n: int, ms, args, copy: float, dev) -> list[dict]:
 
 
 def parse_configs(text: str) -> list:
-    """'ng,depth,wk[,xs[N]];...' -> MmaConfig list ('xs': x shared; 'xsN': x shared with
-    registers capped for N blocks an SM, mma.CAPPED)."""
+    """'ng,depth,wk[,xs[N]|,st];...' -> MmaConfig list ('xs': x shared; 'xsN': x shared
+    with registers capped for N blocks an SM, mma.CAPPED; 'st': the staged kernel, depth
+    its stages, mma.STAGED)."""
     from kernels.w12.mma import MmaConfig
 
     out = []
     for part in (p.strip() for p in text.split(";") if p.strip()):
         f = [v.strip() for v in part.split(",")]
-        if len(f) not in (3, 4) or (len(f) == 4 and f[3] not in ("xs", "xs3", "xs4")):
+        if len(f) not in (3, 4) or (len(f) == 4 and f[3] not in ("xs", "xs3", "xs4", "st")):
             raise SystemExit(f"--launch: {part!r} is not 'ng,depth,wk' or "
-                             f"'ng,depth,wk,xs' ('xs3', 'xs4': capped)")
+                             f"'ng,depth,wk,xs' ('xs3', 'xs4': capped; 'st': staged)")
+        if len(f) == 4 and f[3] == "st":
+            out.append(MmaConfig(int(f[0]), int(f[1]), int(f[2]), staged=True))
+            continue
         out.append(MmaConfig(int(f[0]), int(f[1]), int(f[2]), share_x=len(f) == 4,
                              blocks=int(f[3][2:] or 0) if len(f) == 4 else 0))
     return out
@@ -158,6 +168,26 @@ def launch(text: str, ms: list[int], shape: tuple[int, int]) -> None:
     print_table(["K x N", "M", "config", "|y|"], rows, "W12 mma, one call each")
 
 
+def kernel_parts(fn, calls: int = 20) -> dict[str, float]:
+    """Device microseconds a call of `fn` spends in each W12 mma kernel (the tile kernel, the
+    split-K sum), by torch.profiler over `calls` calls."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    out: dict[str, float] = {}
+    for e in prof.key_averages():
+        if "w12_mma" in e.key:
+            total = getattr(e, "device_time_total", None) or getattr(e, "cuda_time_total", 0)
+            name = "reduce" if "reduce" in e.key else "tiles"
+            out[name] = out.get(name, 0.0) + total / calls
+    return out
+
+
 def fmt(v, spec: str) -> str:
     return "" if v is None else format(v, spec)
 
@@ -175,6 +205,9 @@ def main() -> None:
                          "on the first shape, untimed and untuned (a profiler's target)")
     ap.add_argument("--staged", action="store_true",
                     help="also the staged kernels (mma.STAGED_CONFIGS), tuned among themselves")
+    ap.add_argument("--parts", action="store_true",
+                    help="also the tuned pick's K splits and its two kernels' times (torch.profiler): "
+                         "the tiles and the split-K sum")
     ap.add_argument("--smoke", action="store_true", help="CPU: the emulator, tiny shapes")
     args = ap.parse_args()
     ms = [int(v) for v in args.ms.split(",") if v]
@@ -217,6 +250,18 @@ def main() -> None:
              f"W12 mma kernel against cuBLAS bf16 ({result['device']}, copy "
              f"{copy:.0f} GB/s; CUDA graphs, L2 flushed)")
     print_table(cols, out, title)
+    if args.parts and not args.smoke:
+        pt = []
+        for r in rows:
+            c, mw, tl, rd = (r.get(k) for k in ("cublas_us", "mma_w12_us", "tiles_us",
+                                                 "reduce_us"))
+            pt.append([f"{r['K']}x{r['N']}", r["M"], r.get("split"), fmt(c, ".1f"),
+                       fmt(mw, ".1f"), fmt(tl, ".1f"), fmt(rd, ".1f"),
+                       fmt(c / tl if c and tl else None, ".2f")])
+        print_table(["K x N", "M", "K splits", "cuBLAS us", "mma W12 us", "tiles us",
+                     "split-K sum us", "cuBLAS / tiles"], pt,
+                    "Where the tuner's pick spends its time (torch.profiler, 20 calls, L2 not "
+                    "flushed)")
     if args.staged and not args.smoke:
         st = []
         for r in rows:

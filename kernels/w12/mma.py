@@ -104,9 +104,11 @@ C = MmaConfig
 # worth the spills? Not yet timed (2026-12-06).
 # 2026-12-07: the staged kernels (the weights' ring in shared memory, cp.async; 42-87
 # registers at M <= 64 for ng <= 2 by ptxas for sm_90, against 114-199 with the register
-# ring): ring depth and blocks an SM are now shared memory's. Not yet the tuner's: no GPU
-# has run them (the emulator and ptxas have), so they are STAGED_CONFIGS, which the GPU
-# tests check and bench/w12_mma.py --staged times beside the tuner's pick.
+# ring): ring depth and blocks an SM are now shared memory's. STAGED_CONFIGS are all of
+# them, which the GPU tests check and bench/w12_mma.py --staged times beside the tuner's
+# pick; the H100 run them (session 37): correct, slower than the register ring at M <= 32
+# (0.70-0.87x: 3 blocks an SM by shared memory at 8 stages), faster at M = 64, where four
+# of them joined CONFIGS[4].
 STAGED_CONFIGS: dict[int, tuple[MmaConfig, ...]] = {
     1: (C(2, 8, 4, staged=True), C(1, 8, 8, staged=True), C(2, 4, 8, staged=True),
         C(4, 4, 4, staged=True)),
@@ -130,10 +132,15 @@ CONFIGS: dict[int, tuple[MmaConfig, ...]] = {
         C(2, 2, 4, share_x=True), C(4, 2, 4, share_x=True), C(2, 2, 8, share_x=True),
         C(2, 4, 4, share_x=True), C(2, 4, 8, share_x=True), C(1, 4, 8, share_x=True),
         C(2, 4, 4, share_x=True, blocks=4), C(4, 2, 4, share_x=True, blocks=3)),
+    # and the staged ones the H100 picked among themselves at M = 64 (2026-12-07, session
+    # 37: 1.00-1.17x the register-ring pick on the four issue shapes; at M <= 32 they lost,
+    # 0.70-0.87x, so they stay out of the other m-tile counts)
     4: (C(1, 4), C(2, 2), C(2, 4), C(4, 2, 2),
         C(2, 2, 4, share_x=True), C(4, 2, 4, share_x=True), C(2, 2, 8, share_x=True),
         C(2, 4, 4, share_x=True), C(2, 4, 8, share_x=True), C(1, 4, 8, share_x=True),
-        C(2, 4, 4, share_x=True, blocks=4), C(4, 2, 4, share_x=True, blocks=3)),
+        C(2, 4, 4, share_x=True, blocks=4), C(4, 2, 4, share_x=True, blocks=3),
+        C(2, 4, 4, staged=True), C(2, 4, 8, staged=True), C(4, 4, 4, staged=True),
+        C(4, 4, 8, staged=True)),
 }
 del C
 _TUNED: dict[tuple, MmaConfig] = {}

@@ -40,7 +40,7 @@ def _check(y: torch.Tensor, t: W12Tensor, x: torch.Tensor, view: str) -> None:
 def test_every_candidate_against_the_reference(m, view):
     t = _weights(1032, 1536, seed=m)   # N = 1032: the last block's n-groups leave N
     x = torch.randn(m, 1536, device="cuda").to(torch.bfloat16)
-    for cfg in mma.CONFIGS[mma.tiles(m)] + mma.STAGED_CONFIGS[mma.tiles(m)]:
+    for cfg in dict.fromkeys(mma.CONFIGS[mma.tiles(m)] + mma.STAGED_CONFIGS[mma.tiles(m)]):
         y = mma.w12_mma(x, t, view, cfg)
         _check(y, t, x, view)
         assert torch.equal(y, mma.w12_mma(x, t, view, cfg))   # no atomics

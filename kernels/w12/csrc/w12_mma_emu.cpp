@@ -140,7 +140,7 @@ extern "C" int w12_mma_emulate(const void* x_, const void* hi_, const void* lo_,
                   !bounds.in(dh, 16, (int64_t)ring.size()) || !bounds.in(dl, 8, (int64_t)ring.size()))
                 return false;
               memcpy(&ring[dh], hi + ho, 16);
-              memcpy(&ring[dl], lo + lo_off, 8);
+              if (!w8) memcpy(&ring[dl], lo + lo_off, 8);   // the kernel's W8 copies no lo
             }
           }
           return true;
