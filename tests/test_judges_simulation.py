@@ -8,6 +8,8 @@ from a separate A/A) is run on the same machines to show the attack the new one 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -72,3 +74,11 @@ def test_the_old_rule_adopts_more_than_two_percent_under_process_offsets(name):
     new = simulate.rate(lambda g: simulate.new_rule(g, model, 0.0, CFG, FAMILY, ROUNDS,
                                                     REQUESTS), TRIALS, seed=404)
     assert old > 0.02 and new < 0.02, f"{name}: old rule {old:.1%}, new rule {new:.1%}"
+
+
+def test_a_load_that_starts_partway_slows_every_later_call():
+    """The `step` noise model: from the drawn call on, every call is `step` slower (log)."""
+    model = simulate.NoiseModel("load", drift_sd=0.0, step=math.log(2.0))
+    machine = simulate.Machine(model, np.random.default_rng(0), (3, 4))   # the load at call 3
+    assert [machine.step() for _ in range(6)] == [0.0] * 3 + [math.log(2.0)] * 3
+    assert simulate.Machine(simulate.REALISTIC, np.random.default_rng(0)).load_at is None

@@ -9,7 +9,7 @@ the new one stops.
 
 The machine's noise, per timed request (log scale):
 
-    log t = log base[request] + drift(t) + offset[process] + e  (- log(1 + gain) for B)
+    log t = log base[request] + drift(t) + step(t) + offset[process] + e  (- log(1 + gain) for B)
 
 - base: per-request time, 0.2-2 s, new requests every round (requests differ 10×;
   pairing removes them);
@@ -19,6 +19,8 @@ The machine's noise, per timed request (log scale):
   (placement, allocator, clocks): `process_sd`;
 - e: per-measurement noise, `round_sd` (normal, or Student-t with `tail_df` scaled to that
   SD), plus slow outliers (`outlier_rate`, up to `outlier_scale` slower).
+- step: a load that starts partway through the measured rounds and stays (another job
+  starting on the machine), `step` slower in log from a random call on, for every process.
 
 A "stale" model measures σ on a quieter machine (`stale`: its noise when the cached σ was
 taken): the old rule takes its σ from a separate A/A run under it; the new rule is given
@@ -48,6 +50,9 @@ class NoiseModel:
     tail_df: float | None = None   # Student-t per-measurement noise with this many df
     outlier_rate: float = 0.0      # chance a measurement is a slow outlier
     outlier_scale: float = 0.5     # an outlier is uniform(0, this) slower, in log
+    step: float = 0.0              # a load that starts at a random call of the run (after
+                                   # the warm-up) and lasts: every later call this much
+                                   # slower, in log
     stale: "NoiseModel | None" = None  # the quieter machine a cached σ was measured on
 
 
@@ -62,22 +67,29 @@ MODELS = [
                stale=NoiseModel("quiet", round_sd=0.002, process_sd=0.0, drift_sd=0.002)),
     NoiseModel("heavy tails t(2) 1% + 3% outliers", round_sd=0.01, tail_df=2.0,
                outlier_rate=0.03, outlier_scale=0.7, process_sd=0.005),
+    NoiseModel("a load from a random call on: 2x slower", round_sd=0.03, process_sd=0.01,
+               step=math.log(2.0)),
 ]
 REALISTIC = NoiseModel("realistic: offset 0.5%, per-round 0.7%", round_sd=0.007,
                        process_sd=0.005)
 
 
 class Machine:
-    """The shared machine: its drift advances one step per timed call."""
+    """The shared machine: its drift advances one step per timed call; with a `step`
+    model, a load starts at call `load_at` (drawn from `calls`, a range of call numbers)."""
 
-    def __init__(self, model: NoiseModel, rng: np.random.Generator):
-        self.model, self.rng, self.drift = model, rng, 0.0
+    def __init__(self, model: NoiseModel, rng: np.random.Generator,
+                 calls: tuple[int, int] = (0, 1)):
+        self.model, self.rng, self.drift, self.calls = model, rng, 0.0, 0
+        self.load_at = int(rng.integers(*calls)) if model.step else None
 
     def step(self) -> float:
         m = self.model
         self.drift = m.drift_rho * self.drift + \
             math.sqrt(1 - m.drift_rho ** 2) * m.drift_sd * float(self.rng.normal())
-        return self.drift
+        self.calls += 1
+        loaded = self.load_at is not None and self.calls > self.load_at
+        return self.drift + (m.step if loaded else 0.0)
 
     def noise(self) -> float:
         m, rng = self.model, self.rng
@@ -117,7 +129,9 @@ def synthetic_run(rng: np.random.Generator, model: NoiseModel, gain: float, proc
             for r in range(warmup_rounds + rounds)]
     job = controller.Job(rows, 8, "ngram", ["cpu"], rounds, warmup_rounds, "synthetic",
                          processes=processes)
-    machine = Machine(model, rng)
+    per_round = requests * 2 * processes   # timed calls a round
+    machine = Machine(model, rng, (warmup_rounds * per_round,
+                                   (warmup_rounds + rounds) * per_round))
     base = {req[0]: float(rng.uniform(0.2, 2.0)) for row in rows for req in row}
     workers = {}
     for label in controller.labels(processes):
