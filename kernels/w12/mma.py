@@ -106,7 +106,7 @@ C = MmaConfig
 # registers at M <= 64 for ng <= 2 by ptxas for sm_90, against 114-199 with the register
 # ring): ring depth and blocks an SM are now shared memory's. STAGED_CONFIGS are all of
 # them, which the GPU tests check and bench/w12_mma.py --staged times beside the tuner's
-# pick; the H100 run them (session 37): correct, slower than the register ring at M <= 32
+# pick; the H100 ran them (session 37): correct, slower than the register ring at M <= 32
 # (0.70-0.87x: 3 blocks an SM by shared memory at 8 stages), faster at M = 64, where four
 # of them joined CONFIGS[4].
 STAGED_CONFIGS: dict[int, tuple[MmaConfig, ...]] = {
