@@ -112,10 +112,19 @@ def shape_rows(k: int, n: int, ms, args, copy: float, dev) -> list[dict]:
                 f"err {row['err_st']:.1e} {row['st_config']}")
         if args.parts:   # the pick's own kernels: its tiles and the split-K sum
             cfg = mma._TUNED.get(mma._key(m, t, "w12"))
-            row["split"] = mma.plan_split(cfg, m, n, k, mma._num_sms(dev),
-                                          mma.occupancy(cfg, m, "w12", dev))
+            fuse = mma.fuses(dev)
+            row["split"] = mma.split_of(cfg, m, n, k, "w12", dev, fuse)
             parts = kernel_parts(lambda: mma.w12_mma(x, t, "w12"))
             row["tiles_us"], row["reduce_us"] = parts.get("tiles"), parts.get("reduce", 0.0)
+            if fuse:   # the same pick, its splits summed by the second kernel, beside
+                mma.FUSE_SPLITS = False
+                try:
+                    row["unfused_split"] = mma.split_of(cfg, m, n, k, "w12", dev, False)
+                    row["unfused_us"] = graph_us(lambda: mma.w12_mma(x, t, "w12", cfg),
+                                                 x.device)
+                    row["unfused_equal"] = bool(torch.equal(mma.w12_mma(x, t, "w12", cfg), y))
+                finally:
+                    mma.FUSE_SPLITS = True
         row["bytes"] = bytes_read(t, m, k, "w12")
         row["mma_gbs"] = row["bytes"] / (row["mma_w12_us"] * 1e-6) / 1e9
         row["pct_copy"] = 100 * row["mma_gbs"] / copy if copy else None
@@ -253,14 +262,19 @@ def main() -> None:
     if args.parts and not args.smoke:
         pt = []
         for r in rows:
-            c, mw, tl, rd = (r.get(k) for k in ("cublas_us", "mma_w12_us", "tiles_us",
-                                                 "reduce_us"))
+            c, mw, tl, rd, uf = (r.get(k) for k in ("cublas_us", "mma_w12_us", "tiles_us",
+                                                     "reduce_us", "unfused_us"))
             pt.append([f"{r['K']}x{r['N']}", r["M"], r.get("split"), fmt(c, ".1f"),
                        fmt(mw, ".1f"), fmt(tl, ".1f"), fmt(rd, ".1f"),
-                       fmt(c / tl if c and tl else None, ".2f")])
+                       fmt(c / tl if c and tl else None, ".2f"), r.get("unfused_split"),
+                       fmt(uf, ".1f"), fmt(uf / mw if uf and mw else None, ".2f"),
+                       fmt(c / uf if c and uf else None, ".2f"), str(r.get("unfused_equal", ""))])
         print_table(["K x N", "M", "K splits", "cuBLAS us", "mma W12 us", "tiles us",
-                     "split-K sum us", "cuBLAS / tiles"], pt,
+                     "split-K sum us", "cuBLAS / tiles", "unfused splits", "unfused us",
+                     "unfused / fused", "unfused x cuBLAS", "same bits"], pt,
                     "Where the tuner's pick spends its time (torch.profiler, 20 calls, L2 not "
+                    "flushed; on sm_90+ the splits are summed in the tiles kernel, and the "
+                    "same pick with the second kernel's sum is timed beside, CUDA graphs, L2 "
                     "flushed)")
     if args.staged and not args.smoke:
         st = []

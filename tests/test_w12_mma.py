@@ -248,6 +248,56 @@ def test_auto_split_fills_the_gpu_and_weighs_partials():
     assert mma.plan_split(xs, 1, 1024, 512, 132, per_sm=4) == 4
 
 
+def test_the_splits_fused_in_clusters_give_the_reduce_kernels_bits():
+    """The splits summed as the kernel's clusters do (each block's tile of sums, every rank's
+    threads finishing their elements through the header's fin_first / fin_step / tile_index)
+    write every output, with the same bits as the partials summed by w12_mma_reduce: every
+    kernel kind, 2-8 splits (more than a split has chunks too), M across the m-tiles, N = 72
+    leaving the last tile's columns outside N."""
+    t = encode(gaussian(72, 640, seed=11))
+    for m in (1, 7, 17, 40):
+        x = _x(m, 640, seed=m)
+        ref = _ref(x, t, "w12")
+        for cfg, split in ((MmaConfig(2, 2, 4), 2), (MmaConfig(4, 2, 3), 5),
+                           (MmaConfig(1, 4, 8), 8), (MmaConfig(2, 2, 4, share_x=True), 3),
+                           (MmaConfig(4, 2, 5, share_x=True), 8),
+                           (MmaConfig(1, 8, 8, staged=True), 2),
+                           (MmaConfig(2, 4, 4, staged=True), 6)):
+            fused = emulate(x, t, "w12", cfg, split=split, out_f32=True, fuse=True)
+            assert not fused.isnan().any(), (cfg, split, m)
+            assert torch.equal(fused, emulate(x, t, "w12", cfg, split=split, out_f32=True))
+            check(fused, ref)
+            y16 = emulate(x, t, "w8", cfg, split=split, fuse=True)
+            assert torch.equal(y16.view(torch.int16),
+                               emulate(x, t, "w8", cfg, split=split).view(torch.int16))
+    with pytest.raises(ValueError, match="at most 8"):
+        emulate(_x(2, 640), t, "w12", MmaConfig(2, 2, 4), split=9, fuse=True)
+
+
+def test_a_fused_sum_that_skips_elements_is_caught():
+    """The header built with a finishing stride one rank too long (W12_MMA_FIN_FAULT): some
+    outputs are never written, which the emulator shows as NaN; one split never fuses."""
+    t = encode(gaussian(64, 256, seed=12))
+    x = _x(16, 256, seed=12)
+    cfg = MmaConfig(2, 2, 4, share_x=True)   # a tile of 16 x 64 sums, 2 x 128 threads
+    y = emulate(x, t, "w12", cfg, split=2, out_f32=True, fuse=True,
+                defines=("W12_MMA_FIN_FAULT",))
+    assert y.isnan().any()
+    check(emulate(x, t, "w12", cfg, split=1, out_f32=True, fuse=True,
+                  defines=("W12_MMA_FIN_FAULT",)), _ref(x, t, "w12"))
+
+
+def test_fused_launches_split_at_most_a_cluster():
+    """A fused launch plans at most MAX_FUSED splits (a portable cluster), an explicit split
+    included; unfused keeps 16."""
+    cfg = MmaConfig(2, 2, 4, share_x=True)
+    assert mma.plan_split(cfg, 1, 1024, 17408, 132, per_sm=4) > mma.MAX_FUSED
+    assert mma.plan_split(cfg, 1, 1024, 17408, 132, per_sm=4, most=mma.MAX_FUSED) == mma.MAX_FUSED
+    assert mma.plan_split(MmaConfig(2, 4, 4, split=12), 16, 1024, 5120, 132,
+                          most=mma.MAX_FUSED) == mma.MAX_FUSED
+    assert not mma.fuses(torch.device("cpu"))
+
+
 NVCC_SKIP = pytest.mark.skipif(mma.nvcc() is None, reason="no nvcc")
 
 

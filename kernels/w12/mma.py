@@ -12,7 +12,10 @@ register ring; the warps of a block split K and add up in shared memory in a fix
 (or, `share_x`, split N and read x from one copy of each chunk staged in shared memory:
 at M = 32-64 the first layout's per-warp x reads cost more than the weights, 0.44-0.84x
 cuBLAS on the H200); K splits across blocks store fp32 partials that a second kernel sums
-in a fixed order and finishes with the exceptions (deterministic: no atomics). The staged
+in a fixed order and finishes with the exceptions (deterministic: no atomics), or, on sm_90
+and newer (`FUSE_SPLITS`), the splits of an output tile run as one thread block cluster
+and sum each other's tiles from shared memory in that same order: the same bits, one
+kernel, no partials through memory. The staged
 kernels (`staged`) keep the shared-x partition but move the ring into shared memory: each
 lane copies its own planes of the chunk `depth` - 1 ahead with cp.async and reads them back
 itself, so the bytes in flight cost no registers (42-87 a thread at ng <= 2 by ptxas for
@@ -57,6 +60,8 @@ VARIANTS = ((1, 4), (2, 2), (2, 4), (4, 2))  # (ng, depth) compiled in w12_mma.c
 CAPPED = ((2, 4, 4), (4, 2, 3))   # (ng, depth, blocks an SM): the capped shared-x kernels
 STAGED = ((1, 8), (2, 4), (2, 8), (4, 4))   # (ng, stages): the staged kernels compiled
 STAGED_XS = 5                      # the launch's kernel choice for them (w12_mma.cu)
+FUSE_SPLITS = True   # sm_90+: K splits summed inside the tiles kernel (clusters), not after it
+MAX_FUSED = 8        # splits a fused launch takes at most (a portable cluster, w12_mma.cu)
 
 
 class MmaUnavailable(RuntimeError):
@@ -265,11 +270,11 @@ def _library(kind: str, arch: str | None = None, defines: tuple[str, ...] = ()) 
             if kind == "cuda":
                 lib.w12_mma_variants.argtypes = [ctypes.POINTER(_I), _I]
                 lib.w12_mma_variants.restype = _I
-                lib.w12_mma_launch.argtypes = [_P] * 7 + [_I, _P, _P, _P] + [_I] * 9 + [_P]
+                lib.w12_mma_launch.argtypes = [_P] * 7 + [_I, _P, _P, _P] + [_I] * 10 + [_P]
                 lib.w12_mma_launch.restype = _I
                 lib.w12_mma_error.argtypes = [_I]
                 lib.w12_mma_error.restype = ctypes.c_char_p
-                lib.w12_mma_occupancy.argtypes = [_I] * 6 + [ctypes.POINTER(_I)]
+                lib.w12_mma_occupancy.argtypes = [_I] * 7 + [ctypes.POINTER(_I)]
                 lib.w12_mma_occupancy.restype = _I
                 got = (_I * 16)()
                 pairs = [tuple(got[2 * i:2 * i + 2]) for i in range(lib.w12_mma_variants(got, 16))]
@@ -286,7 +291,7 @@ def _library(kind: str, arch: str | None = None, defines: tuple[str, ...] = ()) 
                 if tuple(staged) != STAGED:
                     raise MmaUnavailable(f"the library stages {staged}, mma.py lists {STAGED}")
             else:
-                lib.w12_mma_emulate.argtypes = ([_P] * 6 + [_I, _P, _P] + [_I] * 10
+                lib.w12_mma_emulate.argtypes = ([_P] * 6 + [_I, _P, _P] + [_I] * 11
                                                 + [_I64] * 3)
                 lib.w12_mma_emulate.restype = _I
             _LIBS[key] = lib
@@ -339,16 +344,17 @@ def _num_sms(device: torch.device) -> int:
 
 
 def plan_split(cfg: MmaConfig, m: int, n: int, k: int, sms: int,
-               per_sm: int | None = None) -> int:
+               per_sm: int | None = None, most: int = 16) -> int:
     """K splits across blocks ("auto"), by a bytes model: the weights take as long as their
     bytes over the share of the GPU's block slots the grid keeps busy (`per_sm` blocks an SM
     at once, from the occupancy calculator on CUDA: a grid of B * split blocks fills
     B * split / (resident * waves) of them), plus the fp32 partials written and read
     again; the smallest split within SPLIT_SLACK of the best, every warp keeping at least
-    two chunks, at most 16."""
+    two chunks, at most `most` (MAX_FUSED where the splits are fused), the configuration's
+    own split too."""
     chunks = k // CHUNK_K
     if cfg.split != "auto":
-        return max(1, min(int(cfg.split), chunks))
+        return max(1, min(int(cfg.split), chunks, most))
     blocks = -(-n // (GROUP_N * cfg.ng * (cfg.wk if cfg.shares_x else 1)))
     resident = sms * (per_sm or max(1, WARPS_PER_SM // cfg.wk))
     weights = 1.5 * n * k
@@ -357,20 +363,30 @@ def plan_split(cfg: MmaConfig, m: int, n: int, k: int, sms: int,
         grid = blocks * s
         fill = grid / (resident * -(-grid // resident))
         return weights / fill + (8.0 * s * m * n if s > 1 else 0.0)
-    splits = range(1, max(1, min(chunks // (2 * (1 if cfg.shares_x else cfg.wk)), 16)) + 1)
+    splits = range(1, max(1, min(chunks // (2 * (1 if cfg.shares_x else cfg.wk)), most)) + 1)
     best = min(cost(s) for s in splits)
     return min(s for s in splits if cost(s) <= best * (1 + SPLIT_SLACK))
 
 
-def occupancy(cfg: MmaConfig, m: int, view: str, device: torch.device) -> int:
-    """Blocks of this configuration an SM holds at once (CUDA occupancy calculator)."""
+def fuses(device: torch.device) -> bool:
+    """Whether K splits are summed inside the tiles kernel on `device`: FUSE_SPLITS and a
+    GPU with thread block clusters (sm_90 or newer; the library is built for its own
+    architecture)."""
+    return (FUSE_SPLITS and device.type == "cuda"
+            and torch.cuda.get_device_capability(device)[0] >= 9)
+
+
+def occupancy(cfg: MmaConfig, m: int, view: str, device: torch.device,
+              fuse: bool = False) -> int:
+    """Blocks of this configuration an SM holds at once (CUDA occupancy calculator); fuse:
+    with the shared memory of fused splits (the block's tile of sums)."""
     key = (tiles(m), min(m, TILE_M * tiles(m)), cfg.ng, cfg.depth, cfg.wk, cfg.xs, view,
-           device.index)
+           device.index, fuse)
     if key not in _OCCUPANCY:
         lib = _library("cuda", _arch(device))
         out = ctypes.c_int(0)
         rc = lib.w12_mma_occupancy(m, int(view == "w8"), cfg.ng, cfg.depth, cfg.wk,
-                                   cfg.xs, ctypes.byref(out))
+                                   cfg.xs, int(fuse), ctypes.byref(out))
         if rc != 0:
             raise RuntimeError(f"w12_mma occupancy ({cfg}, M={m}): "
                                f"{lib.w12_mma_error(rc).decode()}")
@@ -416,18 +432,26 @@ def _zeros(device: torch.device, k: int) -> torch.Tensor:
     return z
 
 
+def split_of(cfg: MmaConfig, m: int, n: int, k: int, view: str, device: torch.device,
+             fuse: bool) -> int:
+    """The K splits a launch of `cfg` makes on `device` (plan_split with the GPU's SMs and
+    the configuration's occupancy)."""
+    return plan_split(cfg, m, n, k, _num_sms(device), occupancy(cfg, m, view, device, fuse),
+                      MAX_FUSED if fuse else 16)
+
+
 def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, view: str, cfg: MmaConfig) -> None:
     m, k = x.shape
     n = t.shape[0]
-    plan = (cfg, m, n, k, view, x.device.index)   # an eager step meets each shape per layer
+    fuse = fuses(x.device)
+    plan = (cfg, m, n, k, view, x.device.index, fuse)   # an eager step meets each shape per layer
     if plan not in _PLANS:
         _check_config(cfg, m)
-        _PLANS[plan] = (plan_split(cfg, m, n, k, _num_sms(x.device),
-                                   occupancy(cfg, m, view, x.device)),
+        _PLANS[plan] = (split_of(cfg, m, n, k, view, x.device, fuse),
                         _library("cuda", _arch(x.device)))
     split, lib = _PLANS[plan]
-    part = (torch.empty(split, m, n, dtype=torch.float32, device=x.device) if split > 1
-            else None)
+    part = (torch.empty(split, m, n, dtype=torch.float32, device=x.device)
+            if split > 1 and not fuse else None)
     hi, lo, base, row_ptr, exc_idx, exc_val = _planes(t)
     stream = torch.cuda.current_stream(x.device).cuda_stream
     zero = _zeros(x.device, k)
@@ -436,7 +460,7 @@ def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, view: str, cfg: MmaC
         row_ptr.data_ptr(), exc_idx.data_ptr(), int(exc_idx.dtype == torch.int64),
         exc_val.data_ptr(),
         y.data_ptr(), 0 if part is None else part.data_ptr(), m, n, k, int(view == "w8"),
-        cfg.ng, cfg.depth, cfg.wk, cfg.xs, split, stream)
+        cfg.ng, cfg.depth, cfg.wk, cfg.xs, split, int(fuse), stream)
     if rc != 0:
         raise RuntimeError(f"w12_mma launch ({cfg}, M={m}, N={n}, K={k}): "
                            f"{lib.w12_mma_error(rc).decode()}")
@@ -499,10 +523,12 @@ def w12_mma(x: torch.Tensor, t: W12Tensor, view: str = "w12",
 
 def emulate(x: torch.Tensor, t: W12Tensor, view: str = "w12",
             config: MmaConfig = MmaConfig(2, 4), split: int = 1, out_f32: bool = False,
-            defines: tuple[str, ...] = ()) -> torch.Tensor:
+            defines: tuple[str, ...] = (), fuse: bool = False) -> torch.Tensor:
     """What the CUDA kernel computes, on the CPU: the kernel's grid, warps and lanes through
     its own header, each mma from the PTX ISA's fragment tables (w12_mma_emu.cpp). x is
-    bf16 [M <= 64, K] on the CPU; y bf16 [M, N], or its fp32 value before rounding."""
+    bf16 [M <= 64, K] on the CPU; y bf16 [M, N], or its fp32 value before rounding. fuse:
+    the splits (at most MAX_FUSED) summed as the kernel's clusters do; y starts as NaN, so
+    an output no thread writes stays NaN."""
     if view not in ("w12", "w8"):
         raise ValueError(f"view must be 'w12' or 'w8', not {view!r}")
     reason = unsupported(x, t)
@@ -515,12 +541,14 @@ def emulate(x: torch.Tensor, t: W12Tensor, view: str = "w12",
         raise ValueError(f"x has {k} features; the W12 weight expects {t.shape[1]}")
     _check_config(config, m)
     hi, lo, base, row_ptr, exc_idx, exc_val = (p.cpu() for p in _planes(t))
-    y = torch.empty(m, n, dtype=torch.float32 if out_f32 else torch.bfloat16)
+    if fuse and split > MAX_FUSED:
+        raise ValueError(f"{split} K splits: a fused launch takes at most {MAX_FUSED}")
+    y = torch.full((m, n), float("nan"), dtype=torch.float32 if out_f32 else torch.bfloat16)
     rc = _library("emu", None, defines).w12_mma_emulate(
         x.data_ptr(), hi.data_ptr(), lo.data_ptr(), base.data_ptr(), row_ptr.data_ptr(),
         exc_idx.data_ptr(), int(exc_idx.dtype == torch.int64), exc_val.data_ptr(),
         y.data_ptr(), int(out_f32), m, n, k, int(view == "w8"), config.ng, config.depth,
-        config.wk, config.xs, split, x.numel(), hi.numel(), lo.numel())
+        config.wk, config.xs, split, int(fuse), x.numel(), hi.numel(), lo.numel())
     if rc == -2:
         raise RuntimeError("w12_mma emulator: a lane read outside its buffer")
     if rc != 0:

@@ -116,3 +116,53 @@ def test_w12linear_runs_mma_eagerly_and_under_torch_compile():
         _check(mod(x[:1]), t, x[:1], "w12")
         compiled = torch.compile(lambda a: mod(a), fullgraph=True)
         _check(compiled(x), t, x, "w12")
+
+
+CLUSTERS = pytest.mark.skipif(not torch.cuda.is_available()
+                              or torch.cuda.get_device_capability()[0] < 9,
+                              reason="thread block clusters need sm_90")
+
+
+@CLUSTERS
+@pytest.mark.parametrize("view", ["w12", "w8"])
+def test_fused_splits_give_the_reduce_kernels_bits_in_one_kernel(view, monkeypatch):
+    """K splits summed inside the tiles kernel (one cluster an output tile) against the
+    same splits summed by w12_mma_reduce: the same bits, for every kernel kind, 2-8 splits,
+    M across the m-tiles; eagerly and replayed twice from one CUDA graph (nothing is left
+    behind between calls); and no second kernel launched."""
+    from torch.profiler import ProfilerActivity, profile
+
+    C = mma.MmaConfig
+    t = _weights(1032, 2048, seed=8)
+    for m in (1, 5, 16, 33, 64):
+        x = torch.randn(m, 2048, device="cuda").to(torch.bfloat16)
+        cands = [C(2, 2, 4, split=2), C(4, 2, 2, split=5), C(1, 4, 8, split=8),
+                 C(2, 2, 4, share_x=True, split=3), C(2, 4, 8, share_x=True, split=8),
+                 C(1, 8, 8, staged=True, split=2), C(4, 4, 4, staged=True, split=6)]
+        for cfg in cands:
+            monkeypatch.setattr(mma, "FUSE_SPLITS", False)
+            unfused = mma.w12_mma(x, t, view, cfg)
+            monkeypatch.setattr(mma, "FUSE_SPLITS", True)
+            fused = mma.w12_mma(x, t, view, cfg)
+            assert torch.equal(fused, unfused), (cfg, m)
+            _check(fused, t, x, view)
+    x = torch.randn(16, 2048, device="cuda").to(torch.bfloat16)
+    cfg = C(2, 2, 4, share_x=True, split=4)
+    eager = mma.w12_mma(x, t, view, cfg)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        mma.w12_mma(x, t, view, cfg)
+        torch.cuda.synchronize()
+    names = [e.key for e in prof.key_averages() if "w12_mma" in e.key]
+    assert names and not any("reduce" in n for n in names), names
+    y = torch.empty_like(eager)
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s), torch.cuda.graph(g):
+        y.copy_(mma.w12_mma(x, t, view, cfg))
+    torch.cuda.current_stream().wait_stream(s)
+    for _ in range(2):
+        y.zero_()
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(y, eager)

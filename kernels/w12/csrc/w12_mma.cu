@@ -11,11 +11,14 @@
 // warp of the grid at this K reads the same x), and runs MT x NG mma.m16n8k16 per step.
 // The block's warps add their accumulators in shared memory in a fixed order; one split:
 // the block adds the exceptions of its rows and stores bf16 y; more: it stores its fp32
-// partial and w12_mma_reduce sums the splits in a fixed order (deterministic: no atomics).
+// partial and w12_mma_reduce sums the splits in a fixed order (deterministic: no atomics),
+// or (fuse, sm_90) the splits of an output tile are one thread block cluster that sums
+// them from each other's shared memory in the same order (cluster_finish): one kernel.
 // w12_mma_xs_kernel (xs = 1) is the same GEMM with the warps splitting N and x staged in
 // shared memory once a block and chunk (see there); w12_mma_st_kernel (xs = 5, "staged")
 // the same again with the weights' ring in shared memory too.
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
 
@@ -37,6 +40,7 @@ struct Args {
   int M, N, K;
   int idx64;
   int nsplit;
+  int fuse;       // nsplit > 1: the splits summed in the tiles kernel (a cluster a tile)
 };
 
 __device__ __forceinline__ void load_raw(Raw& r, const uint8_t* hi, const uint8_t* lo) {
@@ -54,6 +58,32 @@ __device__ __forceinline__ void mma_bf16(float d[4], const uint32_t a[4], const 
       "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// The fused splits' sum (w12_mma.cuh, fin_first): every thread of the nsplit blocks of a
+// cluster calls it once its block's tile of fp32 sums is in its shared memory; the tile's
+// columns start at nblock. The second barrier keeps each block's shared memory alive until
+// every rank has read it. Compiled for sm_90 and newer only; the launch refuses `fuse`
+// below (w12_mma_launch).
+__device__ __forceinline__ void cluster_finish(const Args& a, float* tile, int rows, int cols,
+                                               int nblock) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  namespace cg = cooperative_groups;
+  cg::cluster_group cl = cg::this_cluster();
+  cl.sync();  // every split's tile written (release / acquire across the cluster)
+  const int threads = blockDim.x;
+  for (int e = fin_first((int)cl.block_rank(), threadIdx.x, threads); e < rows * cols;
+       e += fin_step(a.nsplit, threads)) {
+    const int m = e / cols, c = e % cols;
+    const int64_t n = nblock + c;
+    if (n >= a.N) continue;
+    float v = 0.0f;
+    for (int r = 0; r < a.nsplit; ++r) v += cl.map_shared_rank(tile, r)[tile_index(m, c, cols)];
+    v += exception_sum(m, n, a.K, a.x, a.row_ptr, a.exc_idx, a.idx64, a.exc_val, a.base);
+    a.y[(int64_t)m * a.N + n] = f32_to_bf16(v);
+  }
+  cl.sync();
+#endif
 }
 
 // A lane's row of each of its NG n-groups from column nbase on: its base2 and its planes'
@@ -219,6 +249,7 @@ __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_kernel(Args
   // the block's warps add up in a fixed order (rows past M are zero and never stored)
   constexpr int ROWS = MT * TILE_M, COLS = NG * GROUP_N;
   const int rows = a.M < ROWS ? a.M : ROWS;
+  const bool fused = a.nsplit > 1 && a.fuse;
 #pragma unroll
   for (int t = 0; t < MT; ++t)
 #pragma unroll
@@ -238,10 +269,13 @@ __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_kernel(Args
     if (a.nsplit == 1) {
       v += exception_sum(m, n, K, a.x, a.row_ptr, a.exc_idx, a.idx64, a.exc_val, a.base);
       a.y[(int64_t)m * a.N + n] = f32_to_bf16(v);
+    } else if (fused) {
+      red[tile_index(m, c, COLS)] = v;   // warp 0's slot of (m, c): read by this thread alone
     } else {
       a.part[((int64_t)blockIdx.y * a.M + m) * a.N + n] = v;
     }
   }
+  if (fused) cluster_finish(a, red, rows, COLS, nblock);
 }
 
 // A warp's own columns from nwarp on (the kernels whose warps split N): with one split, y
@@ -265,6 +299,25 @@ __device__ __forceinline__ void store_warp(const Args& a, const float (&acc)[MT]
         else
           a.part[((int64_t)blockIdx.y * a.M + m) * a.N + n] = acc[t][j][r];
       }
+}
+
+// The kernels whose warps split N, fused splits: every warp's sums into the block's tile
+// (shared memory, [rows][cols], the warp's columns from cw on), then the cluster's sum.
+template <int MT, int NG>
+__device__ __forceinline__ void finish_tile(const Args& a, float* tile, const float (&acc)[MT][NG][4],
+                                            Lane l, int cols, int cw) {
+  const int rows = a.M < MT * TILE_M ? a.M : MT * TILE_M;
+  __syncthreads();  // every warp done with the shared memory the tile reuses
+#pragma unroll
+  for (int t = 0; t < MT; ++t)
+#pragma unroll
+    for (int j = 0; j < NG; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int m = out_row(l, t, r);
+        if (m < rows) tile[tile_index(m, cw + out_col(l, j, r), cols)] = acc[t][j][r];
+      }
+  cluster_finish(a, tile, rows, cols, blockIdx.x * cols);
 }
 
 // The same GEMM with x shared: the warps of a block split N (each its own NG n-groups, on
@@ -343,7 +396,11 @@ __global__ void __launch_bounds__(xs_threads<MINB>(),
       for (int j = 0; j < NG; ++j) ring[d][j] = ring[d + 1][j];
   }
 
-  store_warp<MT, NG>(a, acc, l, nwarp);
+  if (a.nsplit > 1 && a.fuse)
+    finish_tile<MT, NG>(a, reinterpret_cast<float*>(xs_raw), acc, l, wk * NG * GROUP_N,
+                        w * NG * GROUP_N);
+  else
+    store_warp<MT, NG>(a, acc, l, nwarp);
 }
 
 // The staged kernel: the shared-x kernel's partition (warps split N, every warp every chunk
@@ -444,7 +501,11 @@ __global__ void __launch_bounds__(256) w12_mma_st_kernel(Args a) {
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
 
-  store_warp<MT, NG>(a, acc, l, nwarp);
+  if (a.nsplit > 1 && a.fuse)
+    finish_tile<MT, NG>(a, reinterpret_cast<float*>(st_raw), acc, l, (threads >> 5) * NG * GROUP_N,
+                        w * NG * GROUP_N);
+  else
+    store_warp<MT, NG>(a, acc, l, nwarp);
 }
 
 // The splits' sum: grid (ceil(N / 4 / 256), M), each thread REDUCE_VEC consecutive outputs
@@ -484,17 +545,46 @@ __global__ void w12_mma_reduce(Args a) {
     for (int j = 0; j < count; ++j) a.y[row + n0 + j] = out[j];
 }
 
+// Launch a tiles kernel: with fused splits as clusters of the nsplit blocks of an output
+// tile (grid.y is nsplit: one cluster a column of the grid), else as a plain grid.
+static cudaError_t run_grid(void (*kernel)(Args), const Args& a, dim3 grid, int threads,
+                            size_t smem, cudaStream_t stream) {
+  if (a.nsplit > 1 && a.fuse) {
+    cudaLaunchConfig_t c = {};
+    c.gridDim = grid;
+    c.blockDim = dim3(threads);
+    c.dynamicSmemBytes = smem;
+    c.stream = stream;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1;
+    at[0].val.clusterDim.y = a.nsplit;
+    at[0].val.clusterDim.z = 1;
+    c.attrs = at;
+    c.numAttrs = 1;
+    return cudaLaunchKernelEx(&c, kernel, a);
+  }
+  kernel<<<grid, threads, smem, stream>>>(a);
+  return cudaGetLastError();
+}
+
+// Shared memory the kernels whose warps split N need beside `ring` bytes: with fused splits
+// the block's tile of fp32 sums reuses it, [min(M, rows)][the block's columns].
+static size_t with_tile(const Args& a, size_t ring, int rows, int cols) {
+  const size_t tile = a.nsplit > 1 && a.fuse ? sizeof(float) * (a.M < rows ? a.M : rows) * cols : 0;
+  return ring > tile ? ring : tile;
+}
+
 // The shared-x kernel, MINB as there (valid() has checked that a capped one gets four
 // warps, its bounds' 128 threads): launch, or (occ) report blocks an SM.
 template <int MT, int NG, int DEPTH, bool W8, int MINB>
 static cudaError_t launch_xs(const Args& a, int wk, cudaStream_t stream, int* occ) {
-  const size_t smem = sizeof(uint16_t) * 2 * MT * TILE_M * XS_ROW;
+  const int cols = wk * NG * GROUP_N;
+  const size_t smem = with_tile(a, sizeof(uint16_t) * 2 * MT * TILE_M * XS_ROW, MT * TILE_M, cols);
   if (occ) return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       occ, w12_mma_xs_kernel<MT, NG, DEPTH, W8, MINB>, wk * 32, smem);
-  const int cols = wk * NG * GROUP_N;
   dim3 grid((a.N + cols - 1) / cols, a.nsplit);
-  w12_mma_xs_kernel<MT, NG, DEPTH, W8, MINB><<<grid, wk * 32, smem, stream>>>(a);
-  return cudaGetLastError();
+  return run_grid(w12_mma_xs_kernel<MT, NG, DEPTH, W8, MINB>, a, grid, wk * 32, smem, stream);
 }
 
 // The staged kernel, S = DEPTH stages: launch, or (occ) report blocks an SM. Shared memory
@@ -503,8 +593,9 @@ constexpr int MAX_DEVICES = 64;
 
 template <int MT, int NG, int S, bool W8>
 static cudaError_t launch_st(const Args& a, int wk, cudaStream_t stream, int* occ) {
-  const int threads = wk * 32;
-  const size_t smem = (size_t)S * (st_x_bytes(MT * TILE_M) + st_w_bytes(NG, threads));
+  const int threads = wk * 32, cols = wk * NG * GROUP_N;
+  const size_t smem = with_tile(a, (size_t)S * (st_x_bytes(MT * TILE_M) + st_w_bytes(NG, threads)),
+                                MT * TILE_M, cols);
   static int opted[MAX_DEVICES] = {};  // per device: the largest size opted in so far
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
@@ -518,10 +609,8 @@ static cudaError_t launch_st(const Args& a, int wk, cudaStream_t stream, int* oc
   }
   if (occ) return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       occ, w12_mma_st_kernel<MT, NG, S, W8>, threads, smem);
-  const int cols = wk * NG * GROUP_N;
   dim3 grid((a.N + cols - 1) / cols, a.nsplit);
-  w12_mma_st_kernel<MT, NG, S, W8><<<grid, threads, smem, stream>>>(a);
-  return cudaGetLastError();
+  return run_grid(w12_mma_st_kernel<MT, NG, S, W8>, a, grid, threads, smem, stream);
 }
 
 // Launch, or (occ != nullptr) only report how many blocks of this shape an SM holds. xs: 0
@@ -544,8 +633,7 @@ static cudaError_t launch_t(const Args& a, int wk, int xs, cudaStream_t stream, 
   if (occ) return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
       occ, w12_mma_kernel<MT, NG, DEPTH, W8>, wk * 32, smem);
   dim3 grid((a.N + COLS - 1) / COLS, a.nsplit);
-  w12_mma_kernel<MT, NG, DEPTH, W8><<<grid, wk * 32, smem, stream>>>(a);
-  return cudaGetLastError();
+  return run_grid(w12_mma_kernel<MT, NG, DEPTH, W8>, a, grid, wk * 32, smem, stream);
 }
 
 template <int MT, int NG, int DEPTH>
@@ -591,10 +679,32 @@ static cudaError_t dispatch(const Args& a, int w8, int ng, int depth, int wk, in
   }
 }
 
-static bool valid(int M, int N, int K, int wk, int xs, int nsplit) {
+// Fused splits: at most a portable cluster's 8 blocks.
+constexpr int MAX_FUSED = 8;
+
+static bool valid(int M, int N, int K, int wk, int xs, int nsplit, int fuse) {
   return M >= 1 && M <= 4 * TILE_M && K % CHUNK_K == 0 && N % GROUP_N == 0 &&
-         wk >= (xs ? 4 : 1) && wk <= 8 && nsplit >= 1 &&
+         wk >= (xs ? 4 : 1) && wk <= 8 && nsplit >= 1 && (!fuse || nsplit <= MAX_FUSED) &&
          (xs <= 1 || xs == STAGED || wk == 4);
+}
+
+// Clusters (fused splits) need sm_90 or newer: the device's, and the library's own build
+// (cluster_finish is empty below sm_90).
+static cudaError_t clusters_here() {
+  static int known[MAX_DEVICES] = {};  // per device: 0 not asked yet, 1 yes, -1 no
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  if (dev < 0 || dev >= MAX_DEVICES) return cudaErrorInvalidDevice;
+  if (!known[dev]) {
+    int major = 0;
+    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaFuncAttributes fa;
+    if (e == cudaSuccess) e = cudaFuncGetAttributes(&fa, w12_mma_reduce);
+    if (e != cudaSuccess) return e;
+    known[dev] = major >= 9 && fa.binaryVersion >= 90 ? 1 : -1;
+  }
+  return known[dev] > 0 ? cudaSuccess : cudaErrorNotSupported;
 }
 
 // The (ng, depth) pairs compiled; kernels/w12/mma.py's configurations use only these.
@@ -625,30 +735,39 @@ extern "C" const char* w12_mma_error(int e) { return cudaGetErrorString((cudaErr
 
 // Blocks of one configuration an SM holds at once (registers, shared memory), into *blocks;
 // returns 0 or a cudaError_t.
-extern "C" int w12_mma_occupancy(int M, int w8, int ng, int depth, int wk, int xs,
+extern "C" int w12_mma_occupancy(int M, int w8, int ng, int depth, int wk, int xs, int fuse,
                                  int* blocks) {
-  if (!valid(M, GROUP_N, CHUNK_K, wk, xs, 1)) return cudaErrorInvalidValue;
+  if (!valid(M, GROUP_N, CHUNK_K, wk, xs, 1, fuse)) return cudaErrorInvalidValue;
   Args a{};
   a.M = M;
+  a.nsplit = fuse ? 2 : 1;   // the shared memory of a fused launch (any split)
+  a.fuse = fuse;
   return (int)dispatch(a, w8, ng, depth, wk, xs, nullptr, blocks);
 }
 
 // 0 on success, else a cudaError_t (cudaErrorInvalidValue: a configuration not compiled;
-// cudaErrorInvalidConfiguration: shared memory over 48 KB). xs: the kernel of shared x
-// (w12_mma_xs_kernel, wk >= 4; 3 or 4: capped for that many blocks an SM, wk == 4, see
-// launch_t); 5: the staged kernel (w12_mma_st_kernel, wk >= 4, depth its stages).
+// cudaErrorInvalidConfiguration: shared memory over 48 KB; cudaErrorNotSupported: fuse
+// below sm_90). xs: the kernel of shared x (w12_mma_xs_kernel, wk >= 4; 3 or 4: capped for
+// that many blocks an SM, wk == 4, see launch_t); 5: the staged kernel (w12_mma_st_kernel,
+// wk >= 4, depth its stages). fuse: K splits (at most 8) summed in the tiles kernel, one
+// cluster an output tile, `part` unused; else w12_mma_reduce sums `part`.
 extern "C" int w12_mma_launch(const void* x, const void* zero, const void* hi, const void* lo,
                               const void* base, const void* row_ptr, const void* exc_idx,
                               int idx64, const void* exc_val, void* y, void* part, int M, int N,
                               int K, int w8, int ng, int depth, int wk, int xs, int nsplit,
-                              void* stream) {
-  if (!valid(M, N, K, wk, xs, nsplit)) return cudaErrorInvalidValue;
+                              int fuse, void* stream) {
+  if (!valid(M, N, K, wk, xs, nsplit, fuse)) return cudaErrorInvalidValue;
+  fuse = fuse && nsplit > 1;
+  if (fuse) {
+    const cudaError_t e = clusters_here();
+    if (e != cudaSuccess) return (int)e;
+  }
   Args a{(const uint16_t*)x, (const uint16_t*)zero, (const uint8_t*)hi, (const uint8_t*)lo,
          (const uint8_t*)base, (const int32_t*)row_ptr, exc_idx, (const uint16_t*)exc_val,
-         (uint16_t*)y, (float*)part, M, N, K, idx64, nsplit};
+         (uint16_t*)y, (float*)part, M, N, K, idx64, nsplit, fuse};
   cudaStream_t s = (cudaStream_t)stream;
   const cudaError_t e = dispatch(a, w8, ng, depth, wk, xs, s, nullptr);
-  if (e != cudaSuccess || nsplit == 1) return (int)e;
+  if (e != cudaSuccess || nsplit == 1 || fuse) return (int)e;
   const int threads = (N + REDUCE_VEC - 1) / REDUCE_VEC;
   w12_mma_reduce<<<dim3((unsigned)((threads + 255) / 256), (unsigned)M), 256, 0, s>>>(a);
   return (int)cudaGetLastError();

@@ -181,6 +181,23 @@ W12_HD int warp_iters(int c0, int c1, int w, int wk) {
   return c0 + w < c1 ? (c1 - c0 - w + wk - 1) / wk : 0;
 }
 
+// The K splits summed inside the tiles kernel ("fused", sm_90 and newer): the nsplit blocks
+// of one output tile form a thread block cluster, cluster rank r computing split r. Each
+// leaves its fp32 sums in its own shared memory as a tile of [rows][cols] (rows below M,
+// the block's columns); after the cluster's barrier, thread t of rank r finishes elements
+// fin_first(r, t, threads), then every fin_step(nsplit, threads) on: 0 + split 0 + split 1
+// + ... read from each rank's tile in split order, then the exceptions, rounded once: the
+// same floating-point operations, in the same order, as w12_mma_reduce on the partials.
+W12_HD int tile_index(int m, int c, int cols) { return m * cols + c; }
+W12_HD int fin_first(int rank, int t, int threads) { return rank * threads + t; }
+W12_HD int fin_step(int nsplit, int threads) {
+#ifdef W12_MMA_FIN_FAULT  // tests only: a stride one rank too long (elements left unwritten)
+  return (nsplit + 1) * threads;
+#else
+  return nsplit * threads;
+#endif
+}
+
 W12_HD float bf16_to_f32(uint32_t bits) {
 #ifdef __CUDA_ARCH__
   return __uint_as_float(bits << 16);

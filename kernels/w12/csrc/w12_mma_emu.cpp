@@ -67,21 +67,25 @@ struct Bounds {
 }  // namespace
 
 // Same arguments as w12_mma_launch (no stream) plus the buffers' sizes; out_f32: y is
-// float [M, N] (the value before the bf16 rounding), else bf16 bits. Returns 0, -1 for a
-// configuration the kernel refuses, -2 if a lane would read outside a buffer.
+// float [M, N] (the value before the bf16 rounding), else bf16 bits. fuse: the splits
+// summed as the kernel's clusters do, each block's sums left in its tile and every rank's
+// threads finishing their elements (w12_mma.cuh, fin_first), else as w12_mma_reduce does;
+// an output no thread writes keeps y's value. Returns 0, -1 for a configuration the kernel
+// refuses, -2 if a lane would read outside a buffer.
 extern "C" int w12_mma_emulate(const void* x_, const void* hi_, const void* lo_,
                                const void* base_, const void* row_ptr_, const void* exc_idx,
                                int idx64, const void* exc_val_, void* y_, int out_f32,
                                int M, int N, int K, int w8, int ng, int depth, int wk,
-                               int xs, int nsplit, int64_t x_elems, int64_t hi_bytes,
-                               int64_t lo_bytes) {
+                               int xs, int nsplit, int fuse, int64_t x_elems,
+                               int64_t hi_bytes, int64_t lo_bytes) {
   // depth: the register ring changes when a load is issued, not what is loaded; the
   // staged kernel's (xs == 5) ring is shared memory, emulated below slot by slot
   const bool st = xs == 5;
   if (st && depth < 2) return -1;
   if (M < 1 || M > MAX_MT * TILE_M || K % CHUNK_K || N % GROUP_N || wk < (xs ? 4 : 1) ||
-      wk > 8 || nsplit < 1 || ng < 1 || ng > MAX_NG)
+      wk > 8 || nsplit < 1 || ng < 1 || ng > MAX_NG || (fuse && nsplit > 8))
     return -1;
+  fuse = fuse && nsplit > 1;
   const uint16_t* x = (const uint16_t*)x_;
   const uint8_t* hi = (const uint8_t*)hi_;
   const uint8_t* lo = (const uint8_t*)lo_;
@@ -96,6 +100,8 @@ extern "C" int w12_mma_emulate(const void* x_, const void* hi_, const void* lo_,
   const int rows = M < mt * TILE_M ? M : mt * TILE_M;
   const int tiles = (N + cols - 1) / cols;
   std::vector<float> part((size_t)nsplit * M * N, 0.0f);
+  // fused: each (split, n-tile) block's tile of sums, [rows][cols] by tile_index
+  std::vector<float> tile_sums(fuse ? (size_t)nsplit * tiles * rows * cols : 0, 0.0f);
   std::vector<float> red((size_t)wk * rows * cols);
   const std::vector<uint16_t> zero((size_t)K, 0);
   std::vector<uint16_t> staged((size_t)mt * TILE_M * XS_ROW, 0xFFFFu);
@@ -242,19 +248,40 @@ extern "C" int w12_mma_emulate(const void* x_, const void* hi_, const void* lo_,
         if (n >= N) continue;
         float v = 0.0f;
         for (int w = 0; w < wk; ++w) v += red[((size_t)w * rows + m) * cols + c];
-        part[((size_t)split * M + m) * N + n] = v;
+        if (fuse)
+          tile_sums[((size_t)split * tiles + tile) * rows * cols + tile_index(m, c, cols)] = v;
+        else
+          part[((size_t)split * M + m) * N + n] = v;
       }
     }
 
+  auto store = [&](int64_t m, int64_t n, float v) {
+    v += exception_sum(m, n, K, x, row_ptr, exc_idx, idx64 != 0, exc_val, base);
+    if (out_f32)
+      ((float*)y_)[m * N + n] = v;
+    else
+      ((uint16_t*)y_)[m * N + n] = f32_to_bf16(v);
+  };
+  if (fuse) {   // every cluster (n-tile): each rank's threads their elements, splits in order
+    for (int tile = 0; tile < tiles; ++tile)
+      for (int rank = 0; rank < nsplit; ++rank)
+        for (int t = 0; t < threads; ++t)
+          for (int e = fin_first(rank, t, threads); e < rows * cols; e += fin_step(nsplit, threads)) {
+            const int m = e / cols, c = e % cols;
+            const int64_t n = (int64_t)tile * cols + c;
+            if (n >= N) continue;
+            float v = 0.0f;
+            for (int s = 0; s < nsplit; ++s)
+              v += tile_sums[((size_t)s * tiles + tile) * rows * cols + tile_index(m, c, cols)];
+            store(m, n, v);
+          }
+    return bounds.ok ? 0 : -2;
+  }
   for (int64_t i = 0; i < (int64_t)M * N; ++i) {
     const int64_t m = i / N, n = i % N;
     float v = 0.0f;
     for (int s = 0; s < nsplit; ++s) v += part[((size_t)s * M + m) * N + n];
-    v += exception_sum(m, n, K, x, row_ptr, exc_idx, idx64 != 0, exc_val, base);
-    if (out_f32)
-      ((float*)y_)[i] = v;
-    else
-      ((uint16_t*)y_)[i] = f32_to_bf16(v);
+    store(m, n, v);
   }
   return bounds.ok ? 0 : -2;
 }
