@@ -249,7 +249,6 @@ __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_kernel(Args
   // the block's warps add up in a fixed order (rows past M are zero and never stored)
   constexpr int ROWS = MT * TILE_M, COLS = NG * GROUP_N;
   const int rows = a.M < ROWS ? a.M : ROWS;
-  const bool fused = a.nsplit > 1 && a.fuse;
 #pragma unroll
   for (int t = 0; t < MT; ++t)
 #pragma unroll
@@ -269,13 +268,13 @@ __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_kernel(Args
     if (a.nsplit == 1) {
       v += exception_sum(m, n, K, a.x, a.row_ptr, a.exc_idx, a.idx64, a.exc_val, a.base);
       a.y[(int64_t)m * a.N + n] = f32_to_bf16(v);
-    } else if (fused) {
+    } else if (a.fuse) {   // (a.fuse read where used: a flag kept from here spilled at M = 32)
       red[tile_index(m, c, COLS)] = v;   // warp 0's slot of (m, c): read by this thread alone
     } else {
       a.part[((int64_t)blockIdx.y * a.M + m) * a.N + n] = v;
     }
   }
-  if (fused) cluster_finish(a, red, rows, COLS, nblock);
+  if (a.nsplit > 1 && a.fuse) cluster_finish(a, red, rows, COLS, nblock);
 }
 
 // A warp's own columns from nwarp on (the kernels whose warps split N): with one split, y
@@ -636,10 +635,19 @@ static cudaError_t launch_t(const Args& a, int wk, int xs, cudaStream_t stream, 
   return run_grid(w12_mma_kernel<MT, NG, DEPTH, W8>, a, grid, wk * 32, smem, stream);
 }
 
+// W12_MMA_ONLY_W12 (tests only: the CPU's register check, half the build): no 8-bit view.
+#ifdef W12_MMA_ONLY_W12
+constexpr bool VIEW_W8 = false;
+#else
+constexpr bool VIEW_W8 = true;
+#endif
+
 template <int MT, int NG, int DEPTH>
 static cudaError_t launch_view(const Args& a, int w8, int wk, int xs, cudaStream_t s, int* occ) {
-  return w8 ? launch_t<MT, NG, DEPTH, true>(a, wk, xs, s, occ)
-            : launch_t<MT, NG, DEPTH, false>(a, wk, xs, s, occ);
+  if constexpr (VIEW_W8) {
+    if (w8) return launch_t<MT, NG, DEPTH, true>(a, wk, xs, s, occ);
+  }
+  return w8 ? cudaErrorInvalidValue : launch_t<MT, NG, DEPTH, false>(a, wk, xs, s, occ);
 }
 
 // xs == STAGED: the staged kernel, depth its stages; compiled for the (ng, stages) pairs
@@ -648,8 +656,10 @@ constexpr int STAGED = 5;
 
 template <int MT, int NG, int S>
 static cudaError_t launch_st_view(const Args& a, int w8, int wk, cudaStream_t s, int* occ) {
-  return w8 ? launch_st<MT, NG, S, true>(a, wk, s, occ)
-            : launch_st<MT, NG, S, false>(a, wk, s, occ);
+  if constexpr (VIEW_W8) {
+    if (w8) return launch_st<MT, NG, S, true>(a, wk, s, occ);
+  }
+  return w8 ? cudaErrorInvalidValue : launch_st<MT, NG, S, false>(a, wk, s, occ);
 }
 
 template <int MT>
