@@ -357,7 +357,6 @@ def test_shipped_weights_refuse_another_target_and_a_corrupt_shard(smol, toy, tm
 def test_block_speculative_equals_autoregressive_embedded(smol, dev_prompts):
     """The embedded model in fp32 with an untrained block drafter (blocks of 16, 4 of them
     verified a step to keep CPU time down): the same tokens as autoregressive decoding."""
-    torch.set_num_threads(max(torch.get_num_threads(), 2))
     model = smol.engine.model
     net = BlockNet(BlockConfig.for_target(model.cfg, num_layers=1)).init_weights(0)
     engine = Engine(model, Options({"draft_len": 4}), 1024, smol.engine.stop_ids)

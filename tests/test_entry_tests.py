@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO = Path(__file__).resolve().parents[1]
 ENTRY_TESTS = {
@@ -55,11 +56,13 @@ def test_entry_tests_pass_on_the_entry_replayed_onto_stock(entry, tmp_path):
         # one ("diverged", exit 1); what must hold is that the patch applied (not "failed")
         assert replay.returncode in (0, 1) and wt.is_dir(), replay.stdout + replay.stderr
         assert json.loads(replay.stdout)["status"] in ("reproduced", "diverged")
-        # no OMP_NUM_THREADS from this module's decision (conftest.child_threads, made at its
-        # start, when the previous module's processes may still hold a core): this process
-        # only waits, so the entry's own pytest decides its threads, as any user's run would
-        # (the tree-verify entry's tests took 84 s at one thread against 47 s at two)
-        env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
+        # the entry's pytest at this process's own torch threads (it only waits meanwhile):
+        # its share of the cores under xdist (tests/conftest.py), every core alone. Not the
+        # module's decision (conftest.child_threads, made at its start, when the previous
+        # module's processes may still hold a core), nor torch's default: at two threads
+        # beside the other xdist worker the tree-verify entry's tests took 155 s in the
+        # suite, 87 s alone at two
+        env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
         env["PYTHONPATH"] = str(wt)
         run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                               "-rs", *ENTRY_TESTS[entry]], cwd=wt, env=env,
