@@ -152,7 +152,8 @@ _TUNED: dict[tuple, MmaConfig] = {}
 _LIBS: dict[tuple, ctypes.CDLL] = {}
 _ZEROS: dict[int, torch.Tensor] = {}   # per device: the x row of rows past M (K zeros)
 _OCCUPANCY: dict[tuple, int] = {}
-_PLANS: dict[tuple, tuple] = {}   # (config, M, N, K, view, device) -> (K splits, library)
+_PLANS: dict[tuple, tuple] = {}   # (config, M, N, K, view, device, fuse) -> (K splits, library)
+_CLUSTERS: dict[int, bool] = {}   # per CUDA device: thread block clusters (sm_90 or newer)
 _LOCK = threading.Lock()
 
 
@@ -372,8 +373,12 @@ def fuses(device: torch.device) -> bool:
     """Whether K splits are summed inside the tiles kernel on `device`: FUSE_SPLITS and a
     GPU with thread block clusters (sm_90 or newer; the library is built for its own
     architecture)."""
-    return (FUSE_SPLITS and device.type == "cuda"
-            and torch.cuda.get_device_capability(device)[0] >= 9)
+    if not FUSE_SPLITS or device.type != "cuda":
+        return False
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    if idx not in _CLUSTERS:   # asked once a device: every eager GEMM call asks
+        _CLUSTERS[idx] = torch.cuda.get_device_capability(idx)[0] >= 9
+    return _CLUSTERS[idx]
 
 
 def occupancy(cfg: MmaConfig, m: int, view: str, device: torch.device,
