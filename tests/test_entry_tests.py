@@ -57,11 +57,11 @@ def test_entry_tests_pass_on_the_entry_replayed_onto_stock(entry, tmp_path):
         assert replay.returncode in (0, 1) and wt.is_dir(), replay.stdout + replay.stderr
         assert json.loads(replay.stdout)["status"] in ("reproduced", "diverged")
         # the entry's pytest at this process's own torch threads (it only waits meanwhile):
-        # its share of the cores under xdist (tests/conftest.py), every core alone. Not the
-        # module's decision (conftest.child_threads, made at its start, when the previous
-        # module's processes may still hold a core), nor torch's default: at two threads
-        # beside the other xdist worker the tree-verify entry's tests took 155 s in the
-        # suite, 87 s alone at two
+        # its share of the cores under xdist (tests/conftest.py), every core alone, so the
+        # two xdist workers' work holds the two cores and no more. Not the module's decision
+        # (conftest.child_threads, made at its start, when the previous module's processes
+        # may still hold a core). The tree-verify entry's tests took 170 s in the suite so,
+        # 155 s at torch's default two threads beside the other worker, 87 s alone at two
         env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
         env["PYTHONPATH"] = str(wt)
         run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
