@@ -60,6 +60,22 @@ __device__ __forceinline__ void mma_bf16(float d[4], const uint32_t a[4], const 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+// A warp's accumulators into a tile of fp32 sums in shared memory ([rows][cols] by
+// tile_index, the warp's columns from col0 on; rows past M are zero and never stored).
+template <int MT, int NG>
+__device__ __forceinline__ void acc_to_tile(float* tile, const float (&acc)[MT][NG][4], Lane l,
+                                            int rows, int cols, int col0) {
+#pragma unroll
+  for (int t = 0; t < MT; ++t)
+#pragma unroll
+    for (int j = 0; j < NG; ++j)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int m = out_row(l, t, r);
+        if (m < rows) tile[tile_index(m, col0 + out_col(l, j, r), cols)] = acc[t][j][r];
+      }
+}
+
 // The fused splits' sum (w12_mma.cuh, fin_first): every thread of the nsplit blocks of a
 // cluster calls it once its block's tile of fp32 sums is in its shared memory; the tile's
 // columns start at nblock. The second barrier keeps each block's shared memory alive until
@@ -249,15 +265,7 @@ __global__ void __launch_bounds__(256, min_blocks<MT, NG>()) w12_mma_kernel(Args
   // the block's warps add up in a fixed order (rows past M are zero and never stored)
   constexpr int ROWS = MT * TILE_M, COLS = NG * GROUP_N;
   const int rows = a.M < ROWS ? a.M : ROWS;
-#pragma unroll
-  for (int t = 0; t < MT; ++t)
-#pragma unroll
-    for (int j = 0; j < NG; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int m = out_row(l, t, r);
-        if (m < rows) red[(w * rows + m) * COLS + out_col(l, j, r)] = acc[t][j][r];
-      }
+  acc_to_tile<MT, NG>(red + w * rows * COLS, acc, l, rows, COLS, 0);   // warp w's slice
   __syncthreads();
   for (int i = threadIdx.x; i < rows * COLS; i += blockDim.x) {
     const int m = i / COLS, c = i % COLS;
@@ -307,15 +315,7 @@ __device__ __forceinline__ void finish_tile(const Args& a, float* tile, const fl
                                             Lane l, int cols, int cw) {
   const int rows = a.M < MT * TILE_M ? a.M : MT * TILE_M;
   __syncthreads();  // every warp done with the shared memory the tile reuses
-#pragma unroll
-  for (int t = 0; t < MT; ++t)
-#pragma unroll
-    for (int j = 0; j < NG; ++j)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int m = out_row(l, t, r);
-        if (m < rows) tile[tile_index(m, cw + out_col(l, j, r), cols)] = acc[t][j][r];
-      }
+  acc_to_tile<MT, NG>(tile, acc, l, rows, cols, cw);
   cluster_finish(a, tile, rows, cols, blockIdx.x * cols);
 }
 
