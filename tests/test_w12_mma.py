@@ -326,8 +326,8 @@ def test_kernel_compiles_for_hopper_without_spills(tmp_path):
     blocks = re.findall(r"Function properties for (\S+)\n.*?(\d+) bytes spill stores", info)
     regs = dict(re.findall(r"Function properties for (\S+)\n[^\n]*\n[^\n]*Used (\d+) registers",
                            info))
-    # the capped shared-x kernels (template argument MINB 3 or 4) may spill: their own check
     assert not any("ELb1E" in name for name, _ in blocks), "an 8-bit view was built"
+    # the capped shared-x kernels (template argument MINB 3 or 4) may spill: their own check
     capped = {name: int(spill) for name, spill in blocks if re.search(r"ELb[01]ELi[34]EEv", name)}
     blocks = [(name, spill) for name, spill in blocks if name not in capped]
     for kind in ("w12_mma_kernel", "w12_mma_xs_kernel"):   # x shared or not

@@ -99,7 +99,7 @@ extern "C" int w12_mma_emulate(const void* x_, const void* hi_, const void* lo_,
   const int mt = (M + TILE_M - 1) / TILE_M, cols = (xs ? wk : 1) * ng * GROUP_N;
   const int rows = M < mt * TILE_M ? M : mt * TILE_M;
   const int tiles = (N + cols - 1) / cols;
-  std::vector<float> part((size_t)nsplit * M * N, 0.0f);
+  std::vector<float> part(fuse ? 0 : (size_t)nsplit * M * N, 0.0f);   // w12_mma_reduce's input
   // fused: each (split, n-tile) block's tile of sums, [rows][cols] by tile_index
   std::vector<float> tile_sums(fuse ? (size_t)nsplit * tiles * rows * cols : 0, 0.0f);
   std::vector<float> red((size_t)wk * rows * cols);
