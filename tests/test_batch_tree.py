@@ -253,7 +253,9 @@ def test_the_compiled_tree_step_with_the_kernel_serves_the_same_tokens(toy, toy_
     target, prompts, _ = toy
     net = toy_trained[0]
     base = {"draft_len": 3, "block_size": 4}
-    want = [Engine(target, Options(base), 256).generate(p, 12).tokens for p in prompts[:4]]
+    # two requests in the two rows: each row's own tree through the kernel (CI time: the
+    # interpreter ran four, two after two, in 44 s of this CPU)
+    want = [Engine(target, Options(base), 256).generate(p, 12).tokens for p in prompts[:2]]
     calls = []
     real = A.decode_attention
 
@@ -272,7 +274,7 @@ def test_the_compiled_tree_step_with_the_kernel_serves_the_same_tokens(toy, toy_
                          batch_drafter=BatchBlockDrafter(net, target, 256, rows=3, static=True,
                                                          capture=False))
         be.runner.compile, be.runner.attention = True, "triton"
-        reqs = [be.submit(p, 12) for p in prompts[:4]]
+        reqs = [be.submit(p, 12) for p in prompts[:2]]
         be.run()
         assert [r.tokens for r in reqs] == want
         assert any(calls) and not C.fallbacks()

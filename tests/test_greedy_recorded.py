@@ -21,19 +21,21 @@ NEW = 32
 
 @pytest.mark.slow
 @pytest.mark.parametrize("drafter", ["ar", "ngram", "block"])
-def test_greedy_outputs_equal_the_recorded_ones(smol, dev_prompts, ar_32, drafter):
-    """And speculation is lossless: ngram and block give AR's tokens, and were accepted."""
+def test_greedy_outputs_equal_the_recorded_ones(smol, dev_prompts, drafter):
+    """And speculation is lossless: ngram and block give AR's tokens (those recorded, which
+    the `ar` case computes), and were accepted."""
     from specpilot.requests import load_dev, select
 
     assert [r.id for r in select(load_dev(), None, 2)[:8]] == RECORDED["prompts"]
     assert RECORDED["max_new"] == 64
-    if drafter == "ar":
-        got, taus = ar_32, []
+    # recorded lossless: every drafter's tokens are AR's, so the three cases meet AR's
+    assert RECORDED["tokens"]["ngram"] == RECORDED["tokens"]["block"] == RECORDED["tokens"]["ar"]
+    if drafter == "ar":   # the one place the suite computes AR on these prompts
+        got = [smol.engine.generate(p, NEW).tokens for p in dev_prompts]
     else:
         runs = [smol.engine.generate(p, NEW, smol.drafter(drafter)) for p in dev_prompts]
-        got, taus = [r.tokens for r in runs], [r.tau for r in runs]
-        assert got == ar_32
-        assert max(taus) > 1.0   # the drafter's tokens were accepted somewhere
+        got = [r.tokens for r in runs]
+        assert max(r.tau for r in runs) > 1.0   # the drafter's tokens were accepted somewhere
     for rid, g, full in zip(RECORDED["prompts"], got, RECORDED["tokens"][drafter]):
         want = full[:NEW]
         assert g == want, f"{drafter} {rid}: first difference at token " \

@@ -145,8 +145,8 @@ def test_engine_static_path_speculative_equals_ar_embedded(smol, dev_prompts, ar
     model = smol.engine.model
     engine = Engine(model, max_context=1024, stop_ids=smol.engine.stop_ids, static=True)
     prompt = dev_prompts[0]
-    # the dynamic path's greedy output: the session's (conftest.ar_32), whose first 24 are
-    # what smol.engine.generate(prompt, 24) computed here again (greedy: a prefix)
+    # the dynamic path's greedy output (conftest.ar_32: recorded, and checked against the
+    # engine by tests/test_greedy_recorded.py), whose first 24 are a greedy prefix
     ar = ar_32[0][:24]
     assert len(ar) == 24
     assert engine.generate(prompt, 24).tokens == ar
