@@ -60,11 +60,14 @@ def serve_cmd(drafter, max_batch, host, port, system_name, prepare, max_context,
     model = model or load_config().model.path
     start = time.perf_counter()
     if system_name:
+        from specpilot.serve.systems import resolve_named
+
+        named = resolve_named(system_name, opts_file, opts)   # before torch: seconds sooner
         # lazy: the tokenizer and the device probe import torch
         from specpilot.serve.confined import start_named
 
-        backend, where = start_named(system_name, model, _model_name(model), drafter,
-                                     max_batch, prepare, max_context, device, opts_file, opts,
+        backend, where = start_named(*named, model, _model_name(model), drafter, max_batch,
+                                     prepare, max_context, device,
                                      lambda line: click.echo(line, err=True))
     else:
         # lazy: the backend imports stock's batched engine (torch)

@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 import uvicorn
 from fastapi import FastAPI, Request
@@ -25,10 +26,12 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.exceptions import HTTPException
 
 from specpilot.failures import one_line
-from specpilot.serve.backend import Backend
 from specpilot.serve.detok import IncrementalText
 from specpilot.serve.protocol import (DONE, Parsed, Reply, RequestError, budget, error_body,
                                       parse_json, parse_request, sse, usage)
+
+if TYPE_CHECKING:   # the backends import stock (torch): `listen` comes first, in seconds less
+    from specpilot.serve.backend import Backend
 
 WORKERS = 64   # requests generating or waiting for the backend at once; more wait their turn
 

@@ -21,7 +21,7 @@ from specpilot.errors import SpecPilotError
 from specpilot.judges.worker_proc import Worker, WorkerError, clean_checkout
 from specpilot.memory.store import Memory
 from specpilot.serve.backend import Text, drafter_in_use
-from specpilot.serve.systems import named_system, option_values
+from specpilot.serve.systems import Named
 from stock.system import default_device
 from stock.tokenizer import Tokenizer
 from stock.weights import resolve
@@ -107,15 +107,13 @@ class ConfinedBackend(Text):
         self.worker.stop()
 
 
-def start_named(name: str, model: str, model_name: str, drafter: str, max_batch: int,
-                prepare: bool, max_context: int | None, device: str | None,
-                opts_file: str | None, opts: tuple[str, ...], say) -> tuple[ConfinedBackend, str]:
+def start_named(memory: Memory, named: Named, options: dict[str, str], model: str,
+                model_name: str, drafter: str, max_batch: int, prepare: bool,
+                max_context: int | None, device: str | None, say
+                ) -> tuple[ConfinedBackend, str]:
     """(backend, its description for the ready line) for `specpilot serve --system NAME`:
-    the named system's clean checkout decoding in a confined worker, this process
-    tokenizing with this checkout's stock."""
-    memory = Memory()
-    named = named_system(memory, name)
-    options = {**named.options, **option_values(opts_file, opts)}
+    the named system's clean checkout (serve/systems.py, `resolve_named`) decoding in a confined worker, this
+    process tokenizing with this checkout's stock."""
     checkout = clean_checkout(memory.store, named.commit, memory.system_paths, memory.root)
     device = device or str(default_device())
     log = log_path(memory.root, checkout.tree)

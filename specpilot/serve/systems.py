@@ -81,3 +81,14 @@ def option_values(opts_file: str | None, opts: tuple[str, ...]) -> dict[str, str
             raise SpecPilotError(f"--opt: expected name=value, got {pair!r}", code=2)
         values[name.strip()] = value
     return values
+
+
+def resolve_named(name: str, opts_file: str | None, opts: tuple[str, ...]
+                  ) -> tuple[Memory, Named, dict[str, str]]:
+    """What `--system NAME` with --opts-file and --opt serve: the project's memory, the
+    named system and its option values (its own, then the file's, then the command line's).
+    Imports neither torch nor the server: a name or an options file that is wrong is a
+    one-line error before either loads (`specpilot serve` asks this first)."""
+    memory = Memory()
+    named = named_system(memory, name)
+    return memory, named, {**named.options, **option_values(opts_file, opts)}
