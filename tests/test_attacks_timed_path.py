@@ -13,7 +13,7 @@ import pytest
 
 from judge_fixtures import MEMOIZE, STOP_EARLY, cheat, judge_project
 from specpilot.judges import prompts
-from specpilot.judges.controller import compare
+from specpilot.judges.controller import compare, compare_many
 from specpilot.judges.outputs import Expected, OutputCheck, check_request
 
 MODEL = "random:tiny-qwen3"
@@ -24,22 +24,27 @@ def project(tmp_path_factory):
     return judge_project(tmp_path_factory.mktemp("redteam") / "proj")
 
 
-def test_a_candidate_fast_only_on_the_timed_path_is_rejected_for_its_outputs(project):
-    """Stops after two real tokens and pads: a large speed-up that buys nothing now."""
+def test_candidates_fast_only_on_the_timed_path_or_with_half_their_layers_are_rejected(
+        project):
+    """Two cheats judged in one run (`compare A B C`: one stock reference, one A side; each
+    candidate is rejected only for its own faults, so neither can hide behind the other):
+    B stops after two real tokens and pads, a large speed-up that buys nothing now; C
+    verifies with half its layers while generating (forcing runs the whole stack). They
+    were two runs of their own; a wrong output rejects whatever the speed, so the family's
+    wider bound changes nothing that is asserted here."""
+    from judge_fixtures import FEWER_LAYERS
+
     bad = cheat(project, "stop-early", STOP_EARLY)
-    rep = compare(project, "stock", bad, model=MODEL, sigma=0.05, max_new=24)
+    shallow = cheat(project, "fewer-layers", FEWER_LAYERS)
+    rep, half = compare_many(project, "stock", [(bad, {}), (shallow, {})], model=MODEL,
+                             sigma=0.05, max_new=24)
+    assert [rep.b.rev, half.b.rev] == [bad, shallow]
     assert not rep.decision.adopted
     assert rep.outputs["A"].ok and not rep.outputs["B"].ok
     assert rep.faults and rep.faults[0].startswith("B ")
     assert any(w in rep.faults[0] for w in ("stock's is", "beyond the 1 tolerated"))
-
-
-def test_a_candidate_that_generates_with_half_its_layers_is_rejected(project):
-    from judge_fixtures import FEWER_LAYERS
-
-    shallow = cheat(project, "fewer-layers", FEWER_LAYERS)
-    rep = compare(project, "stock", shallow, model=MODEL, sigma=0.05, max_new=24)
-    assert not rep.decision.adopted and rep.faults and not rep.outputs["B"].ok
+    assert not half.decision.adopted and half.faults and not half.outputs["B"].ok
+    assert half.outputs["A"].ok and half.faults[0].startswith("C ")
 
 
 def test_a_memoizing_candidate_gains_nothing_because_no_prompt_is_timed_twice(project):

@@ -72,25 +72,34 @@ def test_clean_checkout_comes_from_the_commit_not_the_worktree(project):
     assert not (co.path / ".git").exists()
 
 
-def test_worker_proves_tree_and_options_and_refuses_a_wrong_claim(project, tmp_path):
+@pytest.fixture(scope="module")
+def started(project, tmp_path_factory):
+    """One worker of HEAD on the tiny target, started once for the two tests that read its
+    `ready` (each start costs ~4 s of a 2-core CPU): repeat_work is stock/options.py's,
+    block_size stock/drafters/block.py's."""
     co = clean_checkout(GitStore(project), "HEAD", ["stock", "kernels"], project)
-    ok = Worker("A", co, ["stock", "kernels"], "random:tiny-qwen3", {"repeat_work": "1"}, "cpu",
-                tmp_path / "a.log")
+    w = Worker("A", co, ["stock", "kernels"], "random:tiny-qwen3",
+               {"repeat_work": "1", "block_size": "8"}, "cpu",
+               tmp_path_factory.mktemp("started") / "a.log")
     try:
-        ready = ok.start()
-        assert ready["tree"] == co.tree and ready["options"]["repeat_work"] == 1
-        seen = confine.CHECKOUT if ready["confined"] == confine.CONFINED else co.path
-        assert ready["stock_file"].startswith(f"{seen}/")
-        assert ready["dtype"] == "float32"  # stock computes in fp32 on CPU
-        assert ok.run("x", 4, ids=[1, 2, 3]).tokens
-        # the untimed prepare: stock's Engine.prepare (CPU: the dynamic path, no slots)
-        prep = ok.call("prepare", "p", end=64)
-        assert prep["graphs"] == 0 and prep["compile_s"] == 0.0   # nothing compiled on CPU
-        # throughput mode's: the batched engine of that concurrency, built (CPU: no slots)
-        assert ok.call("prepare", "q", end=64, max_batch=2)["graphs"] == 0
-        assert ok.batch("b", [("y", [1, 2, 3])], 4, 2)[0]["y"]
+        yield co, w, w.start()
     finally:
-        ok.stop()
+        w.stop()
+
+
+def test_worker_proves_tree_and_options_and_refuses_a_wrong_claim(project, started, tmp_path):
+    co, ok, ready = started
+    assert ready["tree"] == co.tree and ready["options"]["repeat_work"] == 1
+    seen = confine.CHECKOUT if ready["confined"] == confine.CONFINED else co.path
+    assert ready["stock_file"].startswith(f"{seen}/")
+    assert ready["dtype"] == "float32"  # stock computes in fp32 on CPU
+    assert ok.run("x", 4, ids=[1, 2, 3]).tokens
+    # the untimed prepare: stock's Engine.prepare (CPU: the dynamic path, no slots)
+    prep = ok.call("prepare", "p", end=64)
+    assert prep["graphs"] == 0 and prep["compile_s"] == 0.0   # nothing compiled on CPU
+    # throughput mode's: the batched engine of that concurrency, built (CPU: no slots)
+    assert ok.call("prepare", "q", end=64, max_batch=2)["graphs"] == 0
+    assert ok.batch("b", [("y", [1, 2, 3])], 4, 2)[0]["y"]
     lying = Worker("B", Checkout(co.commit, "0" * 40, co.path), ["stock", "kernels"], "random:tiny-qwen3",
                    {}, "cpu", tmp_path / "b.log")
     with pytest.raises(WorkerError, match="tree"):
@@ -284,16 +293,12 @@ def test_a_cuda_worker_sees_its_one_gpu_as_cuda0():
         isolate_device("cuda:2", "4,6")
 
 
-def test_worker_accepts_options_registered_by_the_systems_drafters(project, tmp_path):
+def test_worker_accepts_options_registered_by_the_systems_drafters(started):
     """block_size is registered by stock/drafters/block.py, not stock/options.py: the
-    worker must know it before it parses the options it was asked for."""
-    co = clean_checkout(GitStore(project), "HEAD", ["stock", "kernels"], project)
-    w = Worker("A", co, ["stock", "kernels"], "random:tiny-qwen3", {"block_size": "8"}, "cpu",
-               tmp_path / "a.log")
-    try:
-        assert w.start()["options"]["block_size"] == 8
-    finally:
-        w.stop()
+    worker must know it before it parses the options it was asked for (the `started`
+    worker was asked for it: its start would have failed, as `no_such_option`'s does)."""
+    _co, _w, ready = started
+    assert ready["options"]["block_size"] == 8
 
 
 def test_resident_pairs_run_one_session_after_another_on_the_same_rounds(tmp_path):

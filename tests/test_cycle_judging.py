@@ -214,9 +214,17 @@ def test_a_fault_after_the_dev_length_fails_validation_and_its_entry_is_never_re
     assert meta.validation.status == "provisional" and not meta.reusable
     assert ds.entry not in {m.id for m in memory_metas(project)}
 
+    # Phase 2 makes the adopted candidate the cycle's best; Phase 3 (kernel tuning: a cost
+    # model run in a worker of its own, nothing to tune on this CPU, no agent) is not this
+    # test's subject and is skipped as `judged` skips Phase 0; Phase 4 validates the best
+    state = cycle.run("tune-kernels")
+    assert state.best == System(commit=commit, options=ds.candidate.options)
+    cycle.state.phase = "validate"
+    cycle.save()
     state = cycle.run("done")
     v = state.validation
     assert v["passed"] is False and v["length"] == 2 * TAIL, v["reasons"]
+    assert v["system"] == state.best.model_dump()
     [forcing] = [g for g in v["gates"] if g["gate"] == "forcing"]
     assert min(m["position"] for m in forcing["mismatches"]) == TAIL
     assert v["entries"] == {ds.entry: "rejected"}
