@@ -288,7 +288,8 @@ def _gone(pid: int, seconds: float) -> bool:
 
 
 def test_a_worker_dies_with_its_parent_killed_by_sigkill(tmp_path, parent_project):
-    proc, worker = _parent(tmp_path, parent_project, "unconfined")   # bubblewrap's --die-with-parent aside
+    # unconfined: bubblewrap's --die-with-parent aside
+    proc, worker = _parent(tmp_path, parent_project, "unconfined")
     try:
         assert _alive(worker["pid"]) and worker["scratch"] == "None"
         proc.kill()

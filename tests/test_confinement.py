@@ -122,8 +122,8 @@ COMPILE_PROBES = """
 # tree (COMPILE_PROBES; opted out, that cache is the user's own): one candidate makes these
 # attacks, each through its own probes and each asserted by its own test below. Their
 # outcomes do not depend on one another (each `attempt` records its own result and catches
-# its own failure), so one worker per mode serves them all: a worker a test cost ~5 s of
-# the 2-core CPU each, one worker per mode ~5 s in all. The attacks run when the
+# its own failure), so one worker per mode serves them all (a worker per test cost ~5 s
+# each of the 2-core CPU; one per mode ~5 s in all). The attacks run when the
 # candidate's stock is imported, as the worker starts: the worker is what a controller's B
 # process runs first (a whole `compare` would add processes and timed rounds that no test
 # here asserts anything about).
@@ -226,8 +226,8 @@ def probed(request, tmp_path_factory):
         finally:
             listener.close()
     return SimpleNamespace(mode=request.param, got=got, stats=stats, stats_before=stats_before,
-                           seed=seed, requests=requests, accepted=accepted, project=project, rev=rev,
-                           ready=ready, checkout_kept=checkout_kept)
+                           seed=seed, requests=requests, accepted=accepted, project=project,
+                           rev=rev, ready=ready, checkout_kept=checkout_kept)
 
 
 # (a) what the decision reads, and the project tree ---------------------------------------
