@@ -253,10 +253,17 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def _parent(tmp_path, mode: str):
+@pytest.fixture(scope="module")
+def parent_project(tmp_path_factory) -> Path:
+    """One judge project for the parents below: each only reads its committed stock (a
+    clean checkout, made once and then reused) and writes its own worker.log; each test's
+    scratch folders are under its own TMPDIR."""
     from judge_fixtures import judge_project
 
-    root = judge_project(tmp_path / "proj")
+    return judge_project(tmp_path_factory.mktemp("parents") / "proj")
+
+
+def _parent(tmp_path, root: Path, mode: str):
     (tmp_path / "tmp").mkdir()
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp")}
     env.pop("SPECPILOT_UNCONFINED", None)
@@ -280,8 +287,9 @@ def _gone(pid: int, seconds: float) -> bool:
     return False
 
 
-def test_a_worker_dies_with_its_parent_killed_by_sigkill(tmp_path):
-    proc, worker = _parent(tmp_path, "unconfined")   # bubblewrap's --die-with-parent aside
+def test_a_worker_dies_with_its_parent_killed_by_sigkill(tmp_path, parent_project):
+    # unconfined: bubblewrap's --die-with-parent aside
+    proc, worker = _parent(tmp_path, parent_project, "unconfined")
     try:
         assert _alive(worker["pid"]) and worker["scratch"] == "None"
         proc.kill()
@@ -294,14 +302,14 @@ def test_a_worker_dies_with_its_parent_killed_by_sigkill(tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["handled-unconfined", "handled-confined"])
-def test_sigterm_stops_the_worker_and_removes_its_scratch(tmp_path, mode):
+def test_sigterm_stops_the_worker_and_removes_its_scratch(tmp_path, parent_project, mode):
     confined = mode == "handled-confined"
     if confined:
         from specpilot.judges.confine import usable_bwrap
 
         if usable_bwrap() is None:
             pytest.skip("bubblewrap does not work here")
-    proc, worker = _parent(tmp_path, mode)
+    proc, worker = _parent(tmp_path, parent_project, mode)
     try:
         assert _alive(worker["pid"])
         assert (worker["scratch"] != "None") == confined

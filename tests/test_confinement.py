@@ -97,42 +97,6 @@ def found(log: Path) -> dict:
     return json.loads(lines[0][len("ATTACK "):])
 
 
-# (a) what the decision reads, and the project tree ---------------------------------------
-
-def test_a_candidate_cannot_rewrite_the_config_or_the_project(project, mode, tmp_path):
-    """B lowers the bar of every later comparison (min_gain and sigma_multiple to 0 in the
-    project's config, which the controller reads at every start) and edits a project file."""
-    config = project / ".specpilot" / "config.toml"
-    rev = candidate(project, "config", """
-        from pathlib import Path
-        def lower_the_bar():
-            text = Path(P["config"]).read_text()
-            if "min_gain" not in text:   # once: every B worker runs this
-                Path(P["config"]).write_text(text.replace(
-                    "[controller]\\n", "[controller]\\nmin_gain = 0\\nsigma_multiple = 0\\n"))
-        attempt("config", lower_the_bar)
-        attempt("notes", lambda: open(P["notes"], "a").write("pwned\\n"))
-        """, config=str(config), notes=str(project / "NOTES.md"))
-
-    # The attack runs when the candidate's stock is imported, as the worker starts: one
-    # worker of it is the controller's B process (a whole `compare` started four more
-    # processes and timed rounds that this test asserts nothing about, ~12 s a mode)
-    with serving(project, rev, tmp_path / "b.log") as w:
-        ready = dict(w.ready)
-    assert set(found(tmp_path / "b.log")) == {"config", "notes"}   # the attack ran
-
-    notes = (project / "NOTES.md").read_text()
-    cc = load_config(project).controller
-    if mode == "confined":
-        assert (cc.min_gain, cc.sigma_multiple) == (0.01, 2.0)
-        assert notes == "the project's own notes\n"
-        assert ready["confined"] == confine.CONFINED
-    else:  # the danger of opting out: every later comparison adopts at a zero bar
-        assert (cc.min_gain, cc.sigma_multiple) == (0, 0)
-        assert notes.endswith("pwned\n")
-        assert ready["confined"] == "none: SPECPILOT_UNCONFINED=1"
-
-
 def test_a_negative_nan_or_infinite_sigma_floor_is_refused(project):
     """σ is the run's own; a given floor that is negative, NaN or infinite is a usage
     error, before anything runs."""
@@ -143,12 +107,39 @@ def test_a_negative_nan_or_infinite_sigma_floor_is_refused(project):
     assert not (project / ".specpilot" / "runs").exists()
 
 
-# (b), (c), (e), (f): one candidate makes these four attacks, each through its own probes
-# and each asserted by its own test below. Their outcomes do not depend on one another (each
-# `attempt` records its own result and catches its own failure), so one worker per mode
-# serves them all: four workers per mode cost ~18 s of the 2-core CPU, one ~5 s.
+# the compilers' cache of the worker's tree: what it holds, and a file planted there
+COMPILE_PROBES = """
+    from pathlib import Path
+    cache = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
+    attempt("where", lambda: str(cache))
+    attempt("kernels", lambda: os.environ["KERNELS_CACHE_DIR"])
+    attempt("seen", lambda: sorted(p.name for p in cache.glob("*")))
+    attempt("plant", lambda: (cache.mkdir(parents=True, exist_ok=True),
+                              (cache / P["name"]).write_text("x"))[1])
+    """
+
+# (a), (b), (c), (e), (f) and, confined, what the worker sees and the compilers' cache of its
+# tree (COMPILE_PROBES; opted out, that cache is the user's own): one candidate makes these
+# attacks, each through its own probes and each asserted by its own test below. Their
+# outcomes do not depend on one another (each `attempt` records its own result and catches
+# its own failure), so one worker per mode serves them all (a worker per test cost ~5 s
+# each of the 2-core CPU; one per mode ~5 s in all). The attacks run when the
+# candidate's stock is imported, as the worker starts: the worker is what a controller's B
+# process runs first (a whole `compare` would add processes and timed rounds that no test
+# here asserts anything about).
 
 PROBES = """
+    # (a) what the decision reads, and the project tree: lower the bar of every later
+    # comparison (min_gain and sigma_multiple to 0 in the project's config, which the
+    # controller reads at every start) and edit a project file
+    from pathlib import Path
+    def lower_the_bar():
+        text = Path(P["config"]).read_text()
+        if "min_gain" not in text:   # once: every B worker runs this
+            Path(P["config"]).write_text(text.replace(
+                "[controller]\\n", "[controller]\\nmin_gain = 0\\nsigma_multiple = 0\\n"))
+    attempt("config", lower_the_bar)
+    attempt("notes", lambda: open(P["notes"], "a").write("pwned\\n"))
     # (b) the judges' own code: would append an always-adopt `decide()` to stats.py; the
     # probe opens it for appending and writes nothing, so a failure cannot damage it
     attempt("exists", lambda: os.path.exists(P["stats"]))
@@ -174,7 +165,18 @@ PROBES = """
     import socket
     attempt("connect", lambda: socket.create_connection(
         ("127.0.0.1", P["port"]), timeout=5).sendall(b"the sealed set") or "sent")
-    """
+    # what a confined worker sees (confined only: opted out, HOME is the user's own home)
+    if P["view"]:
+        attempt("root", lambda: sorted(os.listdir("/")))
+        attempt("home", lambda: sorted(os.listdir(os.path.expanduser("~root"))))
+        attempt("tmp", lambda: os.listdir("/tmp"))
+        attempt("cwd", os.getcwd)
+        attempt("HOME", lambda: os.environ["HOME"])
+        attempt("project", lambda: os.listdir(P["project"]))
+        attempt("repo", lambda: os.listdir(P["repo"]))
+        attempt("own checkout", lambda: open("stock/engine.py", "a").write("# edited\\n"))
+        attempt("scratch", lambda: Path(os.environ["HOME"], "x").write_text("ok"))
+""" + textwrap.indent(COMPILE_PROBES, "    ")
 
 
 @pytest.fixture(scope="module", params=["confined", "unconfined"])
@@ -192,6 +194,9 @@ def probed(request, tmp_path_factory):
         mp.setenv("ANTHROPIC_API_KEY", "sk-test-do-not-leak")
         mp.setenv("SPECPILOT_TOKEN", "also-secret")
         project = judge_project(tmp / "proj")
+        (project / "NOTES.md").write_text("the project's own notes\n")
+        git(project, "add", "NOTES.md")
+        git(project, "commit", "-qm", "notes")
         requests = ensure_sealed()
         seed = default_sealed_dir() / SEED_FILE
         stats = Path(specpilot.judges.stats.__file__).resolve()
@@ -203,9 +208,14 @@ def probed(request, tmp_path_factory):
         try:
             rev = candidate(project, "probes", PROBES, stats=str(stats), seed=str(seed),
                             requests=str(requests), dir=str(seed.parent),
-                            port=listener.getsockname()[1])
-            with serving(project, rev, tmp / "b.log"):
-                pass
+                            port=listener.getsockname()[1],
+                            config=str(project / ".specpilot" / "config.toml"),
+                            notes=str(project / "NOTES.md"),
+                            view=request.param == "confined", project=str(project),
+                            repo=str(HERE), name="poisoned-entry")
+            with serving(project, rev, tmp / "b.log") as w:
+                ready = dict(w.ready)
+            checkout_kept = tree_hash(w.checkout.path, SYS) == w.checkout.tree
             got = found(tmp / "b.log")
             try:
                 conn, _ = listener.accept()
@@ -216,7 +226,29 @@ def probed(request, tmp_path_factory):
         finally:
             listener.close()
     return SimpleNamespace(mode=request.param, got=got, stats=stats, stats_before=stats_before,
-                           seed=seed, requests=requests, accepted=accepted)
+                           seed=seed, requests=requests, accepted=accepted, project=project,
+                           rev=rev, ready=ready, checkout_kept=checkout_kept)
+
+
+# (a) what the decision reads, and the project tree ---------------------------------------
+
+def test_a_candidate_cannot_rewrite_the_config_or_the_project(probed):
+    """B lowers the bar of every later comparison (min_gain and sigma_multiple to 0 in the
+    project's config, which the controller reads at every start) and edits a project file
+    (PROBES' (a))."""
+    project, ready = probed.project, probed.ready
+    assert {"config", "notes"} <= set(probed.got)   # the attack ran
+
+    notes = (project / "NOTES.md").read_text()
+    cc = load_config(project).controller
+    if probed.mode == "confined":
+        assert (cc.min_gain, cc.sigma_multiple) == (0.01, 2.0)
+        assert notes == "the project's own notes\n"
+        assert ready["confined"] == confine.CONFINED
+    else:  # the danger of opting out: every later comparison adopts at a zero bar
+        assert (cc.min_gain, cc.sigma_multiple) == (0, 0)
+        assert notes.endswith("pwned\n")
+        assert ready["confined"] == "none: SPECPILOT_UNCONFINED=1"
 
 
 # (b) the judges' own code --------------------------------------------------------------
@@ -321,25 +353,13 @@ def test_f_candidate_has_no_network(probed):
 # what a confined worker sees -----------------------------------------------------------
 
 @needs_bwrap
-def test_a_confined_candidate_sees_only_its_checkout_and_scratch(project, tmp_path,
-                                                                 monkeypatch):
-    monkeypatch.delenv(confine.OPT_OUT, raising=False)
-    rev = candidate(project, "view", """
-        from pathlib import Path
-        attempt("root", lambda: sorted(os.listdir("/")))
-        attempt("home", lambda: sorted(os.listdir(os.path.expanduser("~root"))))
-        attempt("tmp", lambda: os.listdir("/tmp"))
-        attempt("cwd", os.getcwd)
-        attempt("HOME", lambda: os.environ["HOME"])
-        attempt("project", lambda: os.listdir(P["project"]))
-        attempt("repo", lambda: os.listdir(P["repo"]))
-        attempt("own checkout", lambda: open("stock/engine.py", "a").write("# edited\\n"))
-        attempt("scratch", lambda: Path(os.environ["HOME"], "x").write_text("ok"))
-        """, project=str(project), repo=str(HERE))
-    with serving(project, rev, tmp_path / "b.log") as w:
-        ready = dict(w.ready)
-    assert tree_hash(w.checkout.path, SYS) == w.checkout.tree   # its edit did not land
-    got = found(tmp_path / "b.log")
+@pytest.mark.parametrize("probed", ["confined"], indirect=True)
+def test_a_confined_candidate_sees_only_its_checkout_and_scratch(probed):
+    """PROBES' view probes (the confined worker's only: opted out, HOME is the user's)."""
+    assert probed.mode == "confined"
+    ready = probed.ready
+    assert probed.checkout_kept   # its edit did not land
+    got = probed.got
     assert set(got["root"][1]) <= {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr",
                                    "etc", "dev", "proc", "tmp", "judge", "root", "home"}
     assert got["home"][1] in ([], [".pyenv"])   # only the way to the interpreter, if there
@@ -356,29 +376,23 @@ def test_a_confined_candidate_sees_only_its_checkout_and_scratch(project, tmp_pa
 
 
 @needs_bwrap
-def test_a_candidate_feeds_only_its_own_trees_compiles(project, tmp_path, monkeypatch):
+@pytest.mark.parametrize("probed", ["confined"], indirect=True)
+def test_a_candidate_feeds_only_its_own_trees_compiles(probed, tmp_path, monkeypatch):
     """Workers of one system tree share its compilers' cache (/judge/compile: torch.compile's,
     Triton's and the W12 mma kernel's nvcc builds), so a GPU worker's compiles become cache
     reads after the first; a file a candidate plants there reaches the next worker of its own
     tree and no worker of another tree (a rival candidate, or stock), whose cache is its own
-    tree's."""
+    tree's. The poisoner is PROBES' candidate: its confined worker (the first of its tree in
+    its project) planted; a second worker of it and a rival's follow here."""
     monkeypatch.delenv(confine.OPT_OUT, raising=False)
-    body = """
-        from pathlib import Path
-        cache = Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
-        attempt("where", lambda: str(cache))
-        attempt("kernels", lambda: os.environ["KERNELS_CACHE_DIR"])
-        attempt("seen", lambda: sorted(p.name for p in cache.glob("*")))
-        attempt("plant", lambda: (cache.mkdir(parents=True, exist_ok=True),
-                                  (cache / P["name"]).write_text("x"))[1])
-        """
-    poisoner = candidate(project, "poison", body, name="poisoned-entry")
-    rival = candidate(project, "rival", body, name="rival-entry")
-    logs = [tmp_path / f"{i}.log" for i in range(3)]
-    for rev, log in zip((poisoner, poisoner, rival), logs):
+    project, poisoner = probed.project, probed.rev
+    rival = candidate(project, "rival", COMPILE_PROBES, name="rival-entry")
+    logs = [tmp_path / f"{i}.log" for i in range(2)]
+    for rev, log in zip((poisoner, rival), logs):
         with serving(project, rev, log):
             pass
-    first, second, other = (found(log) for log in logs)
+    first = probed.got
+    second, other = (found(log) for log in logs)
     assert first["where"] == ["ok", str(confine.COMPILE / "inductor")]
     assert first["kernels"] == ["ok", str(confine.COMPILE / "kernels")]   # nvcc's builds too
     assert first["seen"] == ["ok", []] and first["plant"] == ["ok", 1]

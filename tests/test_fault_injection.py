@@ -1,7 +1,7 @@
 """The test that the test works: a fault after the development check's length is caught by
 the sealed check, which forces twice as many tokens, and missed by the development check
 (embedded default, one request). The production lengths are 2048 and 4096; the test runs the
-same gates at an eighth of them (256 and 512, the same ratio) to keep the CPU suite short."""
+same gates at a sixteenth of them (128 and 256, the same ratio) to keep the CPU suite short."""
 
 from __future__ import annotations
 
@@ -37,12 +37,13 @@ def test_sealed_check_catches_a_fault_the_dev_check_misses(tmp_path, one_thread)
     from stock.system import load_system
 
     # Bigger forced steps and drafts: same semantics (forcing is causal, speculation is
-    # lossless), far fewer forwards on a CPU; an eighth of the production lengths, same ratio
-    # (the fault starts at the dev length, on a forced chunk's boundary as at 2048).
+    # lossless), far fewer forwards on a CPU; a sixteenth of the production lengths, same
+    # ratio (the fault starts at the dev length, on a forced chunk's boundary: one chunk is
+    # the dev length).
     prod = GatesSection()
     assert (prod.dev_length, prod.sealed_length) == (2048, 4096)
-    cfg = GatesSection(chunk=256, reference_draft_len=32, dev_length=prod.dev_length // 8,
-                       sealed_length=prod.sealed_length // 8)
+    cfg = GatesSection(chunk=128, reference_draft_len=32, dev_length=prod.dev_length // 16,
+                       sealed_length=prod.sealed_length // 16)
     system = load_system("embedded", Options(), "cpu", cfg.sealed_length + 128)
     t0 = time.perf_counter()
     [sealed_ref] = references(system, [LOOP], cfg.sealed_length, ReferenceCache(tmp_path),
