@@ -52,7 +52,8 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
     ap.add_argument("--draft-lens", default="",
                     help="comma-separated caps k: the walk τ of draft_len k beside the table")
-    ap.add_argument("--smoke", action="store_true", help="CPU: the first 2 dev requests (two categories), 8 tokens")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CPU: the first 2 dev requests (two categories), 8 tokens")
     args = ap.parse_args()
     if args.smoke:
         args.per_category, args.max_new = 1, 8
