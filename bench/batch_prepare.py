@@ -125,9 +125,9 @@ def main() -> None:
     ap.add_argument("--max-new", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--backend", default="eager", help="CPU only: eager or inductor")
-    ap.add_argument("--prefill-chunk", type=int, default=256,
-                    help="CPU only: the engine's prefill chunk (the largest tokens bucket "
-                         "made is min(this, 64) or draft_len + 1; --smoke: 4)")
+    ap.add_argument("--prefill-chunk", type=int, default=None,
+                    help="CPU only: the engine's prefill chunk (default 256, --smoke 4; the "
+                         "largest tokens bucket made is min(this, 64) or draft_len + 1)")
     ap.add_argument("--device", default=None)
     ap.add_argument("--smoke", action="store_true",
                     help="CPU: random:tiny-qwen3, AR, draft_len 3, prefill chunks of 4 "
@@ -140,9 +140,10 @@ def main() -> None:
         # the fewest slots that still tell static sizes from dynamic ones: requests buckets 1
         # and 2 by tokens buckets 1, 2 and 4 (each slot is traced once, ~1 s on the CPU)
         args.target, args.drafter, args.draft_len = "random:tiny-qwen3", "ar", 3
-        args.end, args.context, args.prefill_chunk = 100, 256, 4
+        args.end, args.context, args.prefill_chunk = 100, 256, args.prefill_chunk or 4
         args.serve, args.max_new, args.repeats = args.serve or 8, 16, 2
     args.batch = args.batch or (2 if args.smoke else 16)
+    args.prefill_chunk = args.prefill_chunk or 256
     if args.child:
         print(json.dumps(child(args)))
         return
