@@ -80,7 +80,7 @@ def child(args) -> dict:
         if args.drafter != "ar":
             raise SystemExit("on the CPU only --drafter ar (the verification step's slots)")
         be = batch_mod.BatchEngine(model, opts, max_batch=args.batch, max_context=args.context,
-                                   static=True, capture=False)
+                                   prefill_chunk=args.prefill_chunk, static=True, capture=False)
         slots = be.prepare(args.end)
         runner = be.runner
         for s in runner.slots.values():
@@ -125,18 +125,25 @@ def main() -> None:
     ap.add_argument("--max-new", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--backend", default="eager", help="CPU only: eager or inductor")
+    ap.add_argument("--prefill-chunk", type=int, default=None,
+                    help="CPU only: the engine's prefill chunk (default 256, --smoke 4; the "
+                         "largest tokens bucket made is min(this, 64) or draft_len + 1)")
     ap.add_argument("--device", default=None)
     ap.add_argument("--smoke", action="store_true",
-                    help="CPU: random:tiny-qwen3, AR, draft_len 7, contexts below 100")
+                    help="CPU: random:tiny-qwen3, AR, draft_len 3, prefill chunks of 4 "
+                         "(tokens buckets 1, 2, 4: 6 slots), contexts below 100")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=os.environ.get("OUT"))
     args = ap.parse_args()
     args.device = smoke_device(args)
     if args.smoke:
-        args.target, args.drafter, args.draft_len = "random:tiny-qwen3", "ar", 7
-        args.end, args.context = 100, 256
+        # the fewest slots that still tell static sizes from dynamic ones: requests buckets 1
+        # and 2 by tokens buckets 1, 2 and 4 (each slot is traced once, ~1 s on the CPU)
+        args.target, args.drafter, args.draft_len = "random:tiny-qwen3", "ar", 3
+        args.end, args.context, args.prefill_chunk = 100, 256, args.prefill_chunk or 4
         args.serve, args.max_new, args.repeats = args.serve or 8, 16, 2
     args.batch = args.batch or (2 if args.smoke else 16)
+    args.prefill_chunk = args.prefill_chunk or 256
     if args.child:
         print(json.dumps(child(args)))
         return
@@ -147,7 +154,8 @@ def main() -> None:
             cmd = [sys.executable, __file__, "--child", config, "--target", args.target,
                    "--drafter", args.drafter, "--batch", str(args.batch), "--draft-len",
                    str(args.draft_len), "--end", str(args.end), "--context", str(args.context),
-                   "--backend", args.backend, "--device", args.device, "--serve",
+                   "--backend", args.backend, "--prefill-chunk", str(args.prefill_chunk),
+                   "--device", args.device, "--serve",
                    str(args.serve), "--max-new", str(args.max_new), "--repeats",
                    str(args.repeats)]
             log(f"{config}: {args.target}, {args.drafter}, max_batch {args.batch}, "

@@ -21,7 +21,7 @@ equal AR's token for token, and the table counts those that do.
     python bench/drafter_tau.py --sets dev --draft-len 7                # 7 drafts of a block of 16
     python bench/drafter_tau.py --sets dev --draft-len 7 --weights shipped,shipped@block_size=8
                                           # side by side: blocks of 16 and of 8, 7 drafts each
-    python bench/drafter_tau.py --smoke        # CPU: shipped twice, 2 requests of every set
+    python bench/drafter_tau.py --smoke        # CPU: shipped twice, 2 dev requests, 1 a set else
     python bench/drafter_tau.py --walk --per-category 1000 --sets dev   # every dev request
     python bench/drafter_tau.py --walk --sets dev --weights shipped@draft_len=3,shipped@draft_len=7
                                           # τ against draft_len: one scoring, walked at each cap
@@ -188,10 +188,11 @@ def main() -> None:
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
     ap.add_argument("--smoke", action="store_true",
-                    help="CPU: shipped twice, 2 requests of every set")
+                    help="CPU: shipped twice, 2 dev requests (two categories), 1 held-out "
+                         "and 1 corpus request, 8 new tokens")
     args = ap.parse_args()
     if args.smoke:
-        args.weights, args.per_category, args.max_new = "shipped,shipped", 1, 12
+        args.weights, args.per_category, args.max_new = "shipped,shipped", 1, 8
         args.sets = "dev,heldout,corpus"
     args.device = smoke_device(args)
     if args.draft_len is None:
@@ -216,7 +217,8 @@ def main() -> None:
     rows, t0 = [], time.perf_counter()
     for set_name in [s for s in args.sets.split(",") if s]:
         reqs = request_set(set_name, args.per_category, args.heldout_seed, args.corpus_seed)
-        reqs = reqs[:2] if args.smoke else reqs   # every set's path, CI time kept
+        if args.smoke:   # every set's path, CI time kept: dev's two requests (two categories
+            reqs = reqs[:2 if set_name == "dev" else 1]   # summed into "all"), one a set else
         per: dict[str, list] = {}   # category -> per weights folder: tokens gained a step
         same = [0] * len(labels)
         for i, r in enumerate(reqs):

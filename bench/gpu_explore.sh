@@ -75,14 +75,16 @@ print(r[-1]['run_id'] if r and (sys.argv[1] != 'open' or r[-1]['phase'] != 'done
 }
 # the smoke stops before the plan, then resumes that run to the explore phase
 for until in ${SMOKE:+"--until plan"} "$UNTIL"; do
-    run=$(last_run open)
+    # the smoke's first call runs in a repository staged just now: no run to resume
+    if [ -n "$SMOKE" ] && [ "$until" = "--until plan" ]; then run=""; else run=$(last_run open); fi
     # shellcheck disable=SC2086
     timeout "$LIMIT" python3 -m specpilot explore ${run:+--resume "$run"} $until \
         >> "$OUT/explore.log" 2>&1
     rc=$?
     echo "gpu_explore: explore ${run:+--resume $run }$until: exit $rc"
 done
-run=$(last_run any)
+# the smoke's second call resumed the first's run: that is the newest (else: look it up)
+if [ -z "$SMOKE" ] || [ -z "$run" ]; then run=$(last_run any); fi
 tail -25 "$OUT/explore.log"
 if [ -z "$run" ]; then echo "gpu_explore: no run record (rc $rc)"; exit 1; fi
 python3 -m specpilot runs show "$run" --json > "$OUT/explore_run.json" 2>/dev/null

@@ -44,10 +44,11 @@ def main() -> None:
     ap.add_argument("--sealed-draws", type=int, default=2000, help="draws of each public seed")
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=os.environ.get("OUT", ""))
-    ap.add_argument("--smoke", action="store_true", help="CPU: 4 requests of 16 tokens")
+    ap.add_argument("--smoke", action="store_true", help="CPU: 2 requests of 16 tokens")
     args = ap.parse_args()
     if args.smoke:
-        args.n, args.batch, args.max_new, args.sealed_draws = 4, 8, 16, 200
+        # 2 kept of one batch of 8 (seed 21: the first batch keeps 2, unfinished ones counted)
+        args.n, args.batch, args.max_new, args.sealed_draws = 2, 8, 16, 200
     args.device = smoke_device(args)
     system = load_system("embedded", device=args.device, max_context=1024)
     texts, counts = sample_requests(system.engine.model, system.tokenizer, args.n, args.seed,

@@ -48,7 +48,7 @@ SMOKES = [
     pytest.param("tree_calibration.py", id="tree_calibration"),   # embedded, shipped drafter
     pytest.param("reference_speed.py", id="reference_speed"),   # the judges' reference_pass
     pytest.param("batch_projection.py", id="batch_projection"),   # tiny-qwen3 as both targets
-    pytest.param("self_requests.py", id="self_requests"),   # the embedded target, 4 requests
+    pytest.param("self_requests.py", id="self_requests"),   # the embedded target, 2 requests
     # the controller with confined workers (five processes on a 2-core machine)
     pytest.param("gpu_verdict.sh", id="gpu_verdict", marks=pytest.mark.slow),
 ]
