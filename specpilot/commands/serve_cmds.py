@@ -60,9 +60,10 @@ def serve_cmd(drafter, max_batch, host, port, system_name, prepare, max_context,
     model = model or load_config().model.path
     start = time.perf_counter()
     if system_name:
+        # lazy: CLI startup time (memory and git); the name checked before torch loads
         from specpilot.serve.systems import resolve_named
 
-        named = resolve_named(system_name, opts_file, opts)   # before torch: seconds sooner
+        named = resolve_named(system_name, opts_file, opts)
         # lazy: the tokenizer and the device probe import torch
         from specpilot.serve.confined import start_named
 
