@@ -30,7 +30,7 @@ from specpilot.serve.detok import IncrementalText
 from specpilot.serve.protocol import (DONE, Parsed, Reply, RequestError, budget, error_body,
                                       parse_json, parse_request, sse, usage)
 
-if TYPE_CHECKING:   # the backends import stock (torch): `listen` comes first, in seconds less
+if TYPE_CHECKING:   # the backends import stock (torch), which `listen` does not need
     from specpilot.serve.backend import Backend
 
 WORKERS = 64   # requests generating or waiting for the backend at once; more wait their turn

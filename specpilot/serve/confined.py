@@ -112,8 +112,8 @@ def start_named(memory: Memory, named: Named, options: dict[str, str], model: st
                 max_context: int | None, device: str | None, say
                 ) -> tuple[ConfinedBackend, str]:
     """(backend, its description for the ready line) for `specpilot serve --system NAME`:
-    the named system's clean checkout (serve/systems.py, `resolve_named`) decoding in a confined worker, this
-    process tokenizing with this checkout's stock."""
+    the named system's clean checkout (serve/systems.py, `resolve_named`) decoding in a
+    confined worker, this process tokenizing with this checkout's stock."""
     checkout = clean_checkout(memory.store, named.commit, memory.system_paths, memory.root)
     device = device or str(default_device())
     log = log_path(memory.root, checkout.tree)
