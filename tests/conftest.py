@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -77,8 +79,5 @@ def ar_32():
     the first 32 of those recorded in tests/data/greedy_64.json (greedy: a prefix), which
     tests/test_greedy_recorded.py checks the engine's AR still gives. Read, not computed:
     each xdist worker that met a test using it computed it once (18-28 s of the CPU)."""
-    import json
-    from pathlib import Path
-
     recorded = json.loads((Path(__file__).parent / "data" / "greedy_64.json").read_text())
     return [t[:32] for t in recorded["tokens"]["ar"]]

@@ -63,12 +63,12 @@ def serve_cmd(drafter, max_batch, host, port, system_name, prepare, max_context,
         # lazy: CLI startup time (memory and git); the name checked before torch loads
         from specpilot.serve.systems import resolve_named
 
-        named = resolve_named(system_name, opts_file, opts)
+        memory, named, options = resolve_named(system_name, opts_file, opts)
         # lazy: the tokenizer and the device probe import torch
         from specpilot.serve.confined import start_named
 
-        backend, where = start_named(*named, model, _model_name(model), drafter, max_batch,
-                                     prepare, max_context, device,
+        backend, where = start_named(memory, named, options, model, _model_name(model),
+                                     drafter, max_batch, prepare, max_context, device,
                                      lambda line: click.echo(line, err=True))
     else:
         # lazy: the backend imports stock's batched engine (torch)
