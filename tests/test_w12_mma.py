@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -296,6 +297,21 @@ def test_fused_launches_split_at_most_a_cluster():
     assert mma.plan_split(MmaConfig(2, 4, 4, split=12), 16, 1024, 5120, 132,
                           most=mma.MAX_FUSED) == mma.MAX_FUSED
     assert not mma.fuses(torch.device("cpu"))
+
+
+def test_the_tuner_times_each_fused_split_against_the_second_kernels_sum():
+    """Where a candidate splits K when fused, its unfused twin joins the tuner's candidates
+    (neither sum won on every shape on the H100); one that does not split has no twin, and a
+    twin is never added twice."""
+    one, two = MmaConfig(2, 2, 4), MmaConfig(2, 4, 4)
+    got = mma.tune_candidates((one, two, one), lambda c: 2 if c == two else 1)
+    assert got == (one, two, MmaConfig(2, 4, 4, fuse=False))
+    # the split at M = 1 on 17408x5120 that the bench saw (132 SMs), through plan_split
+    shape = dict(m=1, n=5120, k=17408, sms=132, per_sm=4, most=mma.MAX_FUSED)
+    got = mma.tune_candidates(mma.CONFIGS[1], lambda c: mma.plan_split(c, **shape))
+    twins = [c for c in got if not c.fuse]
+    assert twins and all(mma.plan_split(replace(c, fuse=True), **shape) > 1 for c in twins)
+    assert len(got) == len(mma.CONFIGS[1]) + len(twins)
 
 
 NVCC_SKIP = pytest.mark.skipif(mma.nvcc() is None, reason="no nvcc")

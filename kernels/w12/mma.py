@@ -42,7 +42,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -79,6 +79,8 @@ class MmaConfig:
                             # (0: the kernel's own bounds; CAPPED lists those compiled)
     staged: bool = False    # x shared and the weights' ring in shared memory (cp.async),
                             # `depth` chunks deep (STAGED lists those compiled)
+    fuse: bool = True       # K splits summed in the tiles kernel where the GPU can (fuses());
+                            # False: by the second kernel (the tuner times both, tune_candidates)
 
     @property
     def xs(self) -> int:
@@ -448,7 +450,7 @@ def split_of(cfg: MmaConfig, m: int, n: int, k: int, view: str, device: torch.de
 def _launch(x: torch.Tensor, t: W12Tensor, y: torch.Tensor, view: str, cfg: MmaConfig) -> None:
     m, k = x.shape
     n = t.shape[0]
-    fuse = fuses(x.device)
+    fuse = cfg.fuse and fuses(x.device)
     plan = (cfg, m, n, k, view, x.device.index, fuse)   # an eager step meets each shape per layer
     if plan not in _PLANS:
         _check_config(cfg, m)
@@ -475,9 +477,21 @@ def _key(m: int, t: W12Tensor, view: str) -> tuple:
     return (tiles(m), t.shape[0], t.shape[1], view, t.device.index)
 
 
+def tune_candidates(configs, splits_fused) -> tuple[MmaConfig, ...]:
+    """`configs` and, for each that splits K when fused (`splits_fused(cfg)` > 1), its twin
+    whose splits the second kernel sums: on the H100 (2026-12-08) the fused sum was 1.09x
+    faster on 17408x5120 at M <= 16 and 0.91-0.93x on 5120x34816, so neither always wins."""
+    out = list(configs)
+    for cfg in configs:
+        if cfg.fuse and splits_fused(cfg) > 1:
+            out.append(replace(cfg, fuse=False))
+    return tuple(dict.fromkeys(out))
+
+
 def tune(x: torch.Tensor, t: W12Tensor, view: str = "w12", configs=None) -> MmaConfig:
-    """Time each configuration of x's m-tile count once (in a CUDA graph) and remember the
-    fastest for this shape and view."""
+    """Time each configuration of x's m-tile count once (in a CUDA graph), with its unfused
+    twin where it splits K on a GPU that fuses (tune_candidates), and remember the fastest
+    for this shape and view."""
     m = x.shape[0]
     # a call's own candidates are remembered apart from the default ones
     key = _key(m, t, view) + (() if configs is None else (tuple(configs),))
@@ -488,6 +502,16 @@ def tune(x: torch.Tensor, t: W12Tensor, view: str = "w12", configs=None) -> MmaC
         return configs[0]
     from kernels.w12.gemm import fastest  # lazy: Triton, CUDA only
 
+    if fuses(x.device):
+        n, k = t.shape
+
+        def splits(cfg: MmaConfig) -> int:
+            try:
+                _check_config(cfg, m)
+                return split_of(cfg, m, n, k, view, x.device, True)
+            except (ValueError, RuntimeError):   # a candidate that cannot run: timed as such
+                return 1
+        configs = tune_candidates(configs, splits)
     best = fastest(configs, lambda cfg, y: _launch(x, t, y, view, cfg),
                    torch.empty(m, t.shape[0], dtype=x.dtype, device=x.device))
     if best is None:

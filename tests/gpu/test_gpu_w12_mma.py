@@ -166,3 +166,29 @@ def test_fused_splits_give_the_reduce_kernels_bits_in_one_kernel(view, monkeypat
         g.replay()
         torch.cuda.synchronize()
         assert torch.equal(y, eager)
+
+
+@CLUSTERS
+def test_the_tuner_may_pick_the_second_kernels_sum_and_it_gives_the_fused_bits(monkeypatch):
+    """On a GPU that fuses, the tuner times each splitting candidate's unfused twin too
+    (mma.tune_candidates); an unfused config (fuse=False) launches the reduce kernel and
+    gives the fused twin's bits; whatever the tuner picks is one of the candidates and
+    passes the reference check."""
+    from torch.profiler import ProfilerActivity, profile
+
+    t = _weights(1032, 4096, seed=9)
+    x = torch.randn(4, 4096, device="cuda").to(torch.bfloat16)
+    cfg = mma.MmaConfig(2, 2, 4, split=4)
+    fused = mma.w12_mma(x, t, "w12", cfg)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        unfused = mma.w12_mma(x, t, "w12", mma.MmaConfig(2, 2, 4, split=4, fuse=False))
+        torch.cuda.synchronize()
+    assert any("reduce" in e.key for e in prof.key_averages()), "no second kernel"
+    assert torch.equal(fused, unfused)
+    seen, real = [], mma.tune_candidates
+    monkeypatch.setattr(mma, "tune_candidates",
+                        lambda cs, f: seen.append(real(cs, f)) or seen[-1])
+    mma._TUNED.clear()
+    pick = mma.tune(x, t, "w12")
+    assert seen and pick in seen[0] and any(not c.fuse for c in seen[0])
+    _check(mma.w12_mma(x, t, "w12"), t, x, "w12")
