@@ -171,6 +171,11 @@ def test_candidate_that_repeats_work_is_reported_slower(project):
     assert rep.estimate.gain < 0 and rep.estimate.lower_bound < 0
     assert rep.decision.direction == "slower" and not rep.decision.adopted
     assert not rep.paired.diverged  # same tokens, only slower
+    # B's options were checked by B0 itself, held until stock's reference was done: no
+    # process of its own (it was B-options.log), five processes in all
+    run = max((project / ".specpilot" / "runs").glob("compare-*"))
+    assert sorted(p.name for p in run.glob("*.log")) == [
+        "A0-cpu.log", "A1-cpu.log", "B0-cpu.log", "B1-cpu.log", "stock-reference.log"]
 
 
 def test_two_devices_run_side_by_side_each_hosting_half_of_each_side(project):

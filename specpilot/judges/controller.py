@@ -71,13 +71,13 @@ from specpilot.judges.design import (MAX_CANDIDATES, Job, candidate_sides, devic
 from specpilot.judges.eta import Clock, Eta
 from specpilot.judges.forced_outputs import force_outputs, to_force
 from specpilot.judges.outputs import Expected, OutputCheck, Tolerance, check_request
-from specpilot.judges.preparation import Ahead, prepare, session_groups, spawn_workers
+from specpilot.judges.preparation import (Ahead, hold_workers, prepare, session_groups,
+                                          spawn_workers)
 from specpilot.judges.prompts import Req
 from specpilot.judges.stock_reference import (fold_batch_noise, near_tie, near_tie_and_budget,
                                               stock_outputs)
 from specpilot.judges.quiet import alone
-from specpilot.judges.worker_proc import (Checkout, Reply, Worker, check_options_of,
-                                         clean_checkout)
+from specpilot.judges.worker_proc import Checkout, Reply, Worker, clean_checkout
 from specpilot.requests.sealed import logs_dir
 
 SCHEMA_VERSION = 2
@@ -223,7 +223,8 @@ def paired_run(co_a: Checkout, opts_a: dict, co_b: Checkout, opts_b: dict, job: 
 def run_sides(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, log_dir: Path,
               progress: Callable[[str], None] = lambda s: None,
               expected: dict[str, Expected] | None = None, co_stock: Checkout | None = None,
-              ahead: Ahead | None = None, clock: Clock | None = None
+              ahead: Ahead | None = None, clock: Clock | None = None,
+              held: dict[str, Worker] | None = None
               ) -> tuple[Paired, dict[str, dict], dict[str, OutputCheck]]:
     """Run the design over every side of `job.sides` (A, then one letter a candidate; each
     side's checkout and options in `systems`); returns the times, every worker's `ready`
@@ -236,7 +237,9 @@ def run_sides(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, 
     (forced_outputs.py), and the batches keep their own times; request by request, by
     continuations (check_outputs), each request charged its kept share (`_charge`).
     `ahead`: the workers already started and prepared beside stock's reference (one
-    session only). `clock`: where the phases' wall time goes (Clock)."""
+    session only). `clock`: where the phases' wall time goes (Clock). `held`: workers
+    started and options-checked ahead (preparation.hold_workers), loaded in their session
+    instead of started anew."""
     if set(systems) != set(job.sides) or not job.sides.startswith("A"):
         raise ValueError(f"systems {sorted(systems)} are not the job's sides {job.sides}")
     forced = bool(job.batch) and expected is not None
@@ -254,7 +257,7 @@ def run_sides(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, 
         paired, checks, got, said = _session(systems, part, cfg, log_dir, progress,
                                              None if forced else expected, checks,
                                              ahead.workers if ahead is not None else None,
-                                             clock)
+                                             clock, held)
         parts.append(paired)
         ready.update(got)
         replies.update(said)
@@ -300,7 +303,8 @@ def _forced_check(co_stock: Checkout, job: Job, replies: dict, expected: dict[st
 
 
 def _session(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, log_dir: Path,
-             progress, expected, checks, prepared: dict | None, clock: Clock
+             progress, expected, checks, prepared: dict | None, clock: Clock,
+             held: dict[str, Worker] | None = None
              ) -> tuple[Paired, dict[str, OutputCheck], dict[str, dict],
                         dict[str, dict[str, list[int]]]]:
     """One session's workers: started, measured, their outputs checked (given `expected`),
@@ -310,7 +314,7 @@ def _session(systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config, l
     try:
         if prepared is None:
             with clock.phase("workers started"):
-                spawn_workers(workers, systems, job, cfg, log_dir)
+                spawn_workers(workers, systems, job, cfg, log_dir, held)
             with clock.phase("graphs"):
                 prepare(workers, job, progress)
         with clock.phase("rounds"):
@@ -512,12 +516,12 @@ def compare_many(root: Path, rev_a: str, candidates: list[tuple[str, dict]],
                                      in zip(sides[1:], cos, cands)]
     said = {"A": "A", **{side: "B" if len(cands) == 1 else f"{side} ({rev})"
                          for side, (rev, _o) in zip(sides[1:], cands)}}
-    check_options_of([(f"{said[side]} options", co, opts, log_dir / f"{side}-options.log")
-                      for side, co, opts in named if opts],
-                     cfg.system_paths, cfg.judges.confine)   # before any model
     systems = {side: (co, opts) for side, co, opts in named}
+    # before any model: each side with options, checked by its first worker, then held
+    held = hold_workers([(side, f"{said[side]} options") for side, _co, opts in named if opts],
+                        systems, job, cfg, log_dir)
     clock = Clock()
-    ahead = (Ahead(systems, cfg, log_dir, progress, clock)
+    ahead = (Ahead(systems, cfg, log_dir, progress, clock, held)
              if cc.prepare_beside_reference and len(session_groups(job, cfg)) == 1 else None)
     try:
         progress("stock's reference outputs")
@@ -531,10 +535,12 @@ def compare_many(root: Path, rev_a: str, candidates: list[tuple[str, dict]],
             with clock.phase("waiting for the graphs"):
                 ahead.join()
         paired, ready, checks = run_sides(systems, job, cfg, log_dir, progress, expected,
-                                          co_stock, ahead, clock)
+                                          co_stock, ahead, clock, held)
     finally:
         if ahead is not None:
             ahead.stop()
+        for w in held.values():   # those never loaded (a failure before their session)
+            w.stop()
     progress(clock.line())
     tol = near_tie(expected, cfg)
     log_dir.mkdir(parents=True, exist_ok=True)

@@ -35,8 +35,10 @@ class Ahead:
     end), never stock's outputs."""
 
     def __init__(self, systems: dict[str, tuple[Checkout, dict]], cfg: Config, log_dir: Path,
-                 progress: Callable[[str], None], clock: Clock | None = None):
+                 progress: Callable[[str], None], clock: Clock | None = None,
+                 held: dict[str, Worker] | None = None):
         self.systems, self.cfg, self.log_dir, self.progress = systems, cfg, log_dir, progress
+        self.held = held   # hold_workers' processes, options checked: they load, not start
         self.clock = clock or Clock()
         self.workers: dict[str, Worker] = {}
         self._thread: threading.Thread | None = None
@@ -45,7 +47,7 @@ class Ahead:
     def start(self, job: Job) -> None:
         self.progress("every side's workers started, to prepare beside stock's reference")
         with self.clock.phase("workers started"):
-            spawn_workers(self.workers, self.systems, job, self.cfg, self.log_dir)
+            spawn_workers(self.workers, self.systems, job, self.cfg, self.log_dir, self.held)
 
         def run() -> None:
             try:
@@ -70,11 +72,50 @@ class Ahead:
             self._thread.join()
 
 
+def worker_of(label: str, systems: dict[str, tuple[Checkout, dict]], job: Job, cfg: Config,
+              log_dir: Path, hold: bool = False) -> Worker:
+    """The worker of `label` (A0, B1, ...): its side's checkout and options, its device, its
+    drafter, the job's model and context; not started."""
+    co, opts = systems[label[0]]
+    device = device_of(label, job.devices)
+    return Worker(label, co, cfg.system_paths, job.model, dict(opts), device,
+                  log_dir / f"{label}-{device.replace(':', '')}.log",
+                  None if job.drafter_of(label) == "ar" else job.drafter_of(label),
+                  job.max_context, cfg.judges.confine, hold=hold)
+
+
+def hold_workers(sides: list[tuple[str, str]], systems: dict[str, tuple[Checkout, dict]],
+                 job: Job, cfg: Config, log_dir: Path) -> dict[str, Worker]:
+    """Each named side's first worker (`side`0), started to check its options with its own
+    registry and then held, no model loaded, until spawn_workers loads it: a bad option
+    fails in seconds, before stock's reference, by the process that then serves the side,
+    not by one more process. `sides`: (side letter, the label its errors carry). Returns
+    the held workers by label; on a refusal every one started is stopped and the first
+    refusal (in `sides`' order) raised."""
+    held: dict[str, Worker] = {}
+    try:
+        for side, said in sides:
+            w = worker_of(f"{side}0", systems, job, cfg, log_dir, hold=True)
+            w.label = said   # the refusal names the side as the user wrote it
+            held[f"{side}0"] = w
+            w.begin()   # side by side: each is seconds of imports, no model
+        for label, w in held.items():
+            w.held()
+            w.label = label
+        return held
+    except BaseException:
+        for w in held.values():
+            w.stop()
+        raise
+
+
 def spawn_workers(workers: dict, systems: dict[str, tuple[Checkout, dict]], job: Job,
-                  cfg: Config, log_dir: Path) -> None:
+                  cfg: Config, log_dir: Path, held: dict[str, Worker] | None = None) -> None:
     """One worker per label, on its device (`device_of`), into `workers` (filled as they
     start, so the caller stops whatever started if a later one fails); `systems`: each
-    side's checkout and options, by side letter. On CPU devices every
+    side's checkout and options, by side letter; `held`: workers already started and
+    options-checked (hold_workers), taken from it (the caller stops what is left) and
+    told to load instead of started anew. On CPU devices every
     process is started before any is waited for: a start is seconds of single-threaded
     imports and model construction, so the processes start side by side on the cores
     instead of one after another (on a 2-core CPU a compare's four workers of the tiny
@@ -84,14 +125,14 @@ def spawn_workers(workers: dict, systems: dict[str, tuple[Checkout, dict]], job:
     thread that started it) and nothing is measured before all are ready."""
     together = all(d.startswith("cpu") for d in job.devices)
     for label in job.names:
-        co, opts = systems[label[0]]
-        device = device_of(label, job.devices)
-        w = Worker(label, co, cfg.system_paths, job.model, dict(opts), device,
-                   log_dir / f"{label}-{device.replace(':', '')}.log",
-                   None if job.drafter_of(label) == "ar" else job.drafter_of(label),
-                   job.max_context, cfg.judges.confine)
-        workers[label] = w
-        w.begin()
+        w = (held or {}).pop(label, None)
+        if w is not None:
+            workers[label] = w
+            w.load()
+        else:
+            w = worker_of(label, systems, job, cfg, log_dir)
+            workers[label] = w
+            w.begin()
         if not together:
             w.finish()
     if together:

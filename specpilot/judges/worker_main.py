@@ -17,7 +17,10 @@ drafter}. The worker hashes the checkout's system paths as git would (before imp
 of it), loads the system, and replies `ready` with the options in effect, the tree hash and
 where `stock` was imported from; the controller checks all three against what it asked.
 With `options_only` set it loads no model: the candidate's own registry checks the options
-(names, types, ranges) in seconds, before a judge spends minutes on references.
+(names, types, ranges) in seconds, before a judge spends minutes on references. With `hold`
+set it replies `options` (the same report, no model yet) as soon as the registry has
+checked them, and loads the model at {"cmd": "load"}, then replies `ready`: the controller
+checks each side's options in the process that then serves it (one process fewer a side).
 Then: {"cmd": "run", "id", "prompt" | "ids", "max_new"} -> {"event": "done", tokens, ...};
 "force" {ids, forced, chunk, digests} and "reference" {ids, length, draft_len, chunk} serve
 the correctness gates; "tokenize" {prompt}; "registry" -> the system's option definitions;
@@ -355,8 +358,21 @@ class Server:
         torch.manual_seed(0)
         options = Options(setup.get("options") or {})
         self.options, self.engine = options, None
-        if setup.get("options_only"):   # the candidate's registry checks the options: no model
-            return
+        self._setup, self._device = setup, device
+        # options_only: the candidate's registry checks the options, no model ever; hold: it
+        # checks them, replies "options" and loads the model at the judge's "load"
+        if not (setup.get("options_only") or setup.get("hold")):
+            self.load()
+
+    def load(self) -> None:
+        """The system's model, engine and drafter at the options checked above."""
+        import torch
+
+        setup, device, options, Engine = self._setup, self._device, self.options, self.Engine
+        make_drafter = self.make_drafter
+        if self.engine is not None or setup.get("options_only"):
+            raise RuntimeError("load: the model is loaded already, or this worker checks "
+                               "options only")
         model = setup["model"]
         if model.startswith("random:"):
             # lazy: the checkout's stock, imported after setup hashed its tree
@@ -569,6 +585,10 @@ def main(argv: list[str]) -> int:
                 raise RuntimeError(f"not a JSON message: {msg['line']!r}")
             if server is None:
                 server = Server(msg)
+                reply(server.ready() if not msg.get("hold") else
+                      {**server.ready(), "event": "options"})
+            elif msg.get("cmd") == "load":
+                server.load()
                 reply(server.ready())
             elif msg.get("cmd") in ("run", "force", "reference", "tokenize", "registry",
                                     "measure", "timed", "batch", "prepare", "serve"):

@@ -212,6 +212,7 @@ class Worker:
     max_context: int | None = None
     confine: bool = True   # [judges] confine; SPECPILOT_UNCONFINED=1 also opts out
     options_only: bool = False   # check the options against the checkout's registry only
+    hold: bool = False   # reply "options" first (held()), load the model at load()
     ready: dict = field(default_factory=dict)
 
     def start(self, timeout: float = 600.0) -> dict:
@@ -239,25 +240,38 @@ class Worker:
         self._send({"checkout": str(self._inside), "system_paths": self.system_paths,
                     "model": self.model, "options": self.options, "device": device,
                     "drafter": self.drafter, "max_context": self.max_context,
-                    "options_only": self.options_only})
+                    "options_only": self.options_only, "hold": self.hold})
+
+    def held(self) -> dict:
+        """A `hold` worker's first report: the options in effect once the checkout's own
+        registry checked them (a bad one is this WorkerError), tree and stock checked as
+        `ready`'s; no model is loaded until `load()`."""
+        said = self._receive("options")
+        self._check_ready(said)
+        return said["options"]
+
+    def load(self) -> None:
+        """A `hold` worker, its options checked (`held()`), loads its model; `finish()`
+        waits for its `ready`."""
+        self._send({"cmd": "load"})
 
     def finish(self) -> dict:
         self.ready = self._receive("ready")
         self.ready["confined"] = self._mode  # the parent's word, not the worker's
-        self._check_ready()
+        self._check_ready(self.ready)
         return self.ready
 
-    def _check_ready(self) -> None:
-        if self.ready.get("tree") != self.checkout.tree:
-            raise WorkerError(f"{self.label}: worker reports tree {self.ready.get('tree')}, "
+    def _check_ready(self, said: dict) -> None:
+        if said.get("tree") != self.checkout.tree:
+            raise WorkerError(f"{self.label}: worker reports tree {said.get('tree')}, "
                               f"asked for {self.checkout.tree}")
-        effective = self.ready.get("options", {})
+        effective = said.get("options", {})
         for name, value in self.options.items():
             if name not in effective or not _same(effective[name], value):
                 raise WorkerError(f"{self.label}: option {name} in effect is "
                                   f"{effective.get(name)!r}, asked for {value!r}")
-        if Path(self.ready.get("stock_file", "/")).parents[1] != self._inside:
-            raise WorkerError(f"{self.label}: stock ran from {self.ready.get('stock_file')}")
+        if Path(said.get("stock_file", "/")).parents[1] != self._inside:
+            raise WorkerError(f"{self.label}: stock ran from {said.get('stock_file')}")
 
     def run(self, request_id: str, max_new: int, prompt: str | None = None,
             ids: list[int] | None = None) -> Reply:
