@@ -153,9 +153,9 @@ def test_a_candidate_that_cheats_unless_it_looks_judged_fails_the_cycles_gate(
     # one builder for every candidate process: the gates' and the controller's launches
     tree = cycle.store.system_tree(commit, cycle.cfg.system_paths)
     mine = [(argv, env) for t, argv, env in launches if t == tree]
-    # gates (2), controller (n), pre-screen (1) and the options check before the gates
-    # (gates.preflight, no model loaded): the same as above
-    assert len(mine) == n + 4 and all(m == mine[0] for m in mine)
+    # gates (2), controller (n: B0 checks the options itself before stock's reference, then
+    # serves; a process of its own did until 2026-12-08) and pre-screen (1): the same as above
+    assert len(mine) == n + 3 and all(m == mine[0] for m in mine)
 
 
 # -- class 5: a fault just past the dev length ---------------------------------------------
