@@ -15,7 +15,8 @@ cuBLAS on the H200); K splits across blocks store fp32 partials that a second ke
 in a fixed order and finishes with the exceptions (deterministic: no atomics), or, on sm_90
 and newer (`FUSE_SPLITS`), the splits of an output tile run as one thread block cluster
 and sum each other's tiles from shared memory in that same order: the same bits, one
-kernel, no partials through memory. The staged
+kernel, no partials through memory (`MmaConfig.fuse` False keeps the second kernel: on the
+H100 it was the faster sum on one shape of four, so the tuner times both). The staged
 kernels (`staged`) keep the shared-x partition but move the ring into shared memory: each
 lane copies its own planes of the chunk `depth` - 1 ahead with cp.async and reads them back
 itself, so the bytes in flight cost no registers (42-87 a thread at ng <= 2 by ptxas for
@@ -30,7 +31,8 @@ with the host C++ compiler), which is how CPU tests check its loads, decode and 
 
 Covers K % 64 == 0, N % 8 == 0 and bf16 x (`unsupported` says why not); `w12_mma` runs the
 GEMV kernel (kernels/w12/gemv.py) for the rest. Configurations: a few per m-tile count,
-timed once per (tiles, N, K, view) in a CUDA graph like the Triton kernels (gemm.fastest).
+timed once per (tiles, N, K, view) in a CUDA graph like the Triton kernels (gemm.pick), at
+the first M met and at the m-tile count's largest (`tune`).
 """
 
 from __future__ import annotations
