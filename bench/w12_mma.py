@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from dataclasses import replace
 
 from common import log, print_table, write_json  # noqa: E402 - sets sys.path first
 
@@ -112,19 +113,16 @@ def shape_rows(k: int, n: int, ms, args, copy: float, dev) -> list[dict]:
                 f"err {row['err_st']:.1e} {row['st_config']}")
         if args.parts:   # the pick's own kernels: its tiles and the split-K sum
             cfg = mma._TUNED.get(mma._key(m, t, "w12"))
-            fuse = mma.fuses(dev)
+            fuse = mma.fuses(dev) and cfg.fuse
             row["split"] = mma.split_of(cfg, m, n, k, "w12", dev, fuse)
+            row["sum"] = "one split" if row["split"] == 1 else "fused" if fuse else "second"
             parts = kernel_parts(lambda: mma.w12_mma(x, t, "w12"))
             row["tiles_us"], row["reduce_us"] = parts.get("tiles"), parts.get("reduce", 0.0)
-            if fuse:   # the same pick, its splits summed by the second kernel, beside
-                mma.FUSE_SPLITS = False
-                try:
-                    row["unfused_split"] = mma.split_of(cfg, m, n, k, "w12", dev, False)
-                    row["unfused_us"] = graph_us(lambda: mma.w12_mma(x, t, "w12", cfg),
-                                                 x.device)
-                    row["unfused_equal"] = bool(torch.equal(mma.w12_mma(x, t, "w12", cfg), y))
-                finally:
-                    mma.FUSE_SPLITS = True
+            if mma.fuses(dev):   # the same pick with the other sum (MmaConfig.fuse), beside
+                other = replace(cfg, fuse=not cfg.fuse)
+                row["other_split"] = mma.split_of(other, m, n, k, "w12", dev, other.fuse)
+                row["other_us"] = graph_us(lambda: mma.w12_mma(x, t, "w12", other), x.device)
+                row["other_equal"] = bool(torch.equal(mma.w12_mma(x, t, "w12", other), y))
         row["bytes"] = bytes_read(t, m, k, "w12")
         row["mma_gbs"] = row["bytes"] / (row["mma_w12_us"] * 1e-6) / 1e9
         row["pct_copy"] = 100 * row["mma_gbs"] / copy if copy else None
@@ -263,19 +261,19 @@ def main() -> None:
         pt = []
         for r in rows:
             c, mw, tl, rd, uf = (r.get(k) for k in ("cublas_us", "mma_w12_us", "tiles_us",
-                                                     "reduce_us", "unfused_us"))
-            pt.append([f"{r['K']}x{r['N']}", r["M"], r.get("split"), fmt(c, ".1f"),
-                       fmt(mw, ".1f"), fmt(tl, ".1f"), fmt(rd, ".1f"),
-                       fmt(c / tl if c and tl else None, ".2f"), r.get("unfused_split"),
+                                                     "reduce_us", "other_us"))
+            pt.append([f"{r['K']}x{r['N']}", r["M"], r.get("split"), r.get("sum"),
+                       fmt(c, ".1f"), fmt(mw, ".1f"), fmt(tl, ".1f"), fmt(rd, ".1f"),
+                       fmt(c / tl if c and tl else None, ".2f"), r.get("other_split"),
                        fmt(uf, ".1f"), fmt(uf / mw if uf and mw else None, ".2f"),
-                       fmt(c / uf if c and uf else None, ".2f"), str(r.get("unfused_equal", ""))])
-        print_table(["K x N", "M", "K splits", "cuBLAS us", "mma W12 us", "tiles us",
-                     "split-K sum us", "cuBLAS / tiles", "unfused splits", "unfused us",
-                     "unfused / fused", "unfused x cuBLAS", "same bits"], pt,
+                       fmt(c / uf if c and uf else None, ".2f"), str(r.get("other_equal", ""))])
+        print_table(["K x N", "M", "K splits", "sum", "cuBLAS us", "mma W12 us", "tiles us",
+                     "split-K sum us", "cuBLAS / tiles", "other sum's splits", "other sum us",
+                     "other / pick", "other x cuBLAS", "same bits"], pt,
                     "Where the tuner's pick spends its time (torch.profiler, 20 calls, L2 not "
-                    "flushed; on sm_90+ the splits are summed in the tiles kernel, and the "
-                    "same pick with the second kernel's sum is timed beside, CUDA graphs, L2 "
-                    "flushed)")
+                    "flushed; on sm_90+ the pick's splits are summed in the tiles kernel "
+                    "(fused) or by a second kernel (MmaConfig.fuse), and the same pick with "
+                    "the other sum is timed beside, CUDA graphs, L2 flushed)")
     if args.staged and not args.smoke:
         st = []
         for r in rows:
