@@ -306,7 +306,7 @@ def test_the_tuner_times_each_fused_split_against_the_second_kernels_sum():
     one, two = MmaConfig(2, 2, 4), MmaConfig(2, 4, 4)
     got = mma.tune_candidates((one, two, one), lambda c: 2 if c == two else 1)
     assert got == (one, two, MmaConfig(2, 4, 4, fuse=False))
-    # the split at M = 1 on 17408x5120 that the bench saw (132 SMs), through plan_split
+    # the candidates at M = 1 on 17408x5120, split by plan_split with an H100's 132 SMs
     shape = dict(m=1, n=5120, k=17408, sms=132, per_sm=4, most=mma.MAX_FUSED)
     got = mma.tune_candidates(mma.CONFIGS[1], lambda c: mma.plan_split(c, **shape))
     twins = [c for c in got if not c.fuse]
