@@ -16,11 +16,11 @@ First message: setup {checkout, system_paths, model, options, device, max_contex
 drafter}. The worker hashes the checkout's system paths as git would (before importing any
 of it), loads the system, and replies `ready` with the options in effect, the tree hash and
 where `stock` was imported from; the controller checks all three against what it asked.
-With `options_only` set it loads no model: the candidate's own registry checks the options
-(names, types, ranges) in seconds, before a judge spends minutes on references. With `hold`
-set it replies `options` (the same report, no model yet) as soon as the registry has
-checked them, and loads the model at {"cmd": "load"}, then replies `ready`: the controller
-checks each side's options in the process that then serves it (one process fewer a side).
+With `hold` set it loads no model yet: the candidate's own registry checks the options
+(names, types, ranges) in seconds, before a judge spends minutes on references, and it
+replies `options` (the same report); it loads the model at {"cmd": "load"}, then replies
+`ready`. The controller checks each side's options in the process that then serves it;
+the gate's --opt check stops its held worker unloaded.
 Then: {"cmd": "run", "id", "prompt" | "ids", "max_new"} -> {"event": "done", tokens, ...};
 "force" {ids, forced, chunk, digests} and "reference" {ids, length, draft_len, chunk} serve
 the correctness gates; "tokenize" {prompt}; "registry" -> the system's option definitions;
@@ -359,9 +359,9 @@ class Server:
         options = Options(setup.get("options") or {})
         self.options, self.engine = options, None
         self._setup, self._device = setup, device
-        # options_only: the candidate's registry checks the options, no model ever; hold: it
-        # checks them, replies "options" and loads the model at the judge's "load"
-        if not (setup.get("options_only") or setup.get("hold")):
+        # hold: the candidate's registry checked the options; "options" is replied and the
+        # model waits for the judge's "load"
+        if not setup.get("hold"):
             self.load()
 
     def load(self) -> None:
@@ -370,9 +370,8 @@ class Server:
 
         setup, device, options, Engine = self._setup, self._device, self.options, self.Engine
         make_drafter = self.make_drafter
-        if self.engine is not None or setup.get("options_only"):
-            raise RuntimeError("load: the model is loaded already, or this worker checks "
-                               "options only")
+        if self.engine is not None:
+            raise RuntimeError("load: the model is loaded already")
         model = setup["model"]
         if model.startswith("random:"):
             # lazy: the checkout's stock, imported after setup hashed its tree
@@ -399,7 +398,7 @@ class Server:
     def ready(self) -> dict:
         import torch
 
-        if self.engine is None:   # options_only
+        if self.engine is None:   # held: no model yet
             return {"event": "ready", "options": self.options.as_dict(),
                     "non_default": self.options.non_default(), "tree": self.tree,
                     "stock_file": self.stock_file, "pid": os.getpid()}

@@ -211,7 +211,6 @@ class Worker:
     drafter: str | None = None
     max_context: int | None = None
     confine: bool = True   # [judges] confine; SPECPILOT_UNCONFINED=1 also opts out
-    options_only: bool = False   # check the options against the checkout's registry only
     hold: bool = False   # reply "options" first (held()), load the model at load()
     ready: dict = field(default_factory=dict)
 
@@ -240,7 +239,7 @@ class Worker:
         self._send({"checkout": str(self._inside), "system_paths": self.system_paths,
                     "model": self.model, "options": self.options, "device": device,
                     "drafter": self.drafter, "max_context": self.max_context,
-                    "options_only": self.options_only, "hold": self.hold})
+                    "hold": self.hold})
 
     def held(self) -> dict:
         """A `hold` worker's first report: the options in effect once the checkout's own
@@ -393,23 +392,13 @@ def deal(workers: list, items: list, work: Callable[[object, object], None]) -> 
 def check_options(label: str, co: Checkout, system_paths: list[str], options: dict,
                   log_path: Path, confine: bool = True) -> dict:
     """The options in effect once `co`'s own registry has checked `options` (an unknown
-    name or a value out of range is a one-line WorkerError), in a worker that loads no
-    model: seconds, so that a judge fails on a bad --opt before it loads a model."""
-    return check_options_of([(label, co, options, log_path)], system_paths, confine)[0]
-
-
-def check_options_of(checks: list[tuple[str, Checkout, dict, Path]], system_paths: list[str],
-                     confine: bool = True) -> list[dict]:
-    """`check_options` for several systems, (label, checkout, options, log) each: their
-    processes (no model, CPU) started side by side, then read in order, so that the first
-    one refused is the error raised, as when they ran one after another."""
-    workers = [Worker(label, co, system_paths, "random:", dict(options), "cpu", log_path,
-                      confine=confine, options_only=True)
-               for label, co, options, log_path in checks]
+    name or a value out of range is a one-line WorkerError), in a `hold` worker that is
+    stopped before it loads a model: seconds, so that a judge fails on a bad --opt before
+    it loads a model."""
+    w = Worker(label, co, system_paths, "random:", dict(options), "cpu", log_path,
+               confine=confine, hold=True)
     try:
-        for w in workers:
-            w.begin()
-        return [w.finish()["options"] for w in workers]
+        w.begin()
+        return w.held()
     finally:
-        for w in workers:
-            w.stop()
+        w.stop()
